@@ -1,0 +1,21 @@
+# Installs headers and an attnConfig.cmake so that `find_package(attn)` works downstream.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(DIRECTORY include/attn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+set(_attn_targets attn)
+if(TARGET attn_mpi)
+  list(APPEND _attn_targets attn_mpi)
+endif()
+if(TARGET attn_cuda)
+  list(APPEND _attn_targets attn_cuda)
+endif()
+install(TARGETS ${_attn_targets} EXPORT attnTargets)
+install(EXPORT attnTargets NAMESPACE attn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
+configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/attnConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/attnConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/attnConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attnConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/attnConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)

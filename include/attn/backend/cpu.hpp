@@ -1,0 +1,141 @@
+// The CPU backend: aligned host memory, Eigen GEMMs threaded with OpenMP, and thread control.
+//   attn::cpu::gemm<float>(Trans::no, Trans::yes, m, n, k, 1.f, a, k, b, k, 0.f, c, n);
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include <Eigen/Core>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "../core/error.hpp"
+#include "concept.hpp"
+
+namespace attn {
+
+namespace detail {
+inline std::atomic<std::uint64_t>& cpu_allocation_counter() {
+  static std::atomic<std::uint64_t> n{0};
+  return n;
+}
+}  // namespace detail
+
+struct cpu {
+  static constexpr const char* name = "cpu";
+  static constexpr bool host_accessible = true;
+  static constexpr std::size_t alignment = 64;
+
+  template <class T>
+  static T* allocate(std::size_t n) {
+    if (n == 0) n = 1;
+    if (n > (std::size_t(1) << 40) / sizeof(T)) throw Error("cpu::allocate: request of " + std::to_string(n) + " elements is too large");
+    std::size_t bytes = (n * sizeof(T) + alignment - 1) / alignment * alignment;
+    void* p = std::aligned_alloc(alignment, bytes);
+    if (!p) throw std::bad_alloc();
+    detail::cpu_allocation_counter().fetch_add(1, std::memory_order_relaxed);
+    return static_cast<T*>(p);
+  }
+  template <class T>
+  static void deallocate(T* p, std::size_t) noexcept {
+    std::free(p);
+  }
+  /// Number of tensor allocations made by this backend since the program started.
+  static std::uint64_t allocations() noexcept { return detail::cpu_allocation_counter().load(std::memory_order_relaxed); }
+
+  template <class T>
+  static void copy(T* dst, const T* src, std::size_t n) {
+    if (n) std::memcpy(dst, src, n * sizeof(T));
+  }
+  template <class T>
+  static void to_host(T* host, const T* src, std::size_t n) { copy(host, src, n); }
+  template <class T>
+  static void from_host(T* dst, const T* host, std::size_t n) { copy(dst, host, n); }
+  template <class T>
+  static void fill(T* p, std::size_t n, T v) {
+    if (v == T(0)) {
+      if (n) std::memset(p, 0, n * sizeof(T));
+    } else {
+      std::fill(p, p + n, v);
+    }
+  }
+
+  /// Row-major GEMM: C(m,n) = alpha * op(A)(m,k) * op(B)(k,n) + beta * C. lda/ldb/ldc are row strides.
+  template <class T>
+  static void gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+                   T* C, int ldc) {
+    using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using MapC = Eigen::Map<Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
+    using MapA = Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
+    if (m <= 0 || n <= 0) return;
+    MapC c(C, m, n, Eigen::OuterStride<>(ldc));
+    if (k <= 0) {
+      if (beta == T(0)) c.setZero();
+      else c *= beta;
+      return;
+    }
+    // op(A) is (m,k): stored (m,k) when not transposed, (k,m) when transposed.
+    MapA a(A, ta == Trans::no ? m : k, ta == Trans::no ? k : m, Eigen::OuterStride<>(lda));
+    MapA b(B, tb == Trans::no ? k : n, tb == Trans::no ? n : k, Eigen::OuterStride<>(ldb));
+    if (beta == T(0)) {
+      c.setZero();
+    } else if (beta != T(1)) {
+      c *= beta;
+    }
+    if (ta == Trans::no && tb == Trans::no) c.noalias() += alpha * a * b;
+    else if (ta == Trans::no) c.noalias() += alpha * a * b.transpose();
+    else if (tb == Trans::no) c.noalias() += alpha * a.transpose() * b;
+    else c.noalias() += alpha * a.transpose() * b.transpose();
+  }
+
+  /// `batch` GEMMs whose operands start sa/sb/sc elements apart. Small problems are spread over
+  /// threads one GEMM each; large ones use Eigen's own threading.
+  template <class T>
+  static void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int lda,
+                                   long long sa, const T* B, int ldb, long long sb, T beta, T* C, int ldc,
+                                   long long sc, int batch) {
+    const double flops = 2.0 * m * n * k;
+    if (batch > 1 && flops < 4.0e6) {
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (batch * flops > 2.0e5)
+#endif
+      for (int i = 0; i < batch; ++i) gemm(ta, tb, m, n, k, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+    } else {
+      for (int i = 0; i < batch; ++i) gemm(ta, tb, m, n, k, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+    }
+  }
+
+  /// Threads used by attn's loops and Eigen's GEMM.
+  static int threads() noexcept {
+#if defined(_OPENMP)
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+  }
+  /// Sets the thread count (0: ATTN_NUM_THREADS, else OMP_NUM_THREADS, else the hardware's).
+  static void set_threads(int n) {
+#if defined(_OPENMP)
+    if (n <= 0) {
+      if (const char* e = std::getenv("ATTN_NUM_THREADS")) n = std::atoi(e);
+    }
+    if (n <= 0) {
+      if (const char* e = std::getenv("OMP_NUM_THREADS")) n = std::atoi(e);
+    }
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+    Eigen::setNbThreads(n);
+#else
+    (void)n;
+#endif
+  }
+};
+
+static_assert(Backend<cpu>);
+
+}  // namespace attn

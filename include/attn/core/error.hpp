@@ -1,0 +1,53 @@
+// Error types thrown by attn. Every message names what failed and where.
+//   try { io::load(model, "m.safetensors"); } catch (const attn::FormatError& e) { std::cerr << e.what(); }
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace attn {
+
+/// Base class of every exception attn throws.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A run-time extent mismatch; the message names the op and both shapes.
+struct ShapeError : Error {
+  using Error::Error;
+};
+
+/// A file could not be opened, read or written.
+struct IoError : Error {
+  IoError(const std::string& path, const std::string& what) : Error(path + ": " + what), path_(path) {}
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// Malformed content. The message is "path:line: what" or "path: byte offset N: what".
+struct FormatError : IoError {
+  enum class Kind { line, offset };
+  FormatError(const std::string& path, std::uint64_t line, const std::string& what)
+      : IoError(path, "line " + std::to_string(line) + ": " + what), kind_(Kind::line), where_(line) {}
+  FormatError(const std::string& path, Kind kind, std::uint64_t where, const std::string& what)
+      : IoError(path, (kind == Kind::line ? "line " : "byte offset ") + std::to_string(where) + ": " + what),
+        kind_(kind), where_(where) {}
+  static FormatError at_offset(const std::string& path, std::uint64_t offset, const std::string& what) {
+    return FormatError(path, Kind::offset, offset, what);
+  }
+  Kind kind() const noexcept { return kind_; }
+  std::uint64_t where() const noexcept { return where_; }
+
+ private:
+  Kind kind_;
+  std::uint64_t where_;
+};
+
+/// An invalid argument or configuration value (for example an unsupported head count).
+struct ArgumentError : Error {
+  using Error::Error;
+};
+
+}  // namespace attn

@@ -1,0 +1,345 @@
+// Lazy element-wise expressions over tensors, views and scalars, with numpy broadcasting.
+// Nothing is computed until the expression is assigned; then one pass writes the destination.
+//   out = a * b + attn::exp(c) * 0.5f;    // one loop, no temporaries; a, b, c broadcast to out
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+
+#include "tensor.hpp"
+
+#if defined(__CUDACC__)
+#define ATTN_HD __host__ __device__
+#else
+#define ATTN_HD
+#endif
+
+namespace attn {
+
+namespace expr {
+
+/// Element-wise functors, shared by the CPU loops and the CUDA kernels.
+struct Add { template <class T> ATTN_HD T operator()(T a, T b) const { return a + b; } };
+struct Sub { template <class T> ATTN_HD T operator()(T a, T b) const { return a - b; } };
+struct Mul { template <class T> ATTN_HD T operator()(T a, T b) const { return a * b; } };
+struct Div { template <class T> ATTN_HD T operator()(T a, T b) const { return a / b; } };
+struct Max { template <class T> ATTN_HD T operator()(T a, T b) const { return a > b ? a : b; } };
+struct Min { template <class T> ATTN_HD T operator()(T a, T b) const { return a < b ? a : b; } };
+struct Neg { template <class T> ATTN_HD T operator()(T a) const { return -a; } };
+struct Exp { template <class T> ATTN_HD T operator()(T a) const { using std::exp; return exp(a); } };
+struct Log { template <class T> ATTN_HD T operator()(T a) const { using std::log; return log(a); } };
+struct Sqrt { template <class T> ATTN_HD T operator()(T a) const { using std::sqrt; return sqrt(a); } };
+struct Abs { template <class T> ATTN_HD T operator()(T a) const { return a < T(0) ? -a : a; } };
+struct Tanh { template <class T> ATTN_HD T operator()(T a) const { using std::tanh; return tanh(a); } };
+struct Sigmoid {
+  template <class T> ATTN_HD T operator()(T a) const {
+    using std::exp;
+    // Two branches keep exp() from overflowing for large |a|.
+    if (a >= T(0)) return T(1) / (T(1) + exp(-a));
+    T e = exp(a);
+    return e / (T(1) + e);
+  }
+};
+struct Relu { template <class T> ATTN_HD T operator()(T a) const { return a > T(0) ? a : T(0); } };
+/// GELU, exact (erf) form, as torch.nn.functional.gelu's default.
+struct Gelu {
+  template <class T> ATTN_HD T operator()(T a) const {
+    using std::erf;
+    return T(0.5) * a * (T(1) + erf(a * T(0.70710678118654752440)));
+  }
+};
+
+/// Marker base; every expression node has `is_expression`, `value_type`, `shape_type`,
+/// `dims()` (its broadcast extents) and `bind(out_dims)` returning an evaluator with `row(idx)`.
+struct Node {
+  using is_expression = void;
+};
+
+/// A leaf: a strided view read with broadcasting.
+template <class T, class S>
+struct Leaf : Node {
+  using value_type = std::remove_const_t<T>;
+  using shape_type = S;
+  const value_type* p;
+  Dims d, st;
+  Dims dims() const { return d; }
+  struct Row {
+    const value_type* p;
+    std::size_t s;
+    value_type operator[](std::size_t j) const { return p[j * s]; }
+  };
+  struct Bound {
+    const value_type* p;
+    Dims st;  // aligned to the output rank; 0 on broadcast axes
+    std::size_t r;
+    Row row(const std::size_t* idx) const {
+      std::size_t off = 0;
+      for (std::size_t a = 0; a + 1 < r; ++a) off += idx[a] * st.v[a];
+      return {p + off, r ? st.v[r - 1] : 0};
+    }
+  };
+  Bound bind(const Dims& out) const {
+    Bound b{p, Dims::of_rank(out.n), out.n};
+    for (std::size_t i = 0; i < out.n; ++i) {
+      if (i + d.n < out.n) continue;  // absent leading axis: broadcast
+      std::size_t k = i + d.n - out.n;
+      if (d.v[k] == out.v[i]) b.st.v[i] = st.v[k];
+      else if (d.v[k] == 1) b.st.v[i] = 0;
+      else shape_mismatch("element-wise expression", "operand cannot broadcast to the destination", d, out);
+    }
+    return b;
+  }
+};
+
+template <class T>
+struct Scalar : Node {
+  using value_type = T;
+  using shape_type = Shape<>;
+  T v;
+  Dims dims() const { return Dims{}; }
+  struct Row {
+    T v;
+    T operator[](std::size_t) const { return v; }
+  };
+  struct Bound {
+    T v;
+    Row row(const std::size_t*) const { return {v}; }
+  };
+  Bound bind(const Dims&) const { return {v}; }
+};
+
+template <class Op, class E>
+struct Unary : Node {
+  using value_type = typename E::value_type;
+  using shape_type = typename E::shape_type;
+  E e;
+  Op op;
+  Dims dims() const { return e.dims(); }
+  template <class R>
+  struct Row {
+    R r;
+    Op op;
+    value_type operator[](std::size_t j) const { return op(r[j]); }
+  };
+  template <class BE>
+  struct Bound {
+    BE e;
+    Op op;
+    auto row(const std::size_t* idx) const { return Row<decltype(e.row(idx))>{e.row(idx), op}; }
+  };
+  auto bind(const Dims& out) const { return Bound<decltype(e.bind(out))>{e.bind(out), op}; }
+};
+
+template <class SL, class SR>
+struct broadcast_shape {
+  using type = shapes::broadcast_t<SL, SR>;
+};
+template <class S>
+struct broadcast_shape<S, AnyShape> { using type = AnyShape; };
+template <class S>
+struct broadcast_shape<AnyShape, S> { using type = AnyShape; };
+template <>
+struct broadcast_shape<AnyShape, AnyShape> { using type = AnyShape; };
+
+template <class Op, class L, class R>
+struct Binary : Node {
+  using value_type = typename L::value_type;
+  static_assert(std::is_same_v<value_type, typename R::value_type>, "attn element-wise op: operands have different element types");
+  using shape_type = typename broadcast_shape<typename L::shape_type, typename R::shape_type>::type;
+  L l;
+  R r;
+  Op op;
+  Dims dims() const { return broadcast_dims("element-wise expression", l.dims(), r.dims()); }
+  template <class RL, class RR>
+  struct Row {
+    RL a;
+    RR b;
+    Op op;
+    value_type operator[](std::size_t j) const { return op(a[j], b[j]); }
+  };
+  template <class BL, class BR>
+  struct Bound {
+    BL a;
+    BR b;
+    Op op;
+    auto row(const std::size_t* idx) const { return Row<decltype(a.row(idx)), decltype(b.row(idx))>{a.row(idx), b.row(idx), op}; }
+  };
+  auto bind(const Dims& out) const { return Bound<decltype(l.bind(out)), decltype(r.bind(out))>{l.bind(out), r.bind(out), op}; }
+};
+
+template <class X>
+concept Expression = requires { typename std::remove_cvref_t<X>::is_expression; };
+template <class X>
+concept Operand = Expression<X> || is_tensor<std::remove_cvref_t<X>>::value || is_tensor_view<std::remove_cvref_t<X>>::value;
+
+/// Turns a tensor or view into a leaf; passes expressions through.
+template <class X>
+auto as_expr(const X& x) {
+  if constexpr (Expression<X>) {
+    return x;
+  } else if constexpr (is_tensor<X>::value) {
+    static_assert(X::backend::host_accessible, "attn expressions: this backend's tensors are evaluated by its own kernels");
+    return Leaf<const typename X::value_type, typename X::shape_type>{{}, x.data(), x.dims(), contiguous_strides(x.dims())};
+  } else {
+    static_assert(X::backend::host_accessible, "attn expressions: this backend's tensors are evaluated by its own kernels");
+    return Leaf<const typename X::value_type, typename X::shape_type>{{}, x.data(), x.dims(), x.strides()};
+  }
+}
+
+template <class X>
+using value_of = typename decltype(as_expr(std::declval<const X&>()))::value_type;
+
+/// Evaluates e into the strided destination dst in one pass (threaded when large).
+template <class T, class S, class B, class E>
+void assign(TensorView<T, S, B> dst, const E& e) {
+  const Dims& d = dst.dims();
+  auto bound = e.bind(d);
+  const std::size_t r = d.n;
+  const std::size_t inner = r ? d.v[r - 1] : 1;
+  const std::size_t outer = inner ? d.numel() / inner : 0;
+  const std::size_t ds = r ? dst.strides().v[r - 1] : 1;
+  T* base = dst.data();
+  const Dims st = dst.strides();
+  auto body = [&](std::size_t o) {
+    std::size_t idx[max_rank] = {};
+    std::size_t rem = o, off = 0;
+    for (std::size_t a = r - 1; a-- > 0;) {
+      idx[a] = rem % d.v[a];
+      rem /= d.v[a];
+      off += idx[a] * st.v[a];
+    }
+    auto row = bound.row(idx);
+    T* out = base + off;
+    if (ds == 1) {
+      for (std::size_t j = 0; j < inner; ++j) out[j] = row[j];
+    } else {
+      for (std::size_t j = 0; j < inner; ++j) out[j * ds] = row[j];
+    }
+  };
+  if (r == 0) {
+    std::size_t idx[max_rank] = {};
+    *base = bound.row(idx)[0];
+    return;
+  }
+  const long long n_outer = static_cast<long long>(outer);
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (outer * inner > (1u << 15) && n_outer > 1)
+#endif
+  for (long long o = 0; o < n_outer; ++o) body(static_cast<std::size_t>(o));
+}
+
+}  // namespace expr
+
+// ---- Operators. Each returns an unevaluated node.
+#define ATTN_BINARY_OP(sym, Op)                                                                                  \
+  template <class L, class R>                                                                                    \
+    requires(expr::Operand<L> && expr::Operand<R>)                                                               \
+  auto operator sym(const L& l, const R& r) {                                                                    \
+    using EL = decltype(expr::as_expr(l));                                                                       \
+    using ER = decltype(expr::as_expr(r));                                                                       \
+    return expr::Binary<expr::Op, EL, ER>{{}, expr::as_expr(l), expr::as_expr(r), {}};                           \
+  }                                                                                                              \
+  template <class L, class V>                                                                                    \
+    requires(expr::Operand<L> && std::is_arithmetic_v<V>)                                                        \
+  auto operator sym(const L& l, V v) {                                                                           \
+    using EL = decltype(expr::as_expr(l));                                                                       \
+    using T = typename EL::value_type;                                                                           \
+    return expr::Binary<expr::Op, EL, expr::Scalar<T>>{{}, expr::as_expr(l), expr::Scalar<T>{{}, T(v)}, {}};      \
+  }                                                                                                              \
+  template <class V, class R>                                                                                    \
+    requires(std::is_arithmetic_v<V> && expr::Operand<R>)                                                        \
+  auto operator sym(V v, const R& r) {                                                                           \
+    using ER = decltype(expr::as_expr(r));                                                                       \
+    using T = typename ER::value_type;                                                                           \
+    return expr::Binary<expr::Op, expr::Scalar<T>, ER>{{}, expr::Scalar<T>{{}, T(v)}, expr::as_expr(r), {}};      \
+  }
+ATTN_BINARY_OP(+, Add)
+ATTN_BINARY_OP(-, Sub)
+ATTN_BINARY_OP(*, Mul)
+ATTN_BINARY_OP(/, Div)
+#undef ATTN_BINARY_OP
+
+#define ATTN_UNARY_FN(name, Op)                                      \
+  template <class X>                                                 \
+    requires expr::Operand<X>                                        \
+  auto name(const X& x) {                                            \
+    using E = decltype(expr::as_expr(x));                            \
+    return expr::Unary<expr::Op, E>{{}, expr::as_expr(x), {}};       \
+  }
+ATTN_UNARY_FN(operator-, Neg)
+ATTN_UNARY_FN(exp, Exp)
+ATTN_UNARY_FN(log, Log)
+ATTN_UNARY_FN(sqrt, Sqrt)
+ATTN_UNARY_FN(abs, Abs)
+ATTN_UNARY_FN(tanh, Tanh)
+ATTN_UNARY_FN(sigmoid, Sigmoid)
+ATTN_UNARY_FN(relu, Relu)
+ATTN_UNARY_FN(gelu, Gelu)
+#undef ATTN_UNARY_FN
+
+template <class L, class R>
+  requires(expr::Operand<L> && expr::Operand<R>)
+auto maximum(const L& l, const R& r) {
+  return expr::Binary<expr::Max, decltype(expr::as_expr(l)), decltype(expr::as_expr(r))>{{}, expr::as_expr(l), expr::as_expr(r), {}};
+}
+template <class L, class R>
+  requires(expr::Operand<L> && expr::Operand<R>)
+auto minimum(const L& l, const R& r) {
+  return expr::Binary<expr::Min, decltype(expr::as_expr(l)), decltype(expr::as_expr(r))>{{}, expr::as_expr(l), expr::as_expr(r), {}};
+}
+
+/// Evaluates an expression into a new tensor of its broadcast extents.
+template <class E>
+  requires expr::Expression<E>
+auto eval(const E& e) {
+  using T = typename E::value_type;
+  using S = typename E::shape_type;
+  return Tensor<T, S, cpu>(e);
+}
+
+template <class T, class S, class B>
+template <class E>
+  requires requires(const E& e) { e.bind(Dims{}); typename E::is_expression; }
+Tensor<T, S, B>::Tensor(const E& e) : Tensor(e.dims()) {
+  static_assert(std::is_same_v<typename E::value_type, T>, "Tensor from expression: element types differ");
+  expr::assign(view(), e);
+}
+
+template <class T, class S, class B>
+template <class E>
+  requires requires(const E& e) { e.bind(Dims{}); typename E::is_expression; }
+Tensor<T, S, B>& Tensor<T, S, B>::operator=(const E& e) {
+  static_assert(std::is_same_v<typename E::value_type, T>, "Tensor assignment: element types differ");
+  if constexpr (is_shape<S>::value && is_shape<typename E::shape_type>::value) {
+    // Static extents of the expression must equal those of the destination (or be 1 / dyn).
+    static_assert(E::shape_type::rank <= S::rank, "Tensor assignment: expression has higher rank than the destination");
+  }
+  if (empty()) {
+    *this = Tensor(e.dims());
+  }
+  expr::assign(view(), e);
+  return *this;
+}
+
+/// In-place compound assignment: dst op= expr, one pass.
+#define ATTN_COMPOUND(sym, Op)                                                                 \
+  template <class T, class S, class B, class R>                                                \
+    requires(expr::Operand<R> || std::is_arithmetic_v<R>)                                      \
+  Tensor<T, S, B>& operator sym(Tensor<T, S, B>& dst, const R& r) {                            \
+    auto v = dst.view();                                                                       \
+    if constexpr (std::is_arithmetic_v<R>) {                                                   \
+      expr::assign(v, expr::Binary<expr::Op, decltype(expr::as_expr(dst)), expr::Scalar<T>>{   \
+                          {}, expr::as_expr(dst), expr::Scalar<T>{{}, T(r)}, {}});             \
+    } else {                                                                                   \
+      expr::assign(v, expr::Binary<expr::Op, decltype(expr::as_expr(dst)), decltype(expr::as_expr(r))>{ \
+                          {}, expr::as_expr(dst), expr::as_expr(r), {}});                      \
+    }                                                                                          \
+    return dst;                                                                                \
+  }
+ATTN_COMPOUND(+=, Add)
+ATTN_COMPOUND(-=, Sub)
+ATTN_COMPOUND(*=, Mul)
+ATTN_COMPOUND(/=, Div)
+#undef ATTN_COMPOUND
+
+}  // namespace attn

@@ -1,0 +1,95 @@
+// Tensor construction, views, static/dynamic shape checks and lazy expressions.
+#include <catch2/catch.hpp>
+
+#include <attn/attn.hpp>
+
+using attn::dyn;
+using attn::Dims;
+using attn::Shape;
+
+TEST_CASE("tensor: static extents are checked at construction") {
+  using S = Shape<dyn, 3>;
+  attn::Tensor<float, S> t({2, 3});
+  CHECK(t.numel() == 6);
+  CHECK_THROWS_AS((attn::Tensor<float, S>({2, 4})), attn::ShapeError);
+  CHECK_THROWS_WITH((attn::Tensor<float, S>({2, 4})), Catch::Contains("(2, 4)") && Catch::Contains("(dyn, 3)"));
+}
+
+TEST_CASE("tensor: from, clone and element access") {
+  auto t = attn::Tensor<float, Shape<2, 3>>::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  CHECK(t(1, 2) == 6.0f);
+  auto c = t.clone();
+  c(0, 0) = 10;
+  CHECK(t(0, 0) == 1.0f);
+  CHECK(c(0, 0) == 10.0f);
+  auto r = t.reshape<Shape<3, 2>>({3, 2});
+  CHECK(r(2, 1) == 6.0f);
+  CHECK_THROWS_AS(t.reshape({4, 2}), attn::ShapeError);
+}
+
+TEST_CASE("expressions: broadcasting and one-pass evaluation") {
+  auto a = attn::Tensor<double, Shape<2, 3>>::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto b = attn::Tensor<double, Shape<3>>::from({3}, {10, 20, 30});
+  attn::Tensor<double, Shape<2, 3>> out({2, 3});
+  out = a * b + 1.0;
+  CHECK(out(0, 0) == 11.0);
+  CHECK(out(1, 2) == 181.0);
+  auto col = attn::Tensor<double, Shape<2, 1>>::from({2, 1}, {1, -1});
+  attn::Tensor<double, Shape<2, 3>> o2 = a * col - attn::exp(a * 0.0);
+  CHECK(o2(1, 0) == -5.0);
+  CHECK(o2(0, 2) == 2.0);
+}
+
+TEST_CASE("expressions: assignment allocates nothing") {
+  auto a = attn::Tensor<float>::full({64, 128}, 0.5f);
+  auto b = attn::Tensor<float>::full({128}, 2.0f);
+  auto c = attn::Tensor<float>::full({64, 1}, 1.0f);
+  attn::Tensor<float> out({64, 128});
+  const auto before = attn::cpu::allocations();
+  out = attn::tanh(a * b + c) / (c + 1.0f) - attn::sigmoid(a) * attn::exp(-b);
+  out += a;
+  const auto after = attn::cpu::allocations();
+  CHECK(after == before);
+  CHECK(out(3, 7) == Approx(std::tanh(2.0f) / 2 - 1 / (1 + std::exp(-0.5f)) * std::exp(-2.0f) + 0.5f));
+}
+
+TEST_CASE("expressions: a dynamic broadcast mismatch throws ShapeError naming the shapes") {
+  auto a = attn::Tensor<float>::full({2, 3}, 1.0f);
+  auto b = attn::Tensor<float>::full({4}, 1.0f);
+  attn::Tensor<float> out({2, 3});
+  CHECK_THROWS_WITH(out = a + b, Catch::Contains("(2, 3)") && Catch::Contains("(4)"));
+}
+
+TEST_CASE("views: transpose without copying") {
+  auto a = attn::Tensor<float, Shape<2, 3>>::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto v = a.view().transpose(0, 1);
+  CHECK(v.dims() == Dims{3, 2});
+  CHECK(v(2, 1) == 6.0f);
+  attn::Tensor<float> t({3, 2});
+  t = v * 1.0f;
+  CHECK(t(0, 1) == 4.0f);
+}
+
+TEST_CASE("rng: seeded and portable") {
+  attn::Rng a(7), b(7);
+  for (int i = 0; i < 10; ++i) CHECK(a.next() == b.next());
+  attn::Rng r(1);
+  double s = 0, s2 = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    double x = r.normal();
+    s += x;
+    s2 += x * x;
+  }
+  CHECK(std::abs(s / n) < 0.03);
+  CHECK(std::abs(s2 / n - 1.0) < 0.05);
+}
+
+TEST_CASE("reductions") {
+  auto a = attn::Tensor<float, Shape<2, 3>>::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  CHECK(attn::sum(a) == 21.0f);
+  auto c = attn::sum_axis(a, 0);
+  CHECK(c.dims() == Dims{3});
+  CHECK(c(2) == 9.0f);
+  CHECK(attn::argmax_rows(a) == std::vector<std::size_t>{2, 2});
+}
