@@ -9,3 +9,5 @@
 #include "core/rng.hpp"
 #include "backend/concept.hpp"
 #include "backend/cpu.hpp"
+#include "backend/cpu_kernels.hpp"
+#include "autograd.hpp"

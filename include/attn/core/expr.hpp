@@ -288,6 +288,18 @@ auto minimum(const L& l, const R& r) {
   return expr::Binary<expr::Min, decltype(expr::as_expr(l)), decltype(expr::as_expr(r))>{{}, expr::as_expr(l), expr::as_expr(r), {}};
 }
 
+/// A lazy node applying a user functor: binary (`apply<Op>(l, r)`) or unary (`apply<Op>(x)`).
+template <class Op, class L, class R>
+  requires(expr::Operand<L> && expr::Operand<R>)
+auto apply(const L& l, const R& r, Op op = {}) {
+  return expr::Binary<Op, decltype(expr::as_expr(l)), decltype(expr::as_expr(r))>{{}, expr::as_expr(l), expr::as_expr(r), op};
+}
+template <class Op, class X>
+  requires expr::Operand<X>
+auto apply(const X& x, Op op = {}) {
+  return expr::Unary<Op, decltype(expr::as_expr(x))>{{}, expr::as_expr(x), op};
+}
+
 /// Evaluates an expression into a new tensor of its broadcast extents.
 template <class E>
   requires expr::Expression<E>

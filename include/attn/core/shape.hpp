@@ -197,30 +197,65 @@ struct broadcast_impl<SA, SB, std::index_sequence<I...>> {
   }
   using type = Shape<broadcast_extent<I, ext(SA::extents, SA::rank, I), ext(SB::extents, SB::rank, I)>()...>;
 };
+
+template <class S, std::size_t N>
+struct replace_back { using type = typename replace_back_impl<S, N, std::make_index_sequence<S::rank>>::type; };
+template <std::size_t N>
+struct replace_back<AnyShape, N> { using type = AnyShape; };
+template <class S, std::size_t Axis, std::size_t N>
+struct replace { using type = typename replace_impl<S, Axis, N, std::make_index_sequence<S::rank>>::type; };
+template <std::size_t Axis, std::size_t N>
+struct replace<AnyShape, Axis, N> { using type = AnyShape; };
+template <class S, std::size_t Axis>
+struct drop { using type = typename drop_impl<S, Axis, std::make_index_sequence<S::rank - 1>>::type; };
+template <std::size_t Axis>
+struct drop<AnyShape, Axis> { using type = AnyShape; };
+template <class S, std::size_t N>
+struct append { using type = typename append_impl<S, N, std::make_index_sequence<S::rank>>::type; };
+template <std::size_t N>
+struct append<AnyShape, N> { using type = AnyShape; };
+template <class S, std::size_t Axis, std::size_t N>
+struct insert { using type = typename insert_impl<S, Axis, N, std::make_index_sequence<S::rank + 1>>::type; };
+template <std::size_t Axis, std::size_t N>
+struct insert<AnyShape, Axis, N> { using type = AnyShape; };
+template <class S, std::size_t... P>
+struct permute { using type = typename permute_impl<S, P...>::type; };
+template <std::size_t... P>
+struct permute<AnyShape, P...> { using type = AnyShape; };
 }  // namespace detail
+
+// Each alias maps AnyShape to AnyShape, so code generic over static and run-time-rank shapes
+// can use them unconditionally.
 
 /// S with its last extent replaced by N.
 template <class S, std::size_t N>
-using replace_back_t = typename detail::replace_back_impl<S, N, std::make_index_sequence<S::rank>>::type;
+using replace_back_t = typename detail::replace_back<S, N>::type;
 /// S with extent Axis replaced by N.
 template <class S, std::size_t Axis, std::size_t N>
-using replace_t = typename detail::replace_impl<S, Axis, N, std::make_index_sequence<S::rank>>::type;
+using replace_t = typename detail::replace<S, Axis, N>::type;
 /// S without axis Axis.
 template <class S, std::size_t Axis>
-using drop_t = typename detail::drop_impl<S, Axis, std::make_index_sequence<S::rank - 1>>::type;
+using drop_t = typename detail::drop<S, Axis>::type;
 /// S with N appended.
 template <class S, std::size_t N>
-using append_t = typename detail::append_impl<S, N, std::make_index_sequence<S::rank>>::type;
+using append_t = typename detail::append<S, N>::type;
 /// S with N inserted before axis Axis.
 template <class S, std::size_t Axis, std::size_t N>
-using insert_t = typename detail::insert_impl<S, Axis, N, std::make_index_sequence<S::rank + 1>>::type;
+using insert_t = typename detail::insert<S, Axis, N>::type;
 /// S with its axes reordered: result axis i is input axis P[i].
 template <class S, std::size_t... P>
-using permute_t = typename detail::permute_impl<S, P...>::type;
+using permute_t = typename detail::permute<S, P...>::type;
 /// Numpy-style broadcast of two static shapes (right-aligned); mismatched static extents do not compile.
 template <class SA, class SB>
 using broadcast_t = typename detail::broadcast_impl<SA, SB,
     std::make_index_sequence<(SA::rank > SB::rank ? SA::rank : SB::rank)>>::type;
+
+/// Static extent FromBack axes from the end, or dyn for AnyShape.
+template <class S, std::size_t FromBack>
+constexpr std::size_t back_or_dyn() {
+  if constexpr (std::is_same_v<S, AnyShape>) return dyn;
+  else return S::extents[S::rank - 1 - FromBack];
+}
 
 /// Product of static extents (dyn if any is dyn).
 template <class S>

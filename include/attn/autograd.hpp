@@ -1,0 +1,12 @@
+// The autograd layer: Var, Tape, NoGrad and every differentiable op.
+//   #include <attn/autograd.hpp>
+#pragma once
+#include "autograd/var.hpp"
+#include "autograd/elementwise.hpp"
+#include "autograd/matmul.hpp"
+#include "autograd/shape_ops.hpp"
+#include "autograd/reduce.hpp"
+#include "autograd/softmax.hpp"
+#include "autograd/embedding.hpp"
+#include "autograd/loss.hpp"
+#include "autograd/gradcheck.hpp"

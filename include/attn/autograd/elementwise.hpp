@@ -1,0 +1,163 @@
+// Element-wise ops on Vars with numpy broadcasting: add, sub, mul, div (also with scalars and as
+// operators), exp, log, tanh, sigmoid, relu, gelu, neg. A broadcast operand's gradient is summed
+// back over its broadcast axes.
+//   auto y = attn::tanh(tape, x * w + b);      // (B, D) * (D) + (D)
+#pragma once
+#include <cmath>
+
+#include "../backend/cpu_kernels.hpp"
+#include "var.hpp"
+
+namespace attn {
+
+namespace grad_fn {
+// d/dx of each unary op, written in terms of what the forward saved (x or y) and the upstream g.
+struct ExpGrad { template <class T> ATTN_HD T operator()(T y, T g) const { return g * y; } };
+struct LogGrad { template <class T> ATTN_HD T operator()(T x, T g) const { return g / x; } };
+struct TanhGrad { template <class T> ATTN_HD T operator()(T y, T g) const { return g * (T(1) - y * y); } };
+struct SigmoidGrad { template <class T> ATTN_HD T operator()(T y, T g) const { return g * y * (T(1) - y); } };
+struct ReluGrad { template <class T> ATTN_HD T operator()(T x, T g) const { return x > T(0) ? g : T(0); } };
+/// gelu'(x) = Phi(x) + x phi(x) for the exact (erf) GELU.
+struct GeluGrad {
+  template <class T> ATTN_HD T operator()(T x, T g) const {
+    using std::erf;
+    using std::exp;
+    const T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
+    return g * (cdf + x * pdf);
+  }
+};
+}  // namespace grad_fn
+
+namespace detail {
+
+/// v.grad += g, where g is an expression over out_dims; sums over v's broadcast axes if needed.
+template <class T, class B, class E>
+void accumulate(VarData<T, B>& v, const E& g, const Dims& out_dims) {
+  if (!v.requires_grad) return;
+  auto& gr = v.grad_ref();
+  if (gr.dims() == out_dims) {
+    gr += g;
+    return;
+  }
+  Tensor<T, AnyShape, B> tmp(out_dims);
+  tmp = g;
+  kernels::sum_to(B{}, tmp.data(), out_dims, gr.data(), gr.dims(), true);
+}
+
+template <class Op, class T, class SA, class SB, class B>
+auto binary(Tape* tape, const Var<T, SA, B>& a, const Var<T, SB, B>& b) {
+  using S = typename expr::broadcast_shape<SA, SB>::type;
+  Tensor<T, AnyShape, B> out = apply<Op>(a.raw(), b.raw());
+  const bool rg = needs_grad(tape, a, b);
+  auto o = make_out<S>(tape, std::move(out), rg);
+  if (rg) {
+    tape->push(o.data(), [ad = a.data(), bd = b.data(), od = o.data()] {
+      if (od->grad.empty()) return;
+      const auto& g = od->grad;
+      const Dims& d = g.dims();
+      if constexpr (std::is_same_v<Op, expr::Add>) {
+        accumulate(*ad, g * T(1), d);
+        accumulate(*bd, g * T(1), d);
+      } else if constexpr (std::is_same_v<Op, expr::Sub>) {
+        accumulate(*ad, g * T(1), d);
+        accumulate(*bd, -g, d);
+      } else if constexpr (std::is_same_v<Op, expr::Mul>) {
+        accumulate(*ad, g * bd->value, d);
+        accumulate(*bd, g * ad->value, d);
+      } else {
+        static_assert(std::is_same_v<Op, expr::Div>);
+        accumulate(*ad, g / bd->value, d);
+        accumulate(*bd, -g * ad->value / (bd->value * bd->value), d);
+      }
+    });
+  }
+  return o;
+}
+
+/// y = f(x) with backward dx += Grad(saved, g), saved = y when UsesOutput, else x.
+template <class Op, class Grad, bool UsesOutput, class T, class S, class B>
+Var<T, S, B> unary(Tape* tape, const Var<T, S, B>& x) {
+  Tensor<T, AnyShape, B> out = apply<Op>(x.raw());
+  const bool rg = needs_grad(tape, x);
+  auto o = make_out<S>(tape, std::move(out), rg);
+  if (rg) {
+    tape->push(o.data(), [xd = x.data(), od = o.data()] {
+      if (od->grad.empty()) return;
+      const auto& saved = UsesOutput ? od->value : xd->value;
+      accumulate(*xd, apply<Grad>(saved, od->grad), od->grad.dims());
+    });
+  }
+  return o;
+}
+
+/// y = x * s + c (scalars), the building block of scalar arithmetic.
+template <class T, class S, class B>
+Var<T, S, B> affine_scalar(Tape* tape, const Var<T, S, B>& x, T s, T c) {
+  Tensor<T, AnyShape, B> out = x.raw() * s + c;
+  const bool rg = needs_grad(tape, x);
+  auto o = make_out<S>(tape, std::move(out), rg);
+  if (rg) {
+    tape->push(o.data(), [xd = x.data(), od = o.data(), s] {
+      if (od->grad.empty()) return;
+      accumulate(*xd, od->grad * s, od->grad.dims());
+    });
+  }
+  return o;
+}
+
+}  // namespace detail
+
+#define ATTN_VAR_BINARY(fn, Op, sym)                                                              \
+  template <Context C, class T, class SA, class SB, class B>                                      \
+  auto fn(C& ctx, const Var<T, SA, B>& a, const Var<T, SB, B>& b) {                               \
+    return detail::binary<expr::Op>(detail::tape_of(ctx), a, b);                                  \
+  }                                                                                               \
+  /** Operator form: records on the operands' tape (see Var::tape). */                            \
+  template <class T, class SA, class SB, class B>                                                 \
+  auto operator sym(const Var<T, SA, B>& a, const Var<T, SB, B>& b) {                             \
+    return detail::binary<expr::Op>(detail::common_tape(a, b), a, b);                             \
+  }
+ATTN_VAR_BINARY(add, Add, +)
+ATTN_VAR_BINARY(sub, Sub, -)
+ATTN_VAR_BINARY(mul, Mul, *)
+ATTN_VAR_BINARY(div, Div, /)
+#undef ATTN_VAR_BINARY
+
+/// x * s
+template <Context C, class T, class S, class B>
+Var<T, S, B> scale(C& ctx, const Var<T, S, B>& x, T s) { return detail::affine_scalar(detail::tape_of(ctx), x, s, T(0)); }
+template <class T, class S, class B, class V>
+  requires std::is_arithmetic_v<V>
+Var<T, S, B> operator*(const Var<T, S, B>& x, V s) { return detail::affine_scalar(x.tape(), x, T(s), T(0)); }
+template <class T, class S, class B, class V>
+  requires std::is_arithmetic_v<V>
+Var<T, S, B> operator*(V s, const Var<T, S, B>& x) { return detail::affine_scalar(x.tape(), x, T(s), T(0)); }
+template <class T, class S, class B, class V>
+  requires std::is_arithmetic_v<V>
+Var<T, S, B> operator/(const Var<T, S, B>& x, V s) { return detail::affine_scalar(x.tape(), x, T(1) / T(s), T(0)); }
+template <class T, class S, class B, class V>
+  requires std::is_arithmetic_v<V>
+Var<T, S, B> operator+(const Var<T, S, B>& x, V c) { return detail::affine_scalar(x.tape(), x, T(1), T(c)); }
+template <class T, class S, class B, class V>
+  requires std::is_arithmetic_v<V>
+Var<T, S, B> operator-(const Var<T, S, B>& x, V c) { return detail::affine_scalar(x.tape(), x, T(1), -T(c)); }
+template <class T, class S, class B>
+Var<T, S, B> operator-(const Var<T, S, B>& x) { return detail::affine_scalar(x.tape(), x, T(-1), T(0)); }
+template <Context C, class T, class S, class B>
+Var<T, S, B> neg(C& ctx, const Var<T, S, B>& x) { return detail::affine_scalar(detail::tape_of(ctx), x, T(-1), T(0)); }
+
+#define ATTN_VAR_UNARY(fn, Op, Grad, uses_out)                                                    \
+  template <Context C, class T, class S, class B>                                                 \
+  Var<T, S, B> fn(C& ctx, const Var<T, S, B>& x) {                                                \
+    return detail::unary<expr::Op, grad_fn::Grad, uses_out>(detail::tape_of(ctx), x);             \
+  }
+ATTN_VAR_UNARY(exp, Exp, ExpGrad, true)
+ATTN_VAR_UNARY(log, Log, LogGrad, false)
+ATTN_VAR_UNARY(tanh, Tanh, TanhGrad, true)
+ATTN_VAR_UNARY(sigmoid, Sigmoid, SigmoidGrad, true)
+ATTN_VAR_UNARY(relu, Relu, ReluGrad, false)
+ATTN_VAR_UNARY(gelu, Gelu, GeluGrad, false)
+#undef ATTN_VAR_UNARY
+
+}  // namespace attn

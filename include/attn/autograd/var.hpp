@@ -1,0 +1,174 @@
+// Var (a tensor recorded on a Tape, with a gradient slot), Tape (reverse-mode recording) and
+// NoGrad (records nothing). One model definition runs under either context.
+//   attn::Tape tape; auto y = attn::tanh(tape, x); tape.backward(attn::sum(tape, y)); x.grad();
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../core/expr.hpp"
+#include "../core/tensor.hpp"
+
+namespace attn {
+
+class Tape;
+
+/// What a Var refers to: its value and (once backward reaches it) its gradient.
+template <class T, class B>
+struct VarData {
+  Tensor<T, AnyShape, B> value;
+  Tensor<T, AnyShape, B> grad;  // empty until something accumulates into it
+  bool requires_grad = false;
+
+  /// The gradient, allocated as zeros on first use.
+  Tensor<T, AnyShape, B>& grad_ref() {
+    if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
+    return grad;
+  }
+};
+
+/// A value in a computation. Copies share the same value and gradient. S is the static shape.
+template <class T, class S = AnyShape, class B = cpu>
+class Var {
+ public:
+  using value_type = T;
+  using shape_type = S;
+  using backend = B;
+  using data_type = VarData<T, B>;
+
+  Var() = default;
+  /// A leaf holding `value`; requires_grad makes backward fill its gradient.
+  template <class S2>
+  explicit Var(const Tensor<T, S2, B>& value, bool requires_grad = false) : d_(std::make_shared<data_type>()) {
+    check_dims<S>("Var", value.dims());
+    d_->value = value.erased();
+    d_->requires_grad = requires_grad;
+  }
+  /// Wraps existing data (used by ops and modules).
+  Var(std::shared_ptr<data_type> d, Tape* tape) : d_(std::move(d)), tape_(tape) {
+    if (d_) check_dims<S>("Var", d_->value.dims());
+  }
+  /// A Var of another static shape converts with a run-time check.
+  template <class S2>
+    requires(!std::is_same_v<S2, S>)
+  Var(const Var<T, S2, B>& o) : Var(o.data(), o.tape()) {}
+
+  /// The value with its static shape.
+  Tensor<T, S, B> value() const { return Tensor<T, S, B>::alias(d_->value.storage(), d_->value.dims()); }
+  const Tensor<T, AnyShape, B>& raw() const { return d_->value; }
+  /// The gradient (empty if backward has not reached this Var).
+  Tensor<T, S, B> grad() const {
+    if (d_->grad.empty()) return {};
+    return Tensor<T, S, B>::alias(d_->grad.storage(), d_->grad.dims());
+  }
+  const Dims& dims() const { return d_->value.dims(); }
+  std::size_t size(std::size_t axis) const { return d_->value.dims()[axis]; }
+  std::size_t rank() const { return d_->value.dims().n; }
+  std::size_t numel() const { return d_->value.numel(); }
+  bool requires_grad() const { return d_ && d_->requires_grad; }
+  bool defined() const { return static_cast<bool>(d_); }
+  const std::shared_ptr<data_type>& data() const { return d_; }
+  /// The tape of the context that produced this Var (nullptr for leaves and under NoGrad).
+  /// Operators (+, -, *, /) record on their operands' tape; to combine leaves only, use the
+  /// op's context form (attn::add(ctx, a, b)).
+  Tape* tape() const { return tape_; }
+  /// The same Var with its static shape forgotten.
+  Var<T, AnyShape, B> erased() const { return Var<T, AnyShape, B>(d_, tape_); }
+  /// The same Var, detached from any tape: no gradient flows through the result.
+  Var detach() const { return Var(value(), false); }
+
+ private:
+  std::shared_ptr<data_type> d_;
+  Tape* tape_ = nullptr;
+};
+
+/// Records the backward step of every op run under it; backward() replays them in reverse.
+/// Not thread-safe: one tape per training thread.
+class Tape {
+ public:
+  static constexpr bool recording = true;
+  Tape() = default;
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  /// Appends one op's backward step. After the step has run, backward() releases the gradient of
+  /// the op's output `out`: every consumer of it was recorded later, so it is complete and no
+  /// longer needed. A second backward() therefore starts from fresh intermediate gradients,
+  /// while leaves (parameters) accumulate.
+  template <class D>
+  void push(const std::shared_ptr<D>& out, std::function<void()> step) {
+    steps_.push_back({std::move(step), out, [](void* p) { static_cast<D*>(p)->grad = {}; }});
+  }
+  std::size_t size() const noexcept { return steps_.size(); }
+
+  /// Seeds d(loss)/d(loss) = 1 (loss must have one element) and runs the recorded steps in reverse.
+  template <class T, class S, class B>
+  void backward(const Var<T, S, B>& loss) {
+    if (loss.numel() != 1) throw ShapeError("Tape::backward: loss must have one element, got shape " + loss.dims().str());
+    backward(loss, Tensor<T, AnyShape, B>::full(loss.dims(), T(1)));
+  }
+  /// Backward from `out` with an explicit upstream gradient of out's shape.
+  template <class T, class S, class B, class S2>
+  void backward(const Var<T, S, B>& out, const Tensor<T, S2, B>& seed) {
+    if (!(seed.dims() == out.dims())) shape_mismatch("Tape::backward", "seed gradient shape differs from output", seed.dims(), out.dims());
+    auto& g = out.data()->grad_ref();
+    g += seed.erased();
+    for (std::size_t i = steps_.size(); i-- > 0;) {
+      steps_[i].run();
+      steps_[i].release(steps_[i].out.get());
+    }
+  }
+  /// Drops every recorded step (and with them the intermediate values they kept alive).
+  void clear() noexcept {
+    steps_.clear();
+  }
+
+ private:
+  struct Step {
+    std::function<void()> run;
+    std::shared_ptr<void> out;
+    void (*release)(void*);
+  };
+  std::vector<Step> steps_;
+};
+
+/// The inference context: ops compute values and record nothing.
+struct NoGrad {
+  static constexpr bool recording = false;
+};
+
+template <class C>
+concept Context = std::is_same_v<std::remove_cvref_t<C>, Tape> || std::is_same_v<std::remove_cvref_t<C>, NoGrad>;
+
+namespace detail {
+
+inline Tape* tape_of(Tape& t) { return &t; }
+inline Tape* tape_of(NoGrad&) { return nullptr; }
+
+/// True when an op's result needs a backward step: recording, and some input wants a gradient.
+template <class... V>
+bool needs_grad(Tape* tape, const V&... v) {
+  return tape != nullptr && (v.requires_grad() || ...);
+}
+
+/// Makes the output Var of an op from its computed value.
+template <class S, class T, class B, class S2>
+Var<T, S, B> make_out(Tape* tape, Tensor<T, S2, B> value, bool requires_grad) {
+  auto d = std::make_shared<VarData<T, B>>();
+  d->value = value.erased();
+  d->requires_grad = requires_grad;
+  return Var<T, S, B>(std::move(d), tape);
+}
+
+/// The tape of the first of several Vars that has one.
+template <class... V>
+Tape* common_tape(const V&... v) {
+  Tape* t = nullptr;
+  ((t = t ? t : v.tape()), ...);
+  return t;
+}
+
+}  // namespace detail
+}  // namespace attn

@@ -1,0 +1,674 @@
+#!/usr/bin/env python3
+"""Writes the PyTorch golden files that attn's layer, loss and optimizer tests compare against.
+
+Usage:
+    python3 tests/golden/make_goldens.py [--out DIR]            # (re)generate every golden
+    python3 tests/golden/make_goldens.py --check-attn IN OUT     # load an attn-written file into
+                                                                 # the torch round-trip model, save OUT
+
+Conventions (see README.md beside this file):
+  * every random input, parameter, mask and upstream gradient ("dout") is drawn in float32 and
+    stored as F32, so it is exact in float32 and float64;
+  * the reference is computed in float64 (module.double() on the same weights) and every computed
+    output / gradient is stored as F64; integer tensors are I64;
+  * masks are F32 with 1.0 = real token, 0.0 = padding;
+  * gradients are named "grad.<name>" with PyTorch's parameter names;
+    loss = sum(out * dout) (+ extra terms noted per case);
+  * every file carries "__metadata__" with the case's hyper-parameters as strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+HERE = Path(__file__).resolve().parent
+MAX_FILE_BYTES = 200 * 1024
+MAX_TOTAL_BYTES = 1536 * 1024
+TOL = 1e-12  # agreement required between torch and the hand-written cross-checks (float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+def f32(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.float32).contiguous().clone()
+
+
+def f64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.float64).contiguous().clone()
+
+
+def i64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.int64).contiguous().clone()
+
+
+def randn32(*shape: int, scale: float = 1.0) -> torch.Tensor:
+    """Standard-normal draw times scale, rounded to float32 (so exact in float32 and float64)."""
+    return (torch.randn(*shape, dtype=torch.float32) * scale).to(torch.float32)
+
+
+def mask_from_lengths(lengths: list[int], T: int) -> torch.Tensor:
+    """[B, T] float32, 1.0 = real token, 0.0 = padding."""
+    ar = torch.arange(T)
+    return (ar[None, :] < torch.tensor(lengths)[:, None]).to(torch.float32)
+
+
+def assert_close(name: str, a: torch.Tensor, b: torch.Tensor, tol: float = TOL) -> None:
+    if a.shape != b.shape:
+        raise AssertionError(f"{name}: shape {tuple(a.shape)} vs {tuple(b.shape)}")
+    if not torch.isfinite(a).all() or not torch.isfinite(b).all():
+        raise AssertionError(f"{name}: non-finite values")
+    diff = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+    if diff > tol:
+        raise AssertionError(f"{name}: max |diff| {diff:.3e} > {tol:.0e}")
+
+
+def meta(case: str, seed: int, **kv) -> dict[str, str]:
+    out = {
+        "case": case,
+        "seed": str(seed),
+        "torch_version": torch.__version__,
+        "generator": "tests/golden/make_goldens.py",
+    }
+    for k, v in kv.items():
+        if isinstance(v, (list, tuple)):
+            v = ",".join(str(e) for e in v)
+        elif isinstance(v, bool):
+            v = "true" if v else "false"
+        out[k] = str(v)
+    return out
+
+
+def write(out_dir: Path, fname: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str],
+          written: list[Path]) -> None:
+    for k, t in tensors.items():
+        if t.dtype not in (torch.float32, torch.float64, torch.int64):
+            raise AssertionError(f"{fname}: {k} has dtype {t.dtype}")
+        if t.is_floating_point() and k != "attn_mask" and not torch.isfinite(t).all():
+            raise AssertionError(f"{fname}: {k} has non-finite values")
+    path = out_dir / fname
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=metadata)
+    canonicalize_header(path)
+    written.append(path)
+
+
+def canonicalize_header(path: Path) -> None:
+    """Rewrites the JSON header with "__metadata__" keys sorted.
+
+    safetensors serialises the metadata map in hash order, which changes from run to run; sorting
+    it makes regeneration byte-identical. Data offsets are relative to the end of the header, so
+    the tensor bytes are untouched.
+    """
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    md = header.pop("__metadata__", None)
+    ordered = {"__metadata__": dict(sorted(md.items()))} if md is not None else {}
+    ordered.update(header)
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=True).encode()
+    text += b" " * (-len(text) % 8)  # the data section starts 8-byte aligned, as save_file does
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+    path.chmod(0o644)  # save_file creates 0600; goldens are plain repository files
+
+
+def add_grads(tensors: dict[str, torch.Tensor], module: nn.Module) -> None:
+    for name, p in module.named_parameters():
+        tensors["grad." + name] = f64(p.grad)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Linear
+
+def case_linear(out_dir: Path, written: list[Path]) -> None:
+    seed = 1
+    torch.manual_seed(seed)
+    lin = nn.Linear(7, 4)  # default init: uniform(+-1/sqrt(7)) on weight and bias, float32
+    x = randn32(3, 5, 7)
+    dout = randn32(3, 5, 4)
+    t = {"x": f32(x), "weight": f32(lin.weight), "bias": f32(lin.bias), "dout": f32(dout)}
+
+    lin = lin.double()
+    x64 = x.double().requires_grad_()
+    out = lin(x64)
+    (out * dout.double()).sum().backward()
+    assert_close("linear.out", out, x.double() @ t["weight"].double().T + t["bias"].double())
+    t.update({"out": f64(out), "grad.x": f64(x64.grad)})
+    add_grads(t, lin)
+    write(out_dir, "linear.safetensors", t,
+          meta("linear", seed, in_features=7, out_features=4, bias=True,
+               loss="sum(out*dout)"), written)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. MultiheadAttention
+
+def mha_reference(x, in_w, in_b, out_w, out_b, heads, key_valid, attn_mask=None):
+    """Hand-written MHA with the attn contract: a query row whose keys are all masked gets zero
+    attention weights (so its attention output is 0), never NaN.
+
+    x [B,T,D]; key_valid bool [B,T] (True = real token); attn_mask [T,T] additive float or None.
+    Returns out [B,T,D], weights [B,H,T,T].
+    """
+    B, T, D = x.shape
+    hd = D // heads
+    qkv = x @ in_w.T + in_b                                     # [B,T,3D]
+    q, k, v = qkv.chunk(3, dim=-1)
+
+    def split(z):                                              # [B,T,D] -> [B,H,T,hd]
+        return z.reshape(B, T, heads, hd).transpose(1, 2)
+
+    q, k, v = split(q), split(k), split(v)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)          # [B,H,T,T]
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    scores = scores.masked_fill(~key_valid[:, None, None, :], float("-inf"))
+    # Equivalent to softmax followed by nan_to_num(0.0) in the forward pass, but written so that
+    # no NaN enters the backward pass either (nan_to_num would let softmax's NaN gradient through).
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)     # [B,H,T,1]
+    w = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+    o = (w @ v).transpose(1, 2).reshape(B, T, D)
+    return o @ out_w.T + out_b, w
+
+
+def mha_param_names():
+    return ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+
+
+def mha_check_torch_vs_reference(mha64, x, dout, key_valid, attn_mask, heads, what):
+    """Asserts torch MHA == mha_reference (out, weights, every gradient) on this batch."""
+    params = dict(mha64.named_parameters())
+    # torch side
+    mha64.zero_grad()
+    xt = x.double().clone().requires_grad_()
+    kpm = torch.zeros(key_valid.shape, dtype=torch.float64).masked_fill(~key_valid, float("-inf"))
+    out_t, w_t = mha64(xt, xt, xt, key_padding_mask=kpm, need_weights=True,
+                       attn_mask=attn_mask, average_attn_weights=False)
+    (out_t * dout).sum().backward()
+    grads_t = {n: params[n].grad.clone() for n in mha_param_names()}
+    # reference side, on fresh leaves holding the same values
+    leaves = {n: params[n].detach().clone().requires_grad_() for n in mha_param_names()}
+    xr = x.double().clone().requires_grad_()
+    out_r, w_r = mha_reference(xr, leaves["in_proj_weight"], leaves["in_proj_bias"],
+                               leaves["out_proj.weight"], leaves["out_proj.bias"], heads,
+                               key_valid, attn_mask)
+    (out_r * dout).sum().backward()
+    assert_close(f"{what}: out", out_t, out_r)
+    assert_close(f"{what}: weights", w_t, w_r)
+    assert_close(f"{what}: grad.x", xt.grad, xr.grad)
+    for n in mha_param_names():
+        assert_close(f"{what}: grad.{n}", grads_t[n], leaves[n].grad)
+    mha64.zero_grad()
+
+
+def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int, variant: str):
+    """variant: "" (key padding only), "attnmask" (plus additive causal attn_mask), "fullpad"."""
+    B, T = 3, 5
+    lengths = [5, 0, 3] if variant == "fullpad" else [5, 3, 1]
+    torch.manual_seed(seed)
+    mha = nn.MultiheadAttention(embed_dim=dim, num_heads=heads, batch_first=True, dropout=0.0)
+    with torch.no_grad():
+        # torch zero-initialises both biases; random ones make the test see them.
+        mha.in_proj_bias.copy_(randn32(3 * dim, scale=0.5))
+        mha.out_proj.bias.copy_(randn32(dim, scale=0.5))
+    x = randn32(B, T, dim)
+    dout = randn32(B, T, dim)
+    mask = mask_from_lengths(lengths, T)
+    key_valid = mask.bool()
+    attn_mask = None
+    t = {"x": f32(x), "mask": mask}
+    if variant == "attnmask":
+        # causal: -inf strictly above the diagonal; random finite values on and below it, so the
+        # mask is exercised as an additive term rather than as a boolean.
+        attn_mask = torch.tril(randn32(T, T, scale=0.5))
+        attn_mask = attn_mask.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1),
+                                          float("-inf"))
+        t["attn_mask"] = attn_mask.clone()
+    for n, p in mha.named_parameters():
+        t[n] = f32(p)
+    t["dout"] = f32(dout)
+
+    mha = mha.double()
+    mha.train()  # dropout is 0; training mode keeps torch off its fused inference fast path
+    am64 = attn_mask.double() if attn_mask is not None else None
+    d64 = dout.double()
+
+    if variant == "fullpad":
+        keep = [b for b in range(B) if lengths[b] > 0]
+        mha_check_torch_vs_reference(mha, x[keep], d64[keep], key_valid[keep], am64, heads,
+                                     f"mha_h{heads}_fullpad (non-degenerate samples)")
+        # the full batch: the reference defines the answer for the fully padded sample
+        leaves = {n: p.detach().clone().requires_grad_() for n, p in mha.named_parameters()}
+        x64 = x.double().requires_grad_()
+        out, w = mha_reference(x64, leaves["in_proj_weight"], leaves["in_proj_bias"],
+                               leaves["out_proj.weight"], leaves["out_proj.bias"], heads,
+                               key_valid, am64)
+        (out * d64).sum().backward()
+        dead = [b for b in range(B) if lengths[b] == 0]
+        for b in dead:
+            assert torch.equal(w[b], torch.zeros_like(w[b]))
+            assert torch.equal(out[b], leaves["out_proj.bias"].detach().expand(T, dim))
+            assert torch.equal(x64.grad[b], torch.zeros_like(x64.grad[b]))
+        grads = {n: leaves[n].grad for n in mha_param_names()}
+        # and torch really does produce NaN there (documents why the reference is hand-written)
+        with torch.no_grad():
+            kpm = torch.zeros(B, T, dtype=torch.float64).masked_fill(~key_valid, float("-inf"))
+            out_t, _ = mha(x.double(), x.double(), x.double(), key_padding_mask=kpm,
+                           need_weights=True, average_attn_weights=False)
+            torch_nan = bool(torch.isnan(out_t[dead]).any())
+    else:
+        mha_check_torch_vs_reference(mha, x, d64, key_valid, am64, heads,
+                                     f"mha_h{heads}{'_' + variant if variant else ''}")
+        x64 = x.double().requires_grad_()
+        kpm = torch.zeros(B, T, dtype=torch.float64).masked_fill(~key_valid, float("-inf"))
+        out, w = mha(x64, x64, x64, key_padding_mask=kpm, need_weights=True, attn_mask=am64,
+                     average_attn_weights=False)
+        (out * d64).sum().backward()
+        grads = {n: p.grad for n, p in mha.named_parameters()}
+        torch_nan = False
+
+    t.update({"out": f64(out), "weights": f64(w), "grad.x": f64(x64.grad)})
+    for n in mha_param_names():
+        t["grad." + n] = f64(grads[n])
+    fname = f"mha_h{heads}{'_' + variant if variant else ''}.safetensors"
+    md = meta("multihead_attention", seed, heads=heads, dim=dim, head_dim=dim // heads, batch=B,
+              seq=T, lengths=lengths, batch_first=True, dropout=0.0,
+              scaling="1/sqrt(head_dim)", average_attn_weights=False,
+              attn_mask="additive causal (-inf above diagonal)" if variant == "attnmask"
+              else "none",
+              loss="sum(out*dout)",
+              reference="hand-written (fully masked rows -> zero weights)" if variant == "fullpad"
+              else "torch.nn.MultiheadAttention")
+    if variant == "fullpad":
+        md["torch_gives_nan_on_fully_padded_sample"] = "true" if torch_nan else "false"
+    write(out_dir, fname, t, md, written)
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. LSTM
+
+def lstm_reference(x, lengths, p, hidden, bidirectional):
+    """Per-sample loop; gate order i, f, g, o (PyTorch). Returns out [B,T,dirs*H], h_n, c_n."""
+    B, T, _ = x.shape
+    dirs = 2 if bidirectional else 1
+    out = torch.zeros(B, T, dirs * hidden, dtype=x.dtype)
+    h_n = torch.zeros(dirs, B, hidden, dtype=x.dtype)
+    c_n = torch.zeros(dirs, B, hidden, dtype=x.dtype)
+    for d in range(dirs):
+        sfx = "_reverse" if d == 1 else ""
+        w_ih, w_hh = p["weight_ih_l0" + sfx], p["weight_hh_l0" + sfx]
+        b_ih, b_hh = p["bias_ih_l0" + sfx], p["bias_hh_l0" + sfx]
+        for b in range(B):
+            h = torch.zeros(hidden, dtype=x.dtype)
+            c = torch.zeros(hidden, dtype=x.dtype)
+            steps = range(lengths[b]) if d == 0 else reversed(range(lengths[b]))
+            for s in steps:
+                g = w_ih @ x[b, s] + b_ih + w_hh @ h + b_hh
+                i, f, gg, o = g.chunk(4)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
+                h = torch.sigmoid(o) * torch.tanh(c)
+                out[b, s, d * hidden:(d + 1) * hidden] = h
+            h_n[d, b], c_n[d, b] = h, c
+    return out, h_n, c_n
+
+
+def case_lstm(out_dir: Path, written: list[Path], bidirectional: bool, seed: int) -> None:
+    B, T, I, H = 3, 6, 6, 5
+    lengths = [4, 6, 2]  # deliberately unsorted: enforce_sorted=False
+    dirs = 2 if bidirectional else 1
+    torch.manual_seed(seed)
+    lstm = nn.LSTM(input_size=I, hidden_size=H, batch_first=True, bidirectional=bidirectional)
+    x = randn32(B, T, I)
+    dout = randn32(B, T, dirs * H)
+    dh_n = randn32(dirs, B, H)
+    dc_n = randn32(dirs, B, H)
+    t = {"x": f32(x), "lengths": torch.tensor(lengths, dtype=torch.int64)}
+    for n, p in lstm.named_parameters():
+        t[n] = f32(p)
+    t.update({"dout": f32(dout), "dh_n": f32(dh_n), "dc_n": f32(dc_n)})
+
+    lstm = lstm.double()
+    x64 = x.double().requires_grad_()
+    packed = nn.utils.rnn.pack_padded_sequence(x64, torch.tensor(lengths), batch_first=True,
+                                               enforce_sorted=False)
+    out_p, (h_n, c_n) = lstm(packed)
+    out, _ = nn.utils.rnn.pad_packed_sequence(out_p, batch_first=True, total_length=T)
+    loss = (out * dout.double()).sum() + (h_n * dh_n.double()).sum() + (c_n * dc_n.double()).sum()
+    loss.backward()
+
+    with torch.no_grad():
+        ref = lstm_reference(x.double(), lengths, dict(lstm.named_parameters()), H, bidirectional)
+    assert_close("lstm.out", out, ref[0])
+    assert_close("lstm.h_n", h_n, ref[1])
+    assert_close("lstm.c_n", c_n, ref[2])
+    for b, L in enumerate(lengths):
+        assert torch.equal(out[b, L:], torch.zeros_like(out[b, L:]))
+        assert torch.equal(x64.grad[b, L:], torch.zeros_like(x64.grad[b, L:]))
+
+    t.update({"out": f64(out), "h_n": f64(h_n), "c_n": f64(c_n), "grad.x": f64(x64.grad)})
+    add_grads(t, lstm)
+    fname = "lstm_bi.safetensors" if bidirectional else "lstm_uni.safetensors"
+    write(out_dir, fname, t,
+          meta("lstm", seed, input_size=I, hidden_size=H, num_layers=1, bidirectional=bidirectional,
+               batch_first=True, batch=B, seq=T, lengths=lengths, gate_order="i,f,g,o",
+               packing="pack_padded_sequence(enforce_sorted=False) + "
+                       "pad_packed_sequence(total_length=seq)",
+               loss="sum(out*dout)+sum(h_n*dh_n)+sum(c_n*dc_n)"), written)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. LayerNorm
+
+def case_layernorm(out_dir: Path, written: list[Path]) -> None:
+    seed = 4
+    torch.manual_seed(seed)
+    eps = 1e-5
+    ln = nn.LayerNorm(8, eps=eps)
+    with torch.no_grad():
+        ln.weight.copy_(1.0 + randn32(8, scale=0.5))
+        ln.bias.copy_(randn32(8, scale=0.5))
+    x = randn32(2, 3, 8, scale=2.0) + 0.75
+    dout = randn32(2, 3, 8)
+    t = {"x": f32(x), "weight": f32(ln.weight), "bias": f32(ln.bias), "dout": f32(dout)}
+    ln = ln.double()
+    x64 = x.double().requires_grad_()
+    out = ln(x64)
+    (out * dout.double()).sum().backward()
+    xd = x.double()
+    mu = xd.mean(-1, keepdim=True)
+    var = xd.var(-1, unbiased=False, keepdim=True)
+    assert_close("layernorm.out", out,
+                 (xd - mu) / torch.sqrt(var + eps) * t["weight"].double() + t["bias"].double())
+    t.update({"out": f64(out), "grad.x": f64(x64.grad)})
+    add_grads(t, ln)
+    write(out_dir, "layernorm.safetensors", t,
+          meta("layernorm", seed, normalized_shape=8, eps=eps, elementwise_affine=True,
+               variance="biased (divide by N)", loss="sum(out*dout)"), written)
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Embedding
+
+def case_embedding(out_dir: Path, written: list[Path]) -> None:
+    seed = 5
+    torch.manual_seed(seed)
+    V, E, pad = 11, 4, 0
+    emb = nn.Embedding(V, E, padding_idx=pad)
+    with torch.no_grad():
+        # torch zero-initialises the padding row; a non-zero row shows that forward is a plain
+        # lookup (torch never zeroes outputs at padding_idx, it only withholds the gradient).
+        emb.weight.copy_(randn32(V, E))
+    ids = torch.tensor([[3, 0, 7, 3, 10], [0, 5, 5, 1, 0]], dtype=torch.int64)
+    dout = randn32(2, 5, E)
+    t = {"ids": ids.clone(), "weight": f32(emb.weight), "dout": f32(dout)}
+    emb = emb.double()
+    out = emb(ids)
+    (out * dout.double()).sum().backward()
+    g = emb.weight.grad
+    used = set(ids.flatten().tolist()) - {pad}
+    for r in range(V):
+        is_zero = torch.equal(g[r], torch.zeros(E, dtype=torch.float64))
+        assert is_zero == (r not in used), f"embedding grad row {r}"
+    assert_close("embedding.out", out, t["weight"].double()[ids])
+    t.update({"out": f64(out), "grad.weight": f64(g)})
+    write(out_dir, "embedding.safetensors", t,
+          meta("embedding", seed, num_embeddings=V, embedding_dim=E, padding_idx=pad,
+               unused_rows=",".join(str(r) for r in range(V) if r not in used),
+               loss="sum(out*dout)"), written)
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Cross-entropy
+
+def case_cross_entropy(out_dir: Path, written: list[Path], smoothing: float, seed: int) -> None:
+    torch.manual_seed(seed)
+    N, C, ignore = 6, 5, -100
+    logits = randn32(N, C, scale=2.0)
+    targets = torch.tensor([2, ignore, 0, 4, ignore, 1], dtype=torch.int64)
+    l64 = logits.double().requires_grad_()
+    loss = F.cross_entropy(l64, targets, ignore_index=ignore, reduction="mean",
+                           label_smoothing=smoothing)
+    loss.backward()
+    # hand-written check: mean over the non-ignored rows of
+    # (1-eps) * -logp[y] + eps/C * sum_c -logp[c]
+    keep = targets != ignore
+    logp = torch.log_softmax(logits.double(), dim=-1)[keep]
+    nll = -logp.gather(1, targets[keep][:, None]).squeeze(1)
+    ref = ((1 - smoothing) * nll + smoothing / C * (-logp).sum(1)).mean()
+    assert_close("cross_entropy.loss", loss, ref)
+    assert torch.equal(l64.grad[~keep], torch.zeros_like(l64.grad[~keep]))
+    t = {"logits": f32(logits), "targets": targets.clone(), "loss": f64(loss).reshape(1),
+         "grad.logits": f64(l64.grad)}
+    fname = "cross_entropy_ls.safetensors" if smoothing else "cross_entropy.safetensors"
+    write(out_dir, fname, t,
+          meta("cross_entropy", seed, classes=C, batch=N, ignore_index=ignore, reduction="mean",
+               label_smoothing=smoothing, loss_shape="[1]",
+               mean_over="non-ignored targets", counted=int(keep.sum())), written)
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. Optimizers
+
+def adam_reference(p, grads, lr, b1, b2, eps, wd, decoupled):
+    m = torch.zeros_like(p)
+    v = torch.zeros_like(p)
+    out = []
+    for step, g in enumerate(grads, start=1):
+        if decoupled:
+            p = p * (1 - lr * wd)
+        else:
+            g = g + wd * p
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        mhat = m / (1 - b1 ** step)
+        vhat = v / (1 - b2 ** step)
+        p = p - lr * mhat / (vhat.sqrt() + eps)
+        out.append(p)
+    return out, m, v
+
+
+def sgd_reference(p, grads, lr, mom, wd):
+    buf = None
+    out = []
+    for g in grads:
+        g = g + wd * p
+        buf = g.clone() if buf is None else mom * buf + g
+        p = p - lr * buf
+        out.append(p)
+    return out, buf
+
+
+def case_optimizer(out_dir: Path, written: list[Path], kind: str, seed: int) -> None:
+    torch.manual_seed(seed)
+    lr, betas, eps, wd = 0.01, (0.9, 0.999), 1e-8, 0.1
+    p0 = randn32(4, 3)
+    grads = [randn32(4, 3) for _ in range(3)]
+    p = nn.Parameter(p0.double().clone())
+    if kind == "adam":
+        opt = torch.optim.Adam([p], lr=lr, betas=betas, eps=eps, weight_decay=wd, foreach=False)
+        hp = dict(lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=wd,
+                  weight_decay_mode="L2 (wd*param added to the gradient)", amsgrad=False)
+    elif kind == "adamw":
+        opt = torch.optim.AdamW([p], lr=lr, betas=betas, eps=eps, weight_decay=wd, foreach=False)
+        hp = dict(lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=wd,
+                  weight_decay_mode="decoupled (param *= 1 - lr*wd before the Adam step)",
+                  amsgrad=False)
+    else:
+        wd = 0.01
+        opt = torch.optim.SGD([p], lr=lr, momentum=0.9, dampening=0.0, weight_decay=wd,
+                              nesterov=False, foreach=False)
+        hp = dict(lr=lr, momentum=0.9, dampening=0.0, weight_decay=wd, nesterov=False,
+                  weight_decay_mode="L2 (wd*param added to the gradient)",
+                  first_step="momentum_buffer = grad (no dampening)")
+    t = {"param_init": f32(p0)}
+    for k, g in enumerate(grads, start=1):
+        t[f"grad_step{k}"] = f32(g)
+    steps = []
+    for k, g in enumerate(grads, start=1):
+        p.grad = g.double().clone()
+        opt.step()
+        steps.append(p.detach().clone())
+        t[f"param_step{k}"] = f64(p)
+        st = opt.state[p]
+        if kind == "sgd_momentum":
+            t[f"momentum_buffer_step{k}"] = f64(st["momentum_buffer"])
+        else:
+            t[f"exp_avg_step{k}"] = f64(st["exp_avg"])
+            t[f"exp_avg_sq_step{k}"] = f64(st["exp_avg_sq"])
+    gd = [g.double() for g in grads]
+    if kind == "sgd_momentum":
+        ref, buf = sgd_reference(p0.double(), gd, lr, 0.9, wd)
+        assert_close("sgd.momentum_buffer", t["momentum_buffer_step3"], buf)
+    else:
+        ref, m, v = adam_reference(p0.double(), gd, lr, betas[0], betas[1], eps, wd,
+                                   decoupled=(kind == "adamw"))
+        assert_close(f"{kind}.exp_avg", t["exp_avg_step3"], m)
+        assert_close(f"{kind}.exp_avg_sq", t["exp_avg_sq_step3"], v)
+    for k in range(3):
+        assert_close(f"{kind}.param_step{k + 1}", steps[k], ref[k])
+    write(out_dir, f"{kind}.safetensors", t, meta(kind, seed, steps=3, **hp), written)
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. Weight round trip
+
+class RoundTripModel(nn.Module):
+    """nn.MultiheadAttention(16, 2) as "attn" plus a bidirectional nn.LSTM(6, 5) as "lstm"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.lstm = nn.LSTM(6, 5, batch_first=True, bidirectional=True)
+
+
+ROUNDTRIP_META = dict(attn_embed_dim=16, attn_num_heads=2, lstm_input_size=6, lstm_hidden_size=5,
+                      lstm_bidirectional=True, lstm_num_layers=1, dtype="F32")
+
+
+def case_roundtrip(out_dir: Path, written: list[Path]) -> None:
+    seed = 8
+    torch.manual_seed(seed)
+    model = RoundTripModel()
+    with torch.no_grad():
+        model.attn.in_proj_bias.copy_(randn32(48, scale=0.5))
+        model.attn.out_proj.bias.copy_(randn32(16, scale=0.5))
+    sd = {k: f32(v) for k, v in model.state_dict().items()}
+    write(out_dir, "roundtrip_torch.safetensors", sd, meta("roundtrip", seed, **ROUNDTRIP_META),
+          written)
+
+
+def check_attn(in_path: str, out_path: str, expect_golden: bool) -> int:
+    """Loads a file written by attn into RoundTripModel (strict), saves the state_dict to out_path."""
+    try:
+        sd = load_file(in_path)
+    except Exception as e:  # noqa: BLE001 - report any reader failure as a failed check
+        print(f"check-attn: cannot read {in_path}: {e}", file=sys.stderr)
+        return 1
+    model = RoundTripModel()
+    expected = model.state_dict()
+    problems = []
+    for k, v in sd.items():
+        if k not in expected:
+            problems.append(f"unexpected key {k}")
+        elif tuple(v.shape) != tuple(expected[k].shape):
+            problems.append(f"{k}: shape {list(v.shape)}, torch wants {list(expected[k].shape)}")
+    for k in expected:
+        if k not in sd:
+            problems.append(f"missing key {k}")
+    if problems:
+        for p in problems:
+            print(f"check-attn: {in_path}: {p}", file=sys.stderr)
+        return 1
+    model.load_state_dict(sd, strict=True)
+    golden_path = HERE / "roundtrip_torch.safetensors"
+    golden = load_file(str(golden_path)) if golden_path.exists() else {}
+    differs = 0
+    for k in sorted(sd):
+        v = sd[k]
+        line = f"  {k:32s} {str(v.dtype).replace('torch.', ''):8s} {list(v.shape)}"
+        if k in golden:
+            d = (v.double() - golden[k].double()).abs().max().item()
+            line += "  == roundtrip_torch" if d == 0.0 else f"  differs from roundtrip_torch by {d:.3e}"
+            differs += d != 0.0
+        print(line)
+    print(f"check-attn: {len(sd)} tensors matched torch's names and shapes (strict load ok)")
+    save_file({k: f32(v) for k, v in model.state_dict().items()}, out_path,
+              metadata=meta("roundtrip_check", 0, source=Path(in_path).name, **ROUNDTRIP_META))
+    canonicalize_header(Path(out_path))
+    print(f"check-attn: wrote {out_path}")
+    if expect_golden and (differs or not golden):
+        print(f"check-attn: {differs} tensor(s) differ from roundtrip_torch.safetensors (or it is missing)",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+
+def generate(out_dir: Path) -> list[Path]:
+    written: list[Path] = []
+    case_linear(out_dir, written)
+    for heads, dim, seed in [(1, 16, 21), (2, 16, 22), (8, 32, 23)]:
+        case_mha(out_dir, written, heads, dim, seed, "")
+        case_mha(out_dir, written, heads, dim, seed + 10, "attnmask")
+    case_mha(out_dir, written, 2, 16, 41, "fullpad")
+    case_lstm(out_dir, written, bidirectional=False, seed=31)
+    case_lstm(out_dir, written, bidirectional=True, seed=32)
+    case_layernorm(out_dir, written)
+    case_embedding(out_dir, written)
+    case_cross_entropy(out_dir, written, 0.0, seed=61)
+    case_cross_entropy(out_dir, written, 0.1, seed=62)
+    case_optimizer(out_dir, written, "adam", seed=71)
+    case_optimizer(out_dir, written, "adamw", seed=72)
+    case_optimizer(out_dir, written, "sgd_momentum", seed=73)
+    case_roundtrip(out_dir, written)
+    return written
+
+
+def verify(paths: list[Path]) -> None:
+    """Every file loads back, is small, and carries metadata."""
+    from safetensors import safe_open
+    total = 0
+    for p in paths:
+        size = p.stat().st_size
+        total += size
+        assert size < MAX_FILE_BYTES, f"{p.name}: {size} bytes"
+        tensors = load_file(str(p))
+        with safe_open(str(p), framework="pt") as f:
+            md = f.metadata()
+        assert md and "case" in md, f"{p.name}: no metadata"
+        dtypes = sorted({str(t.dtype).replace("torch.", "") for t in tensors.values()})
+        print(f"  {p.name:32s} {size:7d} B  {len(tensors):2d} tensors  {','.join(dtypes)}")
+    assert total < MAX_TOTAL_BYTES, f"total {total} bytes"
+    print(f"  total {total} B in {len(paths)} files")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", type=Path, default=HERE, help="output folder (default: beside this script)")
+    ap.add_argument("--check-attn", nargs=2, metavar=("IN", "OUT"),
+                    help="load an attn-written safetensors file into the torch round-trip model "
+                         "(strict), then save its state_dict to OUT")
+    ap.add_argument("--expect-golden", action="store_true",
+                    help="with --check-attn: exit 2 unless every tensor equals roundtrip_torch")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # float64 reductions in a fixed order: byte-identical regeneration
+    if args.check_attn:
+        return check_attn(args.check_attn[0], args.check_attn[1], args.expect_golden)
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"torch {torch.__version__}: writing goldens to {args.out}")
+    verify(generate(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
