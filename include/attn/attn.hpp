@@ -11,3 +11,5 @@
 #include "backend/cpu.hpp"
 #include "backend/cpu_kernels.hpp"
 #include "autograd.hpp"
+#include "nn.hpp"
+#include "optim.hpp"

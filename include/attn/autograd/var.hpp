@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../core/expr.hpp"
+#include "../core/rng.hpp"
 #include "../core/tensor.hpp"
 
 namespace attn {
@@ -89,7 +90,7 @@ class Var {
 class Tape {
  public:
   static constexpr bool recording = true;
-  Tape() = default;
+  explicit Tape(std::uint64_t seed = 0x7a9e) : rng_(seed) {}
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 
@@ -102,6 +103,8 @@ class Tape {
     steps_.push_back({std::move(step), out, [](void* p) { static_cast<D*>(p)->grad = {}; }});
   }
   std::size_t size() const noexcept { return steps_.size(); }
+  /// The random stream of ops run under this tape (dropout).
+  Rng& rng() noexcept { return rng_; }
 
   /// Seeds d(loss)/d(loss) = 1 (loss must have one element) and runs the recorded steps in reverse.
   template <class T, class S, class B>
@@ -132,11 +135,18 @@ class Tape {
     void (*release)(void*);
   };
   std::vector<Step> steps_;
+  Rng rng_;
 };
 
 /// The inference context: ops compute values and record nothing.
 struct NoGrad {
   static constexpr bool recording = false;
+  explicit NoGrad(std::uint64_t seed = 0x7a9e) : rng_(seed) {}
+  /// The random stream of ops run under this context (dropout in training mode).
+  Rng& rng() noexcept { return rng_; }
+
+ private:
+  Rng rng_;
 };
 
 template <class C>

@@ -1,0 +1,9 @@
+// The nn layer: Module, initialisers, layers and layer functions.
+//   #include <attn/nn.hpp>
+#pragma once
+#include "nn/module.hpp"
+#include "nn/init.hpp"
+#include "nn/functional.hpp"
+#include "nn/linear.hpp"
+#include "nn/embedding.hpp"
+#include "nn/layer_norm.hpp"

@@ -1,0 +1,57 @@
+// nn::Embedding<Dim>: a (num_embeddings, Dim) table looked up by integer ids; vocabulary size is
+// a run-time value. PyTorch's name ("weight") and default init N(0, 1), padding row zeroed.
+//   attn::nn::Embedding<128> tokens{this, "embed", vocab_size, {.padding_idx = 0}};
+//   auto x = tokens(ctx, ids);     // ids (B, T) int32/int64 -> (B, T, 128)
+#pragma once
+#include "../autograd/embedding.hpp"
+#include "init.hpp"
+#include "module.hpp"
+
+namespace attn::nn {
+
+struct EmbeddingOptions {
+  /// Row whose output is a constant and which receives no gradient (-1: none).
+  long long padding_idx = -1;
+  /// Standard deviation of the N(0, std) initialisation (PyTorch: 1).
+  double init_std = 1.0;
+};
+
+template <std::size_t Dim, class T = float, class B = cpu>
+class Embedding : public Module {
+ public:
+  static_assert(Dim > 0 && Dim != dyn, "nn::Embedding: Dim must be a static, positive extent");
+
+  Embedding(Module* parent, std::string name, std::size_t num_embeddings, EmbeddingOptions opt = {})
+      : Module(parent, std::move(name)), rows_(num_embeddings), opt_(opt) {
+    if (num_embeddings == 0) throw ArgumentError("nn::Embedding '" + this->name() + "': num_embeddings must be positive");
+    if (opt.padding_idx >= static_cast<long long>(num_embeddings))
+      throw ArgumentError("nn::Embedding '" + this->name() + "': padding_idx " + std::to_string(opt.padding_idx) +
+                          " outside the table of " + std::to_string(num_embeddings));
+    weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
+    Rng rng(name_seed(this->name()));
+    reset_parameters(rng);
+  }
+
+  void reset_parameters(Rng& rng) override {
+    init::fill_with(weight, rng, [this](Rng& r) { return r.normal(0, opt_.init_std); });
+    if (opt_.padding_idx >= 0) {
+      T* row = const_cast<T*>(weight.raw().data()) + static_cast<std::size_t>(opt_.padding_idx) * Dim;
+      B::template fill<T>(row, Dim, T(0));
+    }
+  }
+
+  /// ids (...) -> (..., Dim). Ids outside the table throw ShapeError.
+  template <Context C, std::integral I, class SI>
+  auto operator()(C& ctx, const Tensor<I, SI, B>& ids) const {
+    return embedding(ctx, weight, ids, opt_.padding_idx);
+  }
+
+  std::size_t num_embeddings() const noexcept { return rows_; }
+  Var<T, Shape<dyn, Dim>, B> weight;
+
+ private:
+  std::size_t rows_;
+  EmbeddingOptions opt_;
+};
+
+}  // namespace attn::nn

@@ -1,0 +1,53 @@
+// nn::LayerNorm<Dim>: normalisation over the last axis with learned scale and shift (PyTorch's
+// names "weight" and "bias", initialised to ones and zeros).
+//   attn::nn::LayerNorm<128> norm{this, "norm"};   auto y = norm(ctx, x);   // (..., 128)
+#pragma once
+#include "functional.hpp"
+#include "init.hpp"
+#include "module.hpp"
+
+namespace attn::nn {
+
+template <std::size_t Dim, class T = float, class B = cpu>
+class LayerNorm : public Module {
+ public:
+  static_assert(Dim > 0 && Dim != dyn, "nn::LayerNorm: Dim must be a static, positive extent");
+  LayerNorm(Module* parent, std::string name, double eps = 1e-5) : Module(parent, std::move(name)), eps_(eps) {
+    weight = register_parameter<T, Shape<Dim>, B>("weight", {Dim});
+    bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
+    Rng rng(0);
+    reset_parameters(rng);
+  }
+  void reset_parameters(Rng&) override {
+    init::constant(weight, T(1));
+    init::constant(bias, T(0));
+  }
+  template <Context C, class S>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x) const {
+    if constexpr (!std::is_same_v<S, AnyShape>)
+      static_assert(shapes::may_equal(shapes::back<S, 0>, Dim), "nn::LayerNorm: the input's last extent differs from Dim");
+    return layer_norm(ctx, x, weight, bias, eps_);
+  }
+  Var<T, Shape<Dim>, B> weight, bias;
+
+ private:
+  double eps_;
+};
+
+/// nn::Dropout: a module wrapper of nn::dropout that follows the module's train/eval mode.
+class Dropout : public Module {
+ public:
+  Dropout(Module* parent, std::string name, double p) : Module(parent, std::move(name)), p_(p) {
+    if (p < 0 || p >= 1) throw ArgumentError("nn::Dropout '" + this->name() + "': p must be in [0, 1)");
+  }
+  template <Context C, class T, class S, class B>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x) const {
+    return dropout(ctx, x, p_, training());
+  }
+  double p() const noexcept { return p_; }
+
+ private:
+  double p_;
+};
+
+}  // namespace attn::nn

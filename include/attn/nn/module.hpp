@@ -1,0 +1,154 @@
+// nn::Module: the registry of named parameters and sub-modules, with PyTorch's names, plus
+// train/eval mode. Layers are Modules that register themselves with their parent.
+//   struct Net : attn::nn::Module { attn::nn::Linear<4, 2> fc{this, "fc"}; };
+//   Net net; for (auto& [name, p] : net.named_parameters()) ...;   // "fc.weight", "fc.bias"
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "../autograd/var.hpp"
+#include "../core/rng.hpp"
+
+namespace attn {
+
+/// Element types a parameter file can hold.
+enum class DType { f32, f64, i64, i32, u8 };
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  else if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return DType::i64;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DType::i32;
+  else return DType::u8;
+}
+
+namespace nn {
+
+/// A parameter, seen without its element type or backend: what io:: and dist:: need.
+class ParameterSlot {
+ public:
+  virtual ~ParameterSlot() = default;
+  virtual const Dims& dims() const = 0;
+  virtual DType dtype() const = 0;
+  virtual std::size_t numel() const = 0;
+  /// Copies the value to / from host memory holding numel() elements of dtype().
+  virtual void copy_to_host(void* dst) const = 0;
+  virtual void copy_from_host(const void* src) = 0;
+  virtual void zero_grad() = 0;
+};
+
+template <class T, class B>
+class TypedParameter final : public ParameterSlot {
+ public:
+  explicit TypedParameter(Var<T, AnyShape, B> v) : var(std::move(v)) {}
+  const Dims& dims() const override { return var.dims(); }
+  DType dtype() const override { return dtype_of<T>(); }
+  std::size_t numel() const override { return var.numel(); }
+  void copy_to_host(void* dst) const override { B::template to_host<T>(static_cast<T*>(dst), var.raw().data(), numel()); }
+  void copy_from_host(const void* src) override {
+    B::template from_host<T>(const_cast<T*>(var.raw().data()), static_cast<const T*>(src), numel());
+  }
+  void zero_grad() override { var.data()->grad = {}; }
+  Var<T, AnyShape, B> var;
+};
+
+/// Base of every layer and model. Not copyable or movable: children hold their parent's address.
+class Module {
+ public:
+  Module() = default;
+  /// Registers this module as `name` under parent (nullptr: a root).
+  Module(Module* parent, std::string name) : name_(std::move(name)) {
+    if (parent) parent->children_.push_back({name_, this});
+  }
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  const std::string& name() const noexcept { return name_; }
+
+  /// Every parameter with its dotted PyTorch-style name ("attn.in_proj_weight"), in registration order.
+  std::vector<std::pair<std::string, ParameterSlot*>> named_parameters() const {
+    std::vector<std::pair<std::string, ParameterSlot*>> out;
+    collect("", out);
+    return out;
+  }
+  /// The parameters as Vars of element type T on backend B (all of a model's parameters share them).
+  template <class T = float, class B = cpu>
+  std::vector<Var<T, AnyShape, B>> parameters() const {
+    std::vector<Var<T, AnyShape, B>> out;
+    for (auto& [n, p] : named_parameters()) {
+      auto* tp = dynamic_cast<TypedParameter<T, B>*>(p);
+      if (!tp) throw ArgumentError("Module::parameters: parameter '" + n + "' has another element type or backend");
+      out.push_back(tp->var);
+    }
+    return out;
+  }
+  /// Total number of parameter elements.
+  std::size_t parameter_count() const {
+    std::size_t n = 0;
+    for (auto& [name, p] : named_parameters()) n += p->numel();
+    return n;
+  }
+  void zero_grad() {
+    for (auto& [n, p] : named_parameters()) p->zero_grad();
+  }
+
+  /// Training mode (dropout active) or evaluation mode; applies to all children.
+  void train(bool on = true) {
+    training_ = on;
+    for (auto& [n, c] : children_) c->train(on);
+  }
+  void eval() { train(false); }
+  bool training() const noexcept { return training_; }
+
+  /// Re-initialises every parameter, children first in registration order, from one seeded stream.
+  void init(std::uint64_t seed) {
+    Rng rng(seed);
+    init_recursive(rng);
+  }
+  /// Draws this module's own parameters (not its children's) from rng. Layers override it.
+  virtual void reset_parameters(Rng&) {}
+
+  const std::vector<std::pair<std::string, Module*>>& children() const noexcept { return children_; }
+
+ protected:
+  /// Creates a parameter of dims, owned by this module, and returns a Var sharing its storage.
+  template <class T, class S = AnyShape, class B = cpu>
+  Var<T, S, B> register_parameter(std::string name, const Dims& dims) {
+    auto d = std::make_shared<VarData<T, B>>();
+    d->value = Tensor<T, AnyShape, B>::zeros(dims);
+    d->requires_grad = true;
+    Var<T, AnyShape, B> v(d, nullptr);
+    params_.push_back({std::move(name), std::make_unique<TypedParameter<T, B>>(v)});
+    return Var<T, S, B>(d, nullptr);
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, ParameterSlot*>>& out) const {
+    for (auto& [n, p] : params_) out.push_back({prefix + n, p.get()});
+    for (auto& [n, c] : children_) c->collect(prefix + n + ".", out);
+  }
+  void init_recursive(Rng& rng) {
+    reset_parameters(rng);
+    for (auto& [n, c] : children_) c->init_recursive(rng);
+  }
+
+  std::string name_;
+  std::vector<std::pair<std::string, std::unique_ptr<ParameterSlot>>> params_;
+  std::vector<std::pair<std::string, Module*>> children_;
+  bool training_ = true;
+};
+
+/// A stable 64-bit hash of a name (FNV-1a), used to seed each layer's default initialisation.
+constexpr std::uint64_t name_seed(std::string_view s) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return h;
+}
+
+}  // namespace nn
+}  // namespace attn

@@ -1,0 +1,154 @@
+// Linear, Embedding, LayerNorm, dropout, pooling: gradient checks, PyTorch goldens, module registry.
+#include "../golden_util.hpp"
+
+#include <attn/nn.hpp>
+
+using attn::Dims;
+using attn::dyn;
+using attn::Shape;
+using attn::Tape;
+using attn::Tensor;
+using V = std::vector<attn::Var<double>>;
+namespace nn = attn::nn;
+
+namespace {
+attn::Rng rng(77);
+Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
+template <class F>
+void check(const char* name, F&& f, std::vector<Tensor<double>> in) {
+  auto r = attn::gradcheck(f, in);
+  INFO(name << ": max rel error " << r.max_rel_error << " at " << r.worst);
+  CHECK(r.ok);
+}
+
+template <class T>
+void copy_param(const attn::Var<T, attn::AnyShape>& p, const attn::io::SafetensorsFile& f, const std::string& name) {
+  auto t = golden::tensor<T>(f, name);
+  REQUIRE(t.dims() == p.dims());
+  std::copy_n(t.data(), t.numel(), const_cast<T*>(p.raw().data()));
+}
+
+template <class T>
+struct LinearNet : nn::Module {
+  nn::Linear<7, 4, T> fc{this, "fc"};
+};
+}  // namespace
+
+TEST_CASE("gradcheck: layer_norm, masked_mean, masked_max, dropout") {
+  check("layer_norm", [](Tape& t, V& x) { return nn::layer_norm(t, x[0], x[1], x[2], 1e-5); }, {rnd({2, 3, 6}), rnd({6}), rnd({6})});
+  auto mask = Tensor<double>::from({2, 3}, {1, 1, 0, 0, 0, 0});
+  check("masked_mean", [&](Tape& t, V& x) { return nn::masked_mean(t, x[0], mask); }, {rnd({2, 3, 4})});
+  auto mask2 = Tensor<double>::from({2, 3}, {1, 0, 1, 1, 1, 0});
+  check("masked_max", [&](Tape& t, V& x) { return nn::masked_max(t, x[0], mask2); }, {rnd({2, 3, 4})});
+  check("dropout", [](Tape& t, V& x) { return nn::dropout(t, x[0], 0.3, true); }, {rnd({4, 5})});
+}
+
+TEST_CASE("masked pooling: a fully padded sample pools to zeros") {
+  attn::NoGrad ng;
+  attn::Var<double> x(rnd({2, 3, 4}));
+  auto mask = Tensor<double>::from({2, 3}, {1, 1, 1, 0, 0, 0});
+  auto m = nn::masked_mean(ng, x, mask).value();
+  auto mx = nn::masked_max(ng, x, mask).value();
+  for (std::size_t j = 0; j < 4; ++j) {
+    CHECK(m(1, j) == 0.0);
+    CHECK(mx(1, j) == 0.0);
+    CHECK(m(0, j) == Approx((x.value()(0, 0, j) + x.value()(0, 1, j) + x.value()(0, 2, j)) / 3));
+  }
+}
+
+TEST_CASE("dropout: identity in eval mode, zeroes about p of the elements in training") {
+  attn::NoGrad ng(5);
+  attn::Var<float> x(Tensor<float>::full({100, 100}, 1.0f));
+  auto y = nn::dropout(ng, x, 0.25, false);
+  CHECK(y.data() == x.data());
+  auto z = nn::dropout(ng, x, 0.25, true).value();
+  std::size_t zeros = 0;
+  for (std::size_t i = 0; i < z.numel(); ++i) {
+    if (z[i] == 0) ++zeros;
+    else CHECK(z[i] == Approx(1 / 0.75));
+  }
+  CHECK(zeros > 2300);
+  CHECK(zeros < 2700);
+}
+
+TEST_CASE("module: named parameters use PyTorch names; parameter count") {
+  LinearNet<float> net;
+  auto np = net.named_parameters();
+  REQUIRE(np.size() == 2);
+  CHECK(np[0].first == "fc.weight");
+  CHECK(np[1].first == "fc.bias");
+  CHECK(net.parameter_count() == 7 * 4 + 4);
+  CHECK(net.parameters<float>().size() == 2);
+  CHECK_THROWS_AS(net.parameters<double>(), attn::ArgumentError);
+}
+
+TEST_CASE("golden: Linear matches torch.nn.Linear (float32 and float64)") {
+  auto f = golden::load("linear");
+  auto run = [&](auto tag, double tol) {
+    using T = decltype(tag);
+    LinearNet<T> net;
+    copy_param<T>(net.fc.weight, f, "weight");
+    copy_param<T>(net.fc.bias, f, "bias");
+    Tape tape;
+    attn::Var<T, Shape<dyn, dyn, 7>> x(golden::tensor<T>(f, "x"), true);
+    auto y = net.fc(tape, x);
+    static_assert(std::is_same_v<typename decltype(y)::shape_type, Shape<dyn, dyn, 4>>);
+    golden::expect_close(f, "out", y.value(), tol);
+    tape.backward(y, golden::tensor<T>(f, "dout"));
+    golden::expect_close(f, "grad.x", x.grad(), tol);
+    golden::expect_close(f, "grad.weight", net.fc.weight.grad(), tol);
+    golden::expect_close(f, "grad.bias", net.fc.bias.grad(), tol);
+  };
+  run(float{}, 1e-5);
+  run(double{}, 1e-12);
+}
+
+TEST_CASE("golden: LayerNorm matches torch.nn.LayerNorm") {
+  auto f = golden::load("layernorm");
+  auto run = [&](auto tag, double tol) {
+    using T = decltype(tag);
+    nn::LayerNorm<8, T> ln(nullptr, "ln");
+    copy_param<T>(ln.weight, f, "weight");
+    copy_param<T>(ln.bias, f, "bias");
+    Tape tape;
+    attn::Var<T, Shape<dyn, dyn, 8>> x(golden::tensor<T>(f, "x"), true);
+    auto y = ln(tape, x);
+    golden::expect_close(f, "out", y.value(), tol);
+    tape.backward(y, golden::tensor<T>(f, "dout"));
+    golden::expect_close(f, "grad.x", x.grad(), tol);
+    golden::expect_close(f, "grad.weight", ln.weight.grad(), tol);
+    golden::expect_close(f, "grad.bias", ln.bias.grad(), tol);
+  };
+  run(float{}, 1e-5);
+  run(double{}, 1e-10);
+}
+
+TEST_CASE("golden: Embedding with padding_idx matches torch.nn.Embedding") {
+  auto f = golden::load("embedding");
+  nn::Embedding<4, double> emb(nullptr, "emb", 11, {.padding_idx = 0});
+  copy_param<double>(emb.weight, f, "weight");
+  Tape tape;
+  auto ids = golden::tensor<std::int64_t>(f, "ids");
+  auto y = emb(tape, ids);
+  golden::expect_close(f, "out", y.value(), 1e-15);
+  tape.backward(y, golden::tensor<double>(f, "dout"));
+  golden::expect_close(f, "grad.weight", emb.weight.grad(), 1e-12);
+}
+
+TEST_CASE("golden: cross-entropy with ignore_index and label smoothing matches torch") {
+  for (std::string name : {"cross_entropy", "cross_entropy_ls"}) {
+    auto f = golden::load(name);
+    const double ls = name == "cross_entropy" ? 0.0 : 0.1;
+    auto run = [&](auto tag, double tol) {
+      using T = decltype(tag);
+      Tape tape;
+      attn::Var<T> logits(golden::tensor<T>(f, "logits"), true);
+      auto loss = attn::cross_entropy(tape, logits, golden::tensor<std::int64_t>(f, "targets"), {.label_smoothing = ls});
+      golden::expect_close(f, "loss", loss.value(), tol);
+      tape.backward(loss);
+      golden::expect_close(f, "grad.logits", logits.grad(), tol);
+    };
+    run(float{}, 1e-5);
+    run(double{}, 1e-12);
+  }
+}
