@@ -1,0 +1,12 @@
+# Driver of the consumer test: install, configure the consumer against the prefix, build, run.
+file(REMOVE_RECURSE ${PREFIX} ${WORK})
+macro(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "consumer: step failed (${_rc}): ${ARGN}")
+  endif()
+endmacro()
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
+run(${CMAKE_COMMAND} -S ${PROJECT_DIR} -B ${WORK} -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${PREFIX} -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build ${WORK})
+run(${WORK}/consumer)
