@@ -13,3 +13,5 @@
 #include "autograd.hpp"
 #include "nn.hpp"
 #include "optim.hpp"
+#include "io/safetensors.hpp"
+#include "io/checkpoint.hpp"
