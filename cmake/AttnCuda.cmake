@@ -7,6 +7,14 @@ add_library(attn_cuda INTERFACE)
 add_library(attn::cuda ALIAS attn_cuda)
 set_target_properties(attn_cuda PROPERTIES EXPORT_NAME cuda)
 target_link_libraries(attn_cuda INTERFACE attn CUDA::cudart CUDA::cublas)
+if("cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
+  target_compile_features(attn_cuda INTERFACE cuda_std_20)
+else()
+  # CMake 3.25 does not know nvcc's C++20 flag (cuda_std_20 is an unknown feature there).
+  target_compile_options(attn_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+endif()
 target_compile_definitions(attn_cuda INTERFACE ATTN_CUDA=1)
+# --extended-lambda: `[] __device__ (float x) { ... }` functors for attn::cuda::map.
+# -Xcompiler=-fopenmp: the host pass sees the same OpenMP code in attn's CPU headers as g++ does.
 target_compile_options(attn_cuda INTERFACE
-  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -diag-suppress=20012,20013,20015 -DFMT_USE_CONSTEXPR=1>)
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --extended-lambda -diag-suppress=20012,20013,20015 -DFMT_USE_CONSTEXPR=1 -Xcompiler=-fopenmp>)

@@ -103,8 +103,14 @@ class Tensor {
     return data_.get()[offset(i...)];
   }
   /// Flat element access (host backends only).
-  T& operator[](std::size_t i) noexcept { return data_.get()[i]; }
-  const T& operator[](std::size_t i) const noexcept { return data_.get()[i]; }
+  T& operator[](std::size_t i) noexcept {
+    static_assert(B::host_accessible, "Tensor::operator[]: element access needs a host-accessible backend");
+    return data_.get()[i];
+  }
+  const T& operator[](std::size_t i) const noexcept {
+    static_assert(B::host_accessible, "Tensor::operator[]: element access needs a host-accessible backend");
+    return data_.get()[i];
+  }
 
   /// A deep copy.
   Tensor clone() const {

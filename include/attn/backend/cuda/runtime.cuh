@@ -1,0 +1,177 @@
+// CUDA runtime plumbing for attn::cuda: error checks that throw attn::Error, one stream and memory
+// pool per device, one cuBLAS handle per device per thread, and launch sizes for grid-stride kernels.
+//   cudaStream_t s = attn::cuda_detail::current_device().stream;
+#pragma once
+#if !defined(__CUDACC__)
+#error "attn's CUDA backend must be compiled by nvcc as CUDA: name the source .cu and link attn::cuda"
+#endif
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "../../core/error.hpp"
+
+namespace attn::cuda_detail {
+
+/// "cudaErrorMemoryAllocation (2): out of memory".
+inline std::string error_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + std::to_string(static_cast<int>(e)) + "): " + cudaGetErrorString(e);
+}
+
+/// Throws attn::Error("<what>: <CUDA error>"). Clears the runtime's last error first, so that a
+/// recoverable failure (out of memory, bad argument) does not resurface in the next unrelated check.
+[[noreturn]] inline void fail(cudaError_t e, const std::string& what) {
+  (void)cudaGetLastError();
+  throw Error(what + ": " + error_text(e));
+}
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(e, what);
+}
+inline void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    throw Error(std::string(what) + ": " + cublasGetStatusName(s) + " (" + std::to_string(static_cast<int>(s)) +
+                "): " + cublasGetStatusString(s));
+  }
+}
+/// Checks the launch of the kernel just enqueued (bad configuration, no image for this GPU, ...).
+inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+/// Devices attn can tell apart; more than any machine it runs on.
+inline constexpr int max_devices = 64;
+
+/// What attn keeps for one device for the life of the process: the stream every attn operation on
+/// that device is ordered on, whether it has a stream-ordered pool, and its multiprocessor count.
+/// The stream is created with default (blocking) flags, so work a user puts on the legacy default
+/// stream stays ordered with attn's.
+struct DeviceState {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  bool pooled = false;  // cudaMallocAsync available: frees are stream-ordered and memory is cached
+  int multiprocessors = 1;
+};
+
+/// Process-wide table of DeviceState. Deliberately never destroyed: tensors with static storage may
+/// free their memory after every destructor of this header's objects would have run.
+struct Registry {
+  std::mutex mutex;
+  std::atomic<DeviceState*> states[max_devices] = {};
+};
+inline Registry& registry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+inline int current_device_index() {
+  int d = 0;
+  check(cudaGetDevice(&d), "attn::cuda: cudaGetDevice");
+  if (d < 0 || d >= max_devices) throw Error("attn::cuda: device index " + std::to_string(d) + " is out of range");
+  return d;
+}
+
+inline DeviceState* make_device_state(int d) {
+  auto s = std::make_unique<DeviceState>();
+  s->device = d;
+  check(cudaStreamCreate(&s->stream), "attn::cuda: cudaStreamCreate");
+  check(cudaDeviceGetAttribute(&s->multiprocessors, cudaDevAttrMultiProcessorCount, d),
+        "attn::cuda: cudaDeviceGetAttribute(MultiProcessorCount)");
+  int pools = 0;
+  check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, d),
+        "attn::cuda: cudaDeviceGetAttribute(MemoryPoolsSupported)");
+  if (pools) {
+    // Keep freed blocks in the pool instead of returning them at every synchronisation: the
+    // same sizes come back every training step. cuda::release_cached_memory() trims it.
+    cudaMemPool_t pool;
+    check(cudaDeviceGetDefaultMemPool(&pool, d), "attn::cuda: cudaDeviceGetDefaultMemPool");
+    std::uint64_t keep = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+          "attn::cuda: cudaMemPoolSetAttribute(ReleaseThreshold)");
+    s->pooled = true;
+  }
+  return s.release();
+}
+
+/// The state of the calling thread's current device, created on first use.
+inline DeviceState& current_device() {
+  const int d = current_device_index();
+  Registry& r = registry();
+  if (DeviceState* s = r.states[d].load(std::memory_order_acquire)) return *s;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  DeviceState* s = r.states[d].load(std::memory_order_relaxed);
+  if (!s) {
+    s = make_device_state(d);
+    r.states[d].store(s, std::memory_order_release);
+  }
+  return *s;
+}
+
+/// cuBLAS handles are not safe to share between threads, so each thread owns one per device,
+/// bound to that device's attn stream. Destroyed when the thread ends.
+struct BlasHandles {
+  cublasHandle_t handles[max_devices] = {};
+  BlasHandles() = default;
+  BlasHandles(const BlasHandles&) = delete;
+  BlasHandles& operator=(const BlasHandles&) = delete;
+  ~BlasHandles() {
+    for (cublasHandle_t h : handles) {
+      if (h) (void)cublasDestroy(h);
+    }
+  }
+};
+
+inline cublasHandle_t blas_handle() {
+  thread_local BlasHandles local;
+  DeviceState& dev = current_device();
+  cublasHandle_t& h = local.handles[dev.device];
+  if (!h) {
+    cublasHandle_t made = nullptr;
+    check(cublasCreate(&made), "attn::cuda: cublasCreate");
+    cublasStatus_t s = cublasSetStream(made, dev.stream);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      (void)cublasDestroy(made);
+      check(s, "attn::cuda: cublasSetStream");
+    }
+    h = made;
+  }
+  return h;
+}
+
+/// Threads per block for attn's element-wise kernels.
+inline constexpr unsigned block_threads = 256;
+
+/// Blocks for a grid-stride loop over n items: enough to fill every multiprocessor several times,
+/// never more than the items need. n > 0.
+inline unsigned grid_blocks(std::size_t n, const DeviceState& dev) {
+  const std::size_t need = (n + block_threads - 1) / block_threads;
+  const std::size_t cap = static_cast<std::size_t>(dev.multiprocessors) * 32;
+  return static_cast<unsigned>(std::max<std::size_t>(1, std::min(need, cap)));
+}
+
+/// Why attn::cuda cannot run here, or "" when it can. Probed once per process: a device must be
+/// visible and its context must start.
+inline const std::string& probe() {
+  static const std::string reason = []() -> std::string {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return "cudaGetDeviceCount: " + error_text(e);
+    }
+    if (count <= 0) return "cudaGetDeviceCount: no CUDA device is visible";
+    e = cudaFree(nullptr);  // starts the current device's context: fails on a busy, exclusive or broken device
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return "cudaFree(nullptr) (starting the device context): " + error_text(e);
+    }
+    return std::string();
+  }();
+  return reason;
+}
+
+}  // namespace attn::cuda_detail
