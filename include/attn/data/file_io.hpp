@@ -1,0 +1,122 @@
+// Small file helpers for the data readers: a size-limited whole-file read, an atomic write
+// (temp file, fsync, rename) and a line splitter that handles a UTF-8 BOM and CRLF endings.
+//   std::string s = attn::data::read_file(p, 1 << 20);  attn::data::write_file_atomic(p, s);
+#pragma once
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/error.hpp"
+
+namespace attn::data {
+
+namespace fs = std::filesystem;
+
+namespace detail {
+inline std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+/// Closes a POSIX file descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+}  // namespace detail
+
+/// Reads the whole file. Throws IoError naming the path when it cannot be opened or read, is
+/// not a regular file, or holds more than `max_bytes` bytes (checked while reading, so a file
+/// that grows, or a device such as /dev/zero, cannot exhaust memory).
+inline std::string read_file(const fs::path& path, std::uintmax_t max_bytes) {
+  detail::Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw IoError(path.string(), "cannot open: " + detail::errno_text(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw IoError(path.string(), "cannot stat: " + detail::errno_text(errno));
+  if (S_ISDIR(st.st_mode)) throw IoError(path.string(), "is a directory, expected a file");
+  const auto too_big = [&] {
+    return IoError(path.string(), "file is larger than the limit of " + std::to_string(max_bytes) + " bytes");
+  };
+  if (S_ISREG(st.st_mode) && static_cast<std::uintmax_t>(st.st_size) > max_bytes) throw too_big();
+  std::string out;
+  if (S_ISREG(st.st_mode)) out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ::ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(path.string(), "read failed: " + detail::errno_text(errno));
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<std::uintmax_t>(n) > max_bytes) throw too_big();
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+/// Replaces `path` with `content` so that readers see either the old file or the whole new one:
+/// writes a temp file in the same directory, fsyncs it, renames it over `path`, then fsyncs the
+/// directory. On failure the temp file is removed and IoError names `path`.
+inline void write_file_atomic(const fs::path& path, std::string_view content) {
+  static std::atomic<std::uint64_t> counter{0};
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::string tmp_name = ".";  // built by appends: GCC 12 warns falsely (-Wrestrict) on "." + std::string
+  tmp_name.append(path.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
+  tmp_name.append("-").append(std::to_string(counter.fetch_add(1)));
+  const fs::path tmp = dir / tmp_name;
+  const auto fail = [&](const std::string& what, int err) {
+    ::unlink(tmp.c_str());
+    return IoError(path.string(), what + ": " + detail::errno_text(err));
+  };
+  {
+    detail::Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
+    if (f.fd < 0) throw IoError(path.string(), "cannot create temp file " + tmp.string() + ": " + detail::errno_text(errno));
+    std::size_t done = 0;
+    while (done < content.size()) {
+      const ::ssize_t n = ::write(f.fd, content.data() + done, content.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw fail("write failed", errno);
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    if (::fsync(f.fd) != 0) throw fail("fsync failed", errno);
+    const int fd = f.fd;
+    f.fd = -1;
+    if (::close(fd) != 0) throw fail("close failed", errno);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail("rename failed", errno);
+  // Make the rename itself durable; failure here is not fatal for correctness of the content.
+  detail::Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd >= 0) ::fsync(d.fd);
+}
+
+/// The UTF-8 byte order mark, which some editors put at the start of text files.
+inline constexpr std::string_view utf8_bom = "\xEF\xBB\xBF";
+
+/// Calls `fn(line_number, line)` for each line of `text` (numbers start at 1). A leading UTF-8
+/// BOM is dropped; lines end at '\n', and a '\r' before it is dropped (CRLF files). A final line
+/// without '\n' is still visited; a trailing '\n' does not add an empty last line.
+template <class Fn>
+void for_each_line(std::string_view text, Fn&& fn) {
+  if (text.starts_with(utf8_bom)) text.remove_prefix(utf8_bom.size());
+  std::uint64_t line_no = 0;
+  while (!text.empty()) {
+    const std::size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    fn(++line_no, line);
+  }
+}
+
+}  // namespace attn::data

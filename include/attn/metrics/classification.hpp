@@ -1,0 +1,193 @@
+// Classification metrics from a confusion matrix: accuracy, per-class precision/recall/F1,
+// macro-F1 (scikit-learn conventions), and text tables for logs.
+//   attn::metrics::ConfusionMatrix cm(2); cm.add(truth, pred);  double f1 = cm.macro_f1();
+//   std::cout << attn::metrics::format_report(cm, {"neg", "pos"});
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "../core/error.hpp"
+
+namespace attn::metrics {
+
+/// Scores of one class. Undefined ratios (0/0) are 0, as scikit-learn's zero_division=0.
+struct ClassScores {
+  double precision = 0;
+  double recall = 0;
+  double f1 = 0;
+  std::uint64_t support = 0;  ///< examples whose true class is this one
+};
+
+/// counts(t, p): examples of true class t predicted as p, for C classes.
+class ConfusionMatrix {
+ public:
+  explicit ConfusionMatrix(std::size_t num_classes) : classes_(num_classes), counts_(num_classes * num_classes, 0) {
+    if (num_classes == 0) throw ArgumentError("ConfusionMatrix: num_classes must be >= 1");
+  }
+
+  /// Records one prediction; ArgumentError when a class is outside [0, C).
+  void add(int truth, int pred) {
+    check(truth, "true");
+    check(pred, "predicted");
+    ++counts_[static_cast<std::size_t>(truth) * classes_ + static_cast<std::size_t>(pred)];
+  }
+  void add(std::span<const int> truth, std::span<const int> pred) {
+    if (truth.size() != pred.size())
+      throw ArgumentError(fmt::format("ConfusionMatrix::add: {} true labels but {} predictions", truth.size(), pred.size()));
+    for (std::size_t i = 0; i < truth.size(); ++i) add(truth[i], pred[i]);
+  }
+  /// Adds another matrix of the same size (e.g. from another thread or worker).
+  void merge(const ConfusionMatrix& other) {
+    if (other.classes_ != classes_)
+      throw ArgumentError(fmt::format("ConfusionMatrix::merge: {} classes vs {}", classes_, other.classes_));
+    for (std::size_t i = 0; i < counts_.size(); ++i) counts_[i] += other.counts_[i];
+  }
+  void clear() { std::fill(counts_.begin(), counts_.end(), 0); }
+
+  std::size_t num_classes() const noexcept { return classes_; }
+  std::uint64_t count(std::size_t truth, std::size_t pred) const { return counts_.at(truth * classes_ + pred); }
+  std::uint64_t total() const noexcept {
+    std::uint64_t n = 0;
+    for (auto c : counts_) n += c;
+    return n;
+  }
+  std::uint64_t correct() const noexcept {
+    std::uint64_t n = 0;
+    for (std::size_t c = 0; c < classes_; ++c) n += counts_[c * classes_ + c];
+    return n;
+  }
+  /// Row sum: how many examples truly are class c.
+  std::uint64_t support(std::size_t c) const {
+    std::uint64_t n = 0;
+    for (std::size_t p = 0; p < classes_; ++p) n += count(c, p);
+    return n;
+  }
+  /// Column sum: how many examples were predicted as class c.
+  std::uint64_t predicted(std::size_t c) const {
+    std::uint64_t n = 0;
+    for (std::size_t t = 0; t < classes_; ++t) n += count(t, c);
+    return n;
+  }
+
+  /// correct / total; 0 for an empty matrix.
+  double accuracy() const noexcept { return ratio(correct(), total()); }
+
+  /// precision = TP / (TP + FP), recall = TP / (TP + FN), F1 = 2 TP / (2 TP + FP + FN); each
+  /// 0 when its denominator is 0.
+  ClassScores scores(std::size_t c) const {
+    const std::uint64_t tp = count(c, c);
+    const std::uint64_t sup = support(c);
+    const std::uint64_t pred = predicted(c);
+    return {ratio(tp, pred), ratio(tp, sup), ratio(2 * tp, sup + pred), sup};
+  }
+
+  /// Unweighted mean F1 over the classes that occur in the truth or the predictions (the
+  /// scikit-learn f1_score(average="macro") default). A class that occurs but is never
+  /// predicted counts with F1 = 0; a class absent from both is left out. 0 when empty.
+  double macro_f1() const {
+    double sum = 0;
+    std::size_t n = 0;
+    for (std::size_t c = 0; c < classes_; ++c) {
+      if (support(c) == 0 && predicted(c) == 0) continue;
+      sum += scores(c).f1;
+      ++n;
+    }
+    return n == 0 ? 0.0 : sum / static_cast<double>(n);
+  }
+
+ private:
+  static double ratio(std::uint64_t a, std::uint64_t b) noexcept {
+    return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
+  }
+  void check(int c, const char* what) const {
+    if (c < 0 || static_cast<std::size_t>(c) >= classes_)
+      throw ArgumentError(fmt::format("ConfusionMatrix::add: {} class {} outside [0, {})", what, c, classes_));
+  }
+
+  std::size_t classes_;
+  std::vector<std::uint64_t> counts_;  // (C, C) row-major, row = true class
+};
+
+/// Fraction of positions where truth == pred (0 when empty).
+inline double accuracy(std::span<const int> truth, std::span<const int> pred) {
+  if (truth.size() != pred.size())
+    throw ArgumentError(fmt::format("accuracy: {} true labels but {} predictions", truth.size(), pred.size()));
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < truth.size(); ++i) ok += truth[i] == pred[i] ? 1 : 0;
+  return truth.empty() ? 0.0 : static_cast<double>(ok) / static_cast<double>(truth.size());
+}
+
+/// Macro-F1 of predictions over classes 0..num_classes-1 (see ConfusionMatrix::macro_f1).
+inline double macro_f1(std::span<const int> truth, std::span<const int> pred, std::size_t num_classes) {
+  ConfusionMatrix cm(num_classes);
+  cm.add(truth, pred);
+  return cm.macro_f1();
+}
+
+namespace detail {
+inline std::string class_name(std::span<const std::string> names, std::size_t c) {
+  return c < names.size() ? names[c] : std::to_string(c);
+}
+}  // namespace detail
+
+/// A scikit-learn style report: per-class precision, recall, F1 and support, then accuracy,
+/// macro and weighted averages. `names` (optional) labels the classes; `digits` decimals.
+inline std::string format_report(const ConfusionMatrix& cm, std::span<const std::string> names = {}, int digits = 4) {
+  const std::size_t c = cm.num_classes();
+  std::size_t w = std::string_view("weighted avg").size();
+  for (std::size_t i = 0; i < c; ++i) w = std::max(w, detail::class_name(names, i).size());
+  const int cw = std::max(digits + 3, 9);  // column width
+  std::string out = fmt::format("{:>{}} {:>{}} {:>{}} {:>{}} {:>{}}\n\n", "", w, "precision", cw, "recall", cw,
+                                "f1-score", cw, "support", cw);
+  double mp = 0, mr = 0, mf = 0, wp = 0, wr = 0, wf = 0;
+  std::size_t present = 0;
+  const std::uint64_t total = cm.total();
+  for (std::size_t i = 0; i < c; ++i) {
+    const ClassScores s = cm.scores(i);
+    out += fmt::format("{:>{}} {:>{}.{}f} {:>{}.{}f} {:>{}.{}f} {:>{}}\n", detail::class_name(names, i), w, s.precision,
+                       cw, digits, s.recall, cw, digits, s.f1, cw, digits, s.support, cw);
+    if (s.support > 0 || cm.predicted(i) > 0) {
+      mp += s.precision, mr += s.recall, mf += s.f1;
+      ++present;
+    }
+    const double share = total ? static_cast<double>(s.support) / static_cast<double>(total) : 0.0;
+    wp += share * s.precision, wr += share * s.recall, wf += share * s.f1;
+  }
+  const double k = present ? 1.0 / static_cast<double>(present) : 0.0;
+  out += fmt::format("\n{:>{}} {:>{}} {:>{}} {:>{}.{}f} {:>{}}\n", "accuracy", w, "", cw, "", cw, cm.accuracy(), cw,
+                     digits, total, cw);
+  out += fmt::format("{:>{}} {:>{}.{}f} {:>{}.{}f} {:>{}.{}f} {:>{}}\n", "macro avg", w, mp * k, cw, digits, mr * k, cw,
+                     digits, mf * k, cw, digits, total, cw);
+  out += fmt::format("{:>{}} {:>{}.{}f} {:>{}.{}f} {:>{}.{}f} {:>{}}\n", "weighted avg", w, wp, cw, digits, wr, cw,
+                     digits, wf, cw, digits, total, cw);
+  return out;
+}
+
+/// The confusion matrix as a table: rows are true classes, columns predicted classes.
+inline std::string format_confusion_matrix(const ConfusionMatrix& cm, std::span<const std::string> names = {}) {
+  const std::size_t c = cm.num_classes();
+  std::size_t w = std::string_view("true\\pred").size();
+  std::size_t cw = 1;
+  for (std::size_t i = 0; i < c; ++i) {
+    w = std::max(w, detail::class_name(names, i).size());
+    cw = std::max(cw, detail::class_name(names, i).size());
+    for (std::size_t j = 0; j < c; ++j) cw = std::max(cw, std::to_string(cm.count(i, j)).size());
+  }
+  std::string out = fmt::format("{:<{}}", "true\\pred", w);
+  for (std::size_t j = 0; j < c; ++j) out += fmt::format(" {:>{}}", detail::class_name(names, j), cw);
+  out += '\n';
+  for (std::size_t i = 0; i < c; ++i) {
+    out += fmt::format("{:<{}}", detail::class_name(names, i), w);
+    for (std::size_t j = 0; j < c; ++j) out += fmt::format(" {:>{}}", cm.count(i, j), cw);
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace attn::metrics
