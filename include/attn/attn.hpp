@@ -7,6 +7,7 @@
 #include "core/expr.hpp"
 #include "core/reduce.hpp"
 #include "core/rng.hpp"
+#include "core/dispatch.hpp"
 #include "backend/concept.hpp"
 #include "backend/cpu.hpp"
 #include "backend/cpu_kernels.hpp"

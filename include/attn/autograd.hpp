@@ -9,4 +9,5 @@
 #include "autograd/softmax.hpp"
 #include "autograd/embedding.hpp"
 #include "autograd/loss.hpp"
+#include "autograd/lstm.hpp"
 #include "autograd/gradcheck.hpp"

@@ -7,3 +7,4 @@
 #include "nn/linear.hpp"
 #include "nn/embedding.hpp"
 #include "nn/layer_norm.hpp"
+#include "nn/lstm.hpp"

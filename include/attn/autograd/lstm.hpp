@@ -1,0 +1,383 @@
+// The fused LSTM op over a ragged batch (PyTorch's nn.LSTM on a packed sequence): one input GEMM per
+// direction, one recurrent GEMM per time step, fused gate kernels, and a hand-written backward through time.
+//   auto r = attn::lstm(tape, x, lengths, {w_ih, w_hh, b_ih, b_hh});   // r.out (B, T, H), r.h_n / r.c_n (1, B, H)
+#pragma once
+#include <algorithm>
+#include <exception>
+#include <numeric>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "../backend/cpu.hpp"
+#include "var.hpp"
+
+namespace attn {
+
+/// The parameters of one LSTM direction, in PyTorch's layout; the gate rows are stacked i, f, g, o.
+template <class T, class B = cpu>
+struct LstmWeights {
+  Var<T, AnyShape, B> w_ih;  // (4H, In)
+  Var<T, AnyShape, B> w_hh;  // (4H, H)
+  Var<T, AnyShape, B> b_ih;  // (4H)
+  Var<T, AnyShape, B> b_hh;  // (4H)
+};
+
+/// What lstm()/bilstm() return. One tape node produces all three; a loss may use any of them.
+template <class T, class B = cpu>
+struct LstmResult {
+  Var<T, AnyShape, B> out;  // (B, T, dirs*H): direction d in columns d*H .. d*H+H-1, zero at padded steps
+  Var<T, AnyShape, B> h_n;  // (dirs, B, H): state after each sample's last step in that direction
+  Var<T, AnyShape, B> c_n;  // (dirs, B, H)
+};
+
+namespace kernels {
+
+/// Fused LSTM cell over n rows. gates (n, 4H) holds W_ih x + W_hh h_prev on entry and the
+/// activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) on exit; bias (4H) = b_ih + b_hh.
+/// c = f * c_prev + i * g (c_prev nullptr: the zero state), h = o * tanh(c). c, h: (n, H).
+template <class T>
+void lstm_cell_forward(cpu, std::size_t n, std::size_t h, T* gates, const T* bias, const T* c_prev, T* c, T* hout) {
+  using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+  using Map = Eigen::Map<Arr>;
+  using CMap = Eigen::Map<const Arr>;
+  const Eigen::Index H = static_cast<Eigen::Index>(h);
+  CMap b_if(bias, 2 * H), b_g(bias + 2 * H, H), b_o(bias + 3 * H, H);
+  for (std::size_t r = 0; r < n; ++r) {
+    T* a = gates + r * 4 * h;
+    Map a_if(a, 2 * H), i(a, H), f(a + H, H), g(a + 2 * H, H), o(a + 3 * H, H);
+    Map cr(c + r * h, H), hr(hout + r * h, H);
+    a_if = (a_if + b_if).logistic();
+    g = (g + b_g).tanh();
+    o = (o + b_o).logistic();
+    if (c_prev) cr = f * CMap(c_prev + r * h, H) + i * g;
+    else cr = i * g;
+    hr = o * cr.tanh();
+  }
+}
+
+/// Backward of lstm_cell_forward over n rows, from the saved activations act (n, 4H) and cells
+/// c (n, H), c_prev (n, H) or nullptr. dh (n, H) is dL/dh of this step; dc (n, H) carries dL/dc
+/// from the next step in and dL/dc_prev out. Writes dL/d(pre-activation) to dgates (n, 4H):
+///   dc += dh * o * (1 - tanh(c)^2);  d_o = dh * tanh(c) * o (1 - o);  d_i = dc * g * i (1 - i);
+///   d_f = dc * c_prev * f (1 - f);   d_g = dc * i * (1 - g^2);        dc_prev = dc * f.
+template <class T>
+void lstm_cell_backward(cpu, std::size_t n, std::size_t h, const T* act, const T* c, const T* c_prev, const T* dh, T* dc,
+                        T* dgates) {
+  using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+  using Map = Eigen::Map<Arr>;
+  using CMap = Eigen::Map<const Arr>;
+  const Eigen::Index H = static_cast<Eigen::Index>(h);
+  for (std::size_t r = 0; r < n; ++r) {
+    const T* a = act + r * 4 * h;
+    CMap i(a, H), f(a + H, H), g(a + 2 * H, H), o(a + 3 * H, H), cr(c + r * h, H), dhr(dh + r * h, H);
+    T* dg = dgates + r * 4 * h;
+    Map d_i(dg, H), d_f(dg + H, H), d_g(dg + 2 * H, H), d_o(dg + 3 * H, H), dcr(dc + r * h, H);
+    d_o = cr.tanh();  // tanh(c), kept in d_o until d_o itself is computed
+    dcr += dhr * o * (T(1) - d_o.square());
+    d_o = dhr * d_o * o * (T(1) - o);
+    d_i = dcr * g * i * (T(1) - i);
+    d_g = dcr * i * (T(1) - g.square());
+    if (c_prev) d_f = dcr * CMap(c_prev + r * h, H) * f * (T(1) - f);
+    else d_f.setZero();
+    dcr *= f;
+  }
+}
+
+}  // namespace kernels
+
+namespace detail {
+
+/// The packed (time-major, longest first) layout of a ragged batch, as PyTorch's PackedSequence:
+/// step s holds the batch[s] samples still running, which are a prefix of `order`, so the
+/// recurrent GEMM at each step runs on a contiguous, shrinking block of rows.
+struct LstmPlan {
+  std::vector<std::size_t> order;   // sorted position j -> batch index (length descending, stable)
+  std::vector<std::size_t> len;     // len[j]: length of sample order[j]
+  std::vector<std::size_t> batch;   // batch[s]: samples running at step s
+  std::vector<std::size_t> offset;  // offset[s]: first packed row of step s; offset[steps] = total
+  std::size_t steps = 0, total = 0;
+
+  /// Time index read at step s by sorted sample j: forward t = s, reverse t = len - 1 - s
+  /// (the reverse direction starts at each sample's own last token).
+  std::size_t time(int dir, std::size_t j, std::size_t s) const { return dir == 0 ? s : len[j] - 1 - s; }
+};
+
+inline LstmPlan lstm_plan(std::span<const int> lengths, const Dims& x) {
+  const std::size_t b = x.v[0], t = x.v[1];
+  if (lengths.size() != b)
+    throw ShapeError("lstm: " + std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(b) + " (x " + x.str() + ")");
+  for (std::size_t i = 0; i < b; ++i)
+    if (lengths[i] < 1 || static_cast<std::size_t>(lengths[i]) > t)
+      throw ArgumentError("lstm: lengths[" + std::to_string(i) + "] = " + std::to_string(lengths[i]) + " is outside [1, " +
+                          std::to_string(t) + "] (the time extent of x " + x.str() + ")");
+  LstmPlan p;
+  p.order.resize(b);
+  std::iota(p.order.begin(), p.order.end(), std::size_t(0));
+  std::stable_sort(p.order.begin(), p.order.end(), [&](std::size_t a, std::size_t c) { return lengths[a] > lengths[c]; });
+  p.len.resize(b);
+  for (std::size_t j = 0; j < b; ++j) p.len[j] = static_cast<std::size_t>(lengths[p.order[j]]);
+  p.steps = b ? p.len[0] : 0;
+  p.batch.assign(p.steps, 0);
+  p.offset.assign(p.steps + 1, 0);
+  for (std::size_t s = 0; s < p.steps; ++s) {
+    std::size_t n = 0;
+    while (n < b && p.len[n] > s) ++n;
+    p.batch[s] = n;
+    p.offset[s + 1] = p.offset[s] + n;
+  }
+  p.total = p.offset[p.steps];
+  return p;
+}
+
+/// dst (total, w) <- src (B, T, src_w) columns [col, col + w) at each packed (step, sample).
+template <class T>
+void lstm_pack(const LstmPlan& p, int dir, const T* src, std::size_t t_ext, std::size_t src_w, std::size_t col, std::size_t w, T* dst) {
+  for (std::size_t s = 0; s < p.steps; ++s)
+    for (std::size_t j = 0; j < p.batch[s]; ++j)
+      std::copy_n(src + (p.order[j] * t_ext + p.time(dir, j, s)) * src_w + col, w, dst + (p.offset[s] + j) * w);
+}
+
+/// The inverse of lstm_pack: dst (B, T, dst_w) columns [col, col + w) = (or +=) src (total, w).
+template <class T>
+void lstm_unpack(const LstmPlan& p, int dir, const T* src, std::size_t w, T* dst, std::size_t t_ext, std::size_t dst_w,
+                 std::size_t col, bool accumulate) {
+  for (std::size_t s = 0; s < p.steps; ++s)
+    for (std::size_t j = 0; j < p.batch[s]; ++j) {
+      const T* from = src + (p.offset[s] + j) * w;
+      T* to = dst + (p.order[j] * t_ext + p.time(dir, j, s)) * dst_w + col;
+      if (accumulate)
+        for (std::size_t k = 0; k < w; ++k) to[k] += from[k];
+      else
+        std::copy_n(from, w, to);
+    }
+}
+
+/// Runs f(d) for each direction, both at once on two threads when parallel (each direction's GEMMs
+/// then run single-threaded). An exception from either is rethrown after both finish.
+template <class F>
+void lstm_for_directions(int dirs, bool parallel, F&& f) {
+  std::exception_ptr err[2];
+  auto guarded = [&](int d) {
+    try {
+      f(d);
+    } catch (...) {
+      err[d] = std::current_exception();
+    }
+  };
+#if defined(_OPENMP)
+  if (dirs == 2 && parallel && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+    for (int d = 0; d < 2; ++d) guarded(d);
+  } else {
+    for (int d = 0; d < dirs; ++d) guarded(d);
+  }
+#else
+  (void)parallel;
+  for (int d = 0; d < dirs; ++d) guarded(d);
+#endif
+  for (int d = 0; d < dirs; ++d)
+    if (err[d]) std::rethrow_exception(err[d]);
+}
+
+template <class T, class B>
+void lstm_check_weights(const LstmWeights<T, B>& w, std::size_t in, std::size_t& hidden, int dir) {
+  const std::string who = std::string("lstm: direction ") + std::to_string(dir) + ": ";
+  if (!w.w_ih.defined() || !w.w_hh.defined() || !w.b_ih.defined() || !w.b_hh.defined())
+    throw ArgumentError(who + "a weight or bias is undefined");
+  const Dims& hh = w.w_hh.dims();
+  if (hh.n != 2 || hh.v[0] == 0 || hh.v[0] != 4 * hh.v[1]) throw ShapeError(who + "weight_hh must be (4H, H), got " + hh.str());
+  if (dir == 0) hidden = hh.v[1];
+  const std::size_t g = 4 * hidden;
+  if (hh.v[1] != hidden) shape_mismatch("lstm", "the directions differ in hidden size (weight_hh)", hh, Dims{g, hidden});
+  if (!(w.w_ih.dims() == Dims{g, in})) shape_mismatch("lstm", who + "weight_ih must be (4H, input)", w.w_ih.dims(), Dims{g, in});
+  if (!(w.b_ih.dims() == Dims{g})) shape_mismatch("lstm", who + "bias_ih must be (4H)", w.b_ih.dims(), Dims{g});
+  if (!(w.b_hh.dims() == Dims{g})) shape_mismatch("lstm", who + "bias_hh must be (4H)", w.b_hh.dims(), Dims{g});
+}
+
+template <class T, class B>
+LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<const int> lengths, const LstmWeights<T, B>* w, int dirs) {
+  static_assert(B::host_accessible, "lstm: this backend provides its own kernels");
+  using Ten = Tensor<T, AnyShape, B>;
+  if (!x.defined() || x.rank() != 3) throw ShapeError("lstm: x must be (batch, time, input), got " + (x.defined() ? x.dims().str() : std::string("an undefined Var")));
+  const std::size_t bn = x.size(0), tn = x.size(1), in = x.size(2);
+  std::size_t h = 0;
+  for (int d = 0; d < dirs; ++d) lstm_check_weights(w[d], in, h, d);
+  const std::size_t g = 4 * h;
+  LstmPlan plan = lstm_plan(lengths, x.dims());
+  const std::size_t n_rows = plan.total;
+
+  Ten out = Ten::zeros({bn, tn, std::size_t(dirs) * h});
+  Ten h_n = Ten::zeros({std::size_t(dirs), bn, h}), c_n = Ten::zeros({std::size_t(dirs), bn, h});
+  // Per direction: gate activations (N, 4H) and cells (N, H) are kept for backward; the packed
+  // input (N, In), the hidden states (N, H) and the summed bias (4H) are scratch.
+  std::vector<Ten> act(dirs), cell(dirs), hid(dirs), xp(dirs), bias(dirs);
+  for (int d = 0; d < dirs; ++d) {
+    act[d] = Ten({n_rows, g});
+    cell[d] = Ten({n_rows, h});
+    hid[d] = Ten({n_rows, h});
+    xp[d] = Ten({n_rows, in});
+    bias[d] = Ten({g});
+    for (std::size_t k = 0; k < g; ++k) bias[d][k] = w[d].b_ih.raw()[k] + w[d].b_hh.raw()[k];
+  }
+  const T* X = x.raw().data();
+  lstm_for_directions(dirs, true, [&](int d) {
+    T* A = act[d].data();
+    T* Cc = cell[d].data();
+    T* Hh = hid[d].data();
+    lstm_pack(plan, d, X, tn, in, 0, in, xp[d].data());
+    // Input projections of every step at once: (N, In) x (4H, In)^T -> (N, 4H).
+    B::template gemm<T>(Trans::no, Trans::yes, int(n_rows), int(g), int(in), T(1), xp[d].data(), int(in), w[d].w_ih.raw().data(),
+                        int(in), T(0), A, int(g));
+    const T* Whh = w[d].w_hh.raw().data();
+    for (std::size_t s = 0; s < plan.steps; ++s) {
+      const std::size_t n = plan.batch[s], r0 = plan.offset[s];
+      const T* c_prev = nullptr;
+      if (s > 0) {
+        // (n, H) x (4H, H)^T, added to the step's input projections.
+        const std::size_t p0 = plan.offset[s - 1];
+        B::template gemm<T>(Trans::no, Trans::yes, int(n), int(g), int(h), T(1), Hh + p0 * h, int(h), Whh, int(h), T(1), A + r0 * g, int(g));
+        c_prev = Cc + p0 * h;
+      }
+      kernels::lstm_cell_forward(B{}, n, h, A + r0 * g, bias[d].data(), c_prev, Cc + r0 * h, Hh + r0 * h);
+    }
+    lstm_unpack(plan, d, Hh, h, out.data(), tn, std::size_t(dirs) * h, std::size_t(d) * h, false);
+    for (std::size_t j = 0; j < plan.order.size(); ++j) {
+      const std::size_t r = plan.offset[plan.len[j] - 1] + j, dst = (std::size_t(d) * bn + plan.order[j]) * h;
+      std::copy_n(Hh + r * h, h, h_n.data() + dst);
+      std::copy_n(Cc + r * h, h, c_n.data() + dst);
+    }
+  });
+  xp.clear();
+  hid.clear();
+
+  bool rg = tape != nullptr && x.requires_grad();
+  for (int d = 0; d < dirs; ++d) rg = rg || needs_grad(tape, w[d].w_ih, w[d].w_hh, w[d].b_ih, w[d].b_hh);
+  LstmResult<T, B> res{make_out<AnyShape>(tape, std::move(out), rg), make_out<AnyShape>(tape, std::move(h_n), rg),
+                       make_out<AnyShape>(tape, std::move(c_n), rg)};
+  if (!rg) return res;
+
+  using Data = std::shared_ptr<VarData<T, B>>;
+  struct DirSaved {
+    Data w_ih, w_hh, b_ih, b_hh;
+    Ten act, cell;
+  };
+  std::vector<DirSaved> saved;
+  for (int d = 0; d < dirs; ++d) saved.push_back({w[d].w_ih.data(), w[d].w_hh.data(), w[d].b_ih.data(), w[d].b_hh.data(), act[d], cell[d]});
+  tape->push(res.out.data(), [xd = x.data(), od = res.out.data(), hd = res.h_n.data(), cd = res.c_n.data(), plan = std::move(plan),
+                              saved = std::move(saved), dirs, bn, tn, in, h] {
+    const bool g_out = !od->grad.empty(), g_h = !hd->grad.empty(), g_c = !cd->grad.empty();
+    if (!g_out && !g_h && !g_c) return;
+    const std::size_t g = 4 * h, n_rows = plan.total, first = plan.steps ? plan.batch[0] : 0;
+    // Gradient slots are resolved here, on one thread, before the directions run concurrently.
+    struct DirGrads {
+      T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;
+      Ten dh, dgates, dc, xp, hprev, dx;
+    };
+    std::vector<DirGrads> gr(dirs);
+    bool shared_weights = false;
+    for (int d = 0; d < dirs; ++d) {
+      const DirSaved& sv = saved[d];
+      DirGrads& q = gr[d];
+      if (sv.w_ih->requires_grad) q.w_ih = sv.w_ih->grad_ref().data();
+      if (sv.w_hh->requires_grad) q.w_hh = sv.w_hh->grad_ref().data();
+      if (sv.b_ih->requires_grad) q.b_ih = sv.b_ih->grad_ref().data();
+      if (sv.b_hh->requires_grad) q.b_hh = sv.b_hh->grad_ref().data();
+      q.dh = Ten::zeros({n_rows, h});
+      q.dgates = Ten({n_rows, g});
+      q.dc = Ten::zeros({first, h});
+      if (q.w_ih) q.xp = Ten({n_rows, in});
+      if (q.w_hh) q.hprev = Ten({n_rows - first, h});
+      if (xd->requires_grad) q.dx = Ten({n_rows, in});
+      for (int e = 0; e < d; ++e)
+        for (const Data& a : {sv.w_ih, sv.w_hh, sv.b_ih, sv.b_hh})
+          for (const Data& b : {saved[e].w_ih, saved[e].w_hh, saved[e].b_ih, saved[e].b_hh}) shared_weights |= a == b;
+    }
+    lstm_for_directions(dirs, !shared_weights, [&](int d) {
+      const DirSaved& sv = saved[d];
+      DirGrads& q = gr[d];
+      T* dH = q.dh.data();
+      T* dG = q.dgates.data();
+      T* dC = q.dc.data();
+      const T* A = sv.act.data();
+      const T* Cc = sv.cell.data();
+      // dL/dh of every step from out, and dL/dh, dL/dc of each sample's final step from h_n, c_n.
+      if (g_out) lstm_pack(plan, d, od->grad.data(), tn, std::size_t(dirs) * h, std::size_t(d) * h, h, dH);
+      for (std::size_t j = 0; j < plan.order.size(); ++j) {
+        const std::size_t r = plan.offset[plan.len[j] - 1] + j, src = (std::size_t(d) * bn + plan.order[j]) * h;
+        if (g_h)
+          for (std::size_t k = 0; k < h; ++k) dH[r * h + k] += hd->grad.data()[src + k];
+        if (g_c) std::copy_n(cd->grad.data() + src, h, dC + j * h);  // sample j's carry starts at its last step
+      }
+      const T* Whh = sv.w_hh->value.data();
+      for (std::size_t s = plan.steps; s-- > 0;) {
+        const std::size_t n = plan.batch[s], r0 = plan.offset[s];
+        const T* c_prev = s > 0 ? Cc + plan.offset[s - 1] * h : nullptr;
+        kernels::lstm_cell_backward(B{}, n, h, A + r0 * g, Cc + r0 * h, c_prev, dH + r0 * h, dC, dG + r0 * g);
+        // dh_prev += dgates W_hh: (n, 4H) x (4H, H).
+        if (s > 0)
+          B::template gemm<T>(Trans::no, Trans::no, int(n), int(h), int(g), T(1), dG + r0 * g, int(g), Whh, int(h), T(1),
+                              dH + plan.offset[s - 1] * h, int(h));
+      }
+      if (q.w_hh && n_rows > first) {
+        // dW_hh += sum_s dgates_s^T h_{s-1}: one GEMM over all steps but the first, with h_{s-1}
+        // gathered from out into rows aligned with dgates.
+        T* P = q.hprev.data();
+        for (std::size_t s = 1; s < plan.steps; ++s)
+          for (std::size_t j = 0; j < plan.batch[s]; ++j)
+            std::copy_n(od->value.data() + (plan.order[j] * tn + plan.time(d, j, s - 1)) * (std::size_t(dirs) * h) + std::size_t(d) * h, h,
+                        P + (plan.offset[s] - first + j) * h);
+        B::template gemm<T>(Trans::yes, Trans::no, int(g), int(h), int(n_rows - first), T(1), dG + first * g, int(g), P, int(h), T(1),
+                            q.w_hh, int(h));
+      }
+      if (q.w_ih) {
+        // dW_ih += dgates^T x_packed: (4H, N) x (N, In).
+        lstm_pack(plan, d, xd->value.data(), tn, in, 0, in, q.xp.data());
+        B::template gemm<T>(Trans::yes, Trans::no, int(g), int(in), int(n_rows), T(1), dG, int(g), q.xp.data(), int(in), T(1), q.w_ih,
+                            int(in));
+      }
+      if (q.b_ih || q.b_hh) {
+        Eigen::Array<T, Eigen::Dynamic, 1> db = Eigen::Array<T, Eigen::Dynamic, 1>::Zero(Eigen::Index(g));
+        for (std::size_t r = 0; r < n_rows; ++r) db += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(dG + r * g, Eigen::Index(g));
+        for (T* dst : {q.b_ih, q.b_hh})
+          if (dst) Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dst, Eigen::Index(g)) += db;
+      }
+      // dx_packed = dgates W_ih: (N, 4H) x (4H, In); scattered into dx after both directions.
+      if (!q.dx.empty())
+        B::template gemm<T>(Trans::no, Trans::no, int(n_rows), int(in), int(g), T(1), dG, int(g), sv.w_ih->value.data(), int(in), T(0),
+                            q.dx.data(), int(in));
+    });
+    if (xd->requires_grad) {
+      T* dx = xd->grad_ref().data();
+      for (int d = 0; d < dirs; ++d) lstm_unpack(plan, d, gr[d].dx.data(), in, dx, tn, in, 0, true);
+    }
+    // The tape releases out's gradient after this step; h_n's and c_n's are complete too.
+    hd->grad = {};
+    cd->grad = {};
+  });
+  return res;
+}
+
+}  // namespace detail
+
+/// Unidirectional LSTM over a ragged batch, as torch.nn.LSTM(batch_first=True) on
+/// pack_padded_sequence(x, lengths, enforce_sorted=False). x (B, T, In); lengths (B), each in
+/// [1, T], in any order (else ArgumentError). Returns out (B, T, H), h_n and c_n (1, B, H).
+template <Context C, class T, class SX, class B>
+LstmResult<T, B> lstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const std::type_identity_t<LstmWeights<T, B>>& w) {
+  return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, &w, 1);
+}
+
+/// Bidirectional LSTM (bidirectional=True): fwd reads each sample from its first token, rev from its
+/// own last real token backwards. Returns out (B, T, 2H) (fwd in columns [0, H)), h_n, c_n (2, B, H).
+template <Context C, class T, class SX, class B>
+LstmResult<T, B> bilstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const std::type_identity_t<LstmWeights<T, B>>& fwd,
+                        const std::type_identity_t<LstmWeights<T, B>>& rev) {
+  const LstmWeights<T, B> w[2] = {fwd, rev};
+  return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, w, 2);
+}
+
+}  // namespace attn

@@ -1,0 +1,161 @@
+// nn::LSTM<In, Hidden> and nn::BiLSTM<In, Hidden>: single-layer LSTMs over ragged batches, matching
+// torch.nn.LSTM(In, Hidden, batch_first=True[, bidirectional=True]) on a packed sequence, with its names.
+//   attn::nn::BiLSTM<128, 128> rnn{this, "lstm"};   auto [y, h_n, c_n] = rnn(ctx, x, lengths);   // y (B, T, 256)
+#pragma once
+#include <cmath>
+#include <concepts>
+#include <span>
+#include <vector>
+
+#include "../autograd/lstm.hpp"
+#include "init.hpp"
+#include "module.hpp"
+
+namespace attn::nn {
+
+/// The result of an LSTM layer: out (B, T, Dirs*Hidden), zero at padded steps; h_n and c_n
+/// (Dirs, B, Hidden), each sample's final state per direction, in the batch's own order.
+template <class T, std::size_t Dirs, std::size_t Hidden, class B = cpu>
+struct LstmOutput {
+  Var<T, Shape<dyn, dyn, Dirs * Hidden>, B> out;
+  Var<T, Shape<Dirs, dyn, Hidden>, B> h_n;
+  Var<T, Shape<Dirs, dyn, Hidden>, B> c_n;
+};
+
+namespace lstm_detail {
+
+/// Lengths given as an integer tensor (B) (for example int64 from a data loader), copied to the
+/// host. Values outside [1, time] are rejected here, with their own value in the message.
+template <std::integral I, class S, class LB>
+std::vector<int> host_lengths(const Tensor<I, S, LB>& t, std::size_t time) {
+  if (t.rank() != 1) throw ShapeError("nn::LSTM: lengths must be a vector (B), got " + t.dims().str());
+  const std::vector<I> v = t.to_vector();
+  std::vector<int> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < I(1) || static_cast<unsigned long long>(v[i]) > time)
+      throw ArgumentError("lstm: lengths[" + std::to_string(i) + "] = " + std::to_string(v[i]) + " is outside [1, " +
+                          std::to_string(time) + "] (the time extent of x)");
+    out[i] = static_cast<int>(v[i]);
+  }
+  return out;
+}
+
+template <std::size_t In, class SX>
+void check_input(const Dims& x) {
+  if constexpr (!std::is_same_v<SX, AnyShape>) {
+    static_assert(SX::rank == 3, "nn::LSTM: the input must be (batch, time, In)");
+    static_assert(shapes::may_equal(shapes::back<SX, 0>, In), "nn::LSTM: the input's last extent differs from In");
+  }
+  if (x.n != 3 || x.v[2] != In)
+    throw ShapeError("nn::LSTM: input shape " + x.str() + " is not (batch, time, " + std::to_string(In) + ")");
+}
+
+}  // namespace lstm_detail
+
+/// One-layer unidirectional LSTM. In and Hidden are static; batch and time are dynamic.
+/// Parameters: weight_ih_l0 (4H, In), weight_hh_l0 (4H, H), bias_ih_l0 (4H), bias_hh_l0 (4H),
+/// gate rows stacked i, f, g, o, all drawn from U(-1/sqrt(H), 1/sqrt(H)) (PyTorch's default).
+/// The initial state is zero.
+template <std::size_t In, std::size_t Hidden, class T = float, class B = cpu>
+class LSTM : public Module {
+ public:
+  static_assert(In > 0 && Hidden > 0 && In != dyn && Hidden != dyn, "nn::LSTM: In and Hidden must be static, positive extents");
+  static constexpr std::size_t directions = 1;
+  using Output = LstmOutput<T, 1, Hidden, B>;
+
+  LSTM(Module* parent, std::string name) : Module(parent, std::move(name)) {
+    weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In});
+    weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden});
+    bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
+    bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
+    Rng rng(name_seed(this->name()));
+    reset_parameters(rng);
+  }
+
+  void reset_parameters(Rng& rng) override {
+    const double a = 1.0 / std::sqrt(double(Hidden));
+    init::uniform(weight_ih_l0, rng, a);
+    init::uniform(weight_hh_l0, rng, a);
+    init::uniform(bias_ih_l0, rng, a);
+    init::uniform(bias_hh_l0, rng, a);
+  }
+
+  /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, Hidden), h_n, c_n (1, B, Hidden).
+  template <Context C, class SX>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths) const {
+    lstm_detail::check_input<In, SX>(x.dims());
+    auto r = attn::lstm(ctx, x, lengths, {weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0});
+    return {r.out, r.h_n, r.c_n};
+  }
+  /// The same with lengths as an integer tensor (B), e.g. int64.
+  template <Context C, class SX, std::integral I, class SL, class LB>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
+    lstm_detail::check_input<In, SX>(x.dims());
+    const std::vector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
+    return (*this)(ctx, x, std::span<const int>(l));
+  }
+
+  Var<T, Shape<4 * Hidden, In>, B> weight_ih_l0;
+  Var<T, Shape<4 * Hidden, Hidden>, B> weight_hh_l0;
+  Var<T, Shape<4 * Hidden>, B> bias_ih_l0, bias_hh_l0;
+};
+
+/// One-layer bidirectional LSTM: out (B, T, 2*Hidden) holds the forward direction in columns
+/// [0, Hidden) and the reverse one, which starts at each sample's own last real token, in
+/// [Hidden, 2*Hidden). Parameters as LSTM, then the same four with the suffix "_reverse".
+/// With two or more threads the two directions run concurrently.
+template <std::size_t In, std::size_t Hidden, class T = float, class B = cpu>
+class BiLSTM : public Module {
+ public:
+  static_assert(In > 0 && Hidden > 0 && In != dyn && Hidden != dyn, "nn::BiLSTM: In and Hidden must be static, positive extents");
+  static constexpr std::size_t directions = 2;
+  using Output = LstmOutput<T, 2, Hidden, B>;
+
+  BiLSTM(Module* parent, std::string name) : Module(parent, std::move(name)) {
+    weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In});
+    weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden});
+    bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
+    bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
+    weight_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0_reverse", {4 * Hidden, In});
+    weight_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0_reverse", {4 * Hidden, Hidden});
+    bias_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0_reverse", {4 * Hidden});
+    bias_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0_reverse", {4 * Hidden});
+    Rng rng(name_seed(this->name()));
+    reset_parameters(rng);
+  }
+
+  void reset_parameters(Rng& rng) override {
+    const double a = 1.0 / std::sqrt(double(Hidden));
+    // Registration order, as torch draws them.
+    init::uniform(weight_ih_l0, rng, a);
+    init::uniform(weight_hh_l0, rng, a);
+    init::uniform(bias_ih_l0, rng, a);
+    init::uniform(bias_hh_l0, rng, a);
+    init::uniform(weight_ih_l0_reverse, rng, a);
+    init::uniform(weight_hh_l0_reverse, rng, a);
+    init::uniform(bias_ih_l0_reverse, rng, a);
+    init::uniform(bias_hh_l0_reverse, rng, a);
+  }
+
+  /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, 2*Hidden), h_n, c_n (2, B, Hidden).
+  template <Context C, class SX>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths) const {
+    lstm_detail::check_input<In, SX>(x.dims());
+    auto r = attn::bilstm(ctx, x, lengths, {weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0},
+                    {weight_ih_l0_reverse, weight_hh_l0_reverse, bias_ih_l0_reverse, bias_hh_l0_reverse});
+    return {r.out, r.h_n, r.c_n};
+  }
+  /// The same with lengths as an integer tensor (B), e.g. int64.
+  template <Context C, class SX, std::integral I, class SL, class LB>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
+    lstm_detail::check_input<In, SX>(x.dims());
+    const std::vector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
+    return (*this)(ctx, x, std::span<const int>(l));
+  }
+
+  Var<T, Shape<4 * Hidden, In>, B> weight_ih_l0, weight_ih_l0_reverse;
+  Var<T, Shape<4 * Hidden, Hidden>, B> weight_hh_l0, weight_hh_l0_reverse;
+  Var<T, Shape<4 * Hidden>, B> bias_ih_l0, bias_hh_l0, bias_ih_l0_reverse, bias_hh_l0_reverse;
+};
+
+}  // namespace attn::nn

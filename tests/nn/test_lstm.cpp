@@ -1,0 +1,238 @@
+// LSTM / BiLSTM: gradient checks of the fused op on ragged, unsorted batches, PyTorch goldens,
+// per-sample consistency, thread-count independence, module names and bad lengths.
+#include "../golden_util.hpp"
+
+#include <attn/autograd/lstm.hpp>
+#include <attn/nn/lstm.hpp>
+
+using attn::Dims;
+using attn::dyn;
+using attn::Shape;
+using attn::Tape;
+using attn::Tensor;
+using V = std::vector<attn::Var<double>>;
+namespace nn = attn::nn;
+
+namespace {
+attn::Rng rng(4242);
+Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
+
+template <class F>
+void check(const char* name, F&& f, std::vector<Tensor<double>> in) {
+  auto r = attn::gradcheck(f, in);
+  INFO(name << ": max rel error " << r.max_rel_error << " at " << r.worst);
+  CHECK(r.ok);
+}
+
+/// out, h_n and c_n flattened into one Var, so that one gradcheck covers all three outputs.
+template <class R>
+attn::Var<double> all_outputs(Tape& t, const R& r) {
+  return attn::concat(t, V{attn::reshape(t, r.out, {r.out.numel()}), attn::reshape(t, r.h_n, {r.h_n.numel()}),
+                           attn::reshape(t, r.c_n, {r.c_n.numel()})}, 0);
+}
+
+template <class T, class S>
+void copy_param(const attn::Var<T, S>& p, const attn::io::SafetensorsFile& f, const std::string& name) {
+  auto t = golden::tensor<T>(f, name);
+  REQUIRE(t.dims() == p.dims());
+  std::copy_n(t.data(), t.numel(), const_cast<T*>(p.raw().data()));
+}
+
+template <class T, class S>
+attn::Var<T> leaf(const Tensor<T, S>& t) { return attn::Var<T>(t, false); }
+
+const std::vector<int> ragged = {3, 5, 1, 3};  // unsorted, with a tie, shorter than T = 6
+}  // namespace
+
+TEST_CASE("gradcheck: lstm op w.r.t. x and every weight, ragged unsorted lengths") {
+  const std::size_t b = 4, t = 6, in = 4, h = 3;
+  check("lstm uni",
+        [](Tape& tp, V& x) { return all_outputs(tp, attn::lstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]})); },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
+  check("lstm bi",
+        [](Tape& tp, V& x) {
+          return all_outputs(tp, attn::bilstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]}, {x[5], x[6], x[7], x[8]}));
+        },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h}), rnd({4 * h, in}, -1.5, 1.5),
+         rnd({4 * h, h}, -1.5, 1.5), rnd({4 * h}), rnd({4 * h})});
+}
+
+TEST_CASE("gradcheck: lstm with only one output in the loss (the others get no gradient)") {
+  const std::size_t b = 3, t = 4, in = 2, h = 2;
+  const std::vector<int> len = {2, 4, 3};
+  check("h_n only", [&](Tape& tp, V& x) { return attn::bilstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}, {x[5], x[6], x[7], x[8]}).h_n; },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h}), rnd({4 * h, in}), rnd({4 * h, h}),
+         rnd({4 * h}), rnd({4 * h})});
+  check("c_n only", [&](Tape& tp, V& x) { return attn::lstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}).c_n; },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
+  check("out only", [&](Tape& tp, V& x) { return attn::lstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}).out; },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
+}
+
+TEST_CASE("golden: LSTM and BiLSTM match torch.nn.LSTM on a packed, unsorted batch") {
+  for (std::string name : {"lstm_uni", "lstm_bi"}) {
+    auto f = golden::load(name);
+    const bool bi = name == "lstm_bi";
+    auto run = [&](auto tag, double tol) {
+      using T = decltype(tag);
+      auto go = [&](auto& lstm, const std::vector<std::pair<std::string, attn::Var<T>>>& params) {
+        for (auto& [n, p] : params) copy_param(p, f, n);
+        Tape tape;
+        attn::Var<T, Shape<dyn, dyn, 6>> x(golden::tensor<T>(f, "x"), true);
+        auto lengths = golden::tensor<std::int64_t>(f, "lengths");
+        auto [out, h_n, c_n] = lstm(tape, x, lengths);
+        golden::expect_close(f, "out", out.value(), tol);
+        golden::expect_close(f, "h_n", h_n.value(), tol);
+        golden::expect_close(f, "c_n", c_n.value(), tol);
+        // loss = sum(out*dout) + sum(h_n*dh_n) + sum(c_n*dc_n): backprop into all three outputs at once.
+        auto term = [&](const auto& v, const char* seed) { return attn::sum(tape, attn::mul(tape, v, leaf(golden::tensor<T>(f, seed)))); };
+        auto loss = attn::add(tape, attn::add(tape, term(out, "dout"), term(h_n, "dh_n")), term(c_n, "dc_n"));
+        tape.backward(loss);
+        golden::expect_close(f, "grad.x", x.grad(), tol);
+        for (auto& [n, p] : params) golden::expect_close(f, "grad." + n, p.grad(), tol);
+        // Padded steps: exactly zero output and zero input gradient.
+        const auto len = lengths.to_vector();
+        for (std::size_t i = 0; i < len.size(); ++i)
+          for (std::size_t s = std::size_t(len[i]); s < x.size(1); ++s) {
+            for (std::size_t k = 0; k < out.size(2); ++k) CHECK(out.value()(i, s, k) == T(0));
+            for (std::size_t k = 0; k < 6; ++k) CHECK(x.grad()(i, s, k) == T(0));
+          }
+      };
+      if (bi) {
+        nn::BiLSTM<6, 5, T> lstm(nullptr, "lstm");
+        go(lstm, {{"weight_ih_l0", lstm.weight_ih_l0}, {"weight_hh_l0", lstm.weight_hh_l0}, {"bias_ih_l0", lstm.bias_ih_l0},
+                  {"bias_hh_l0", lstm.bias_hh_l0}, {"weight_ih_l0_reverse", lstm.weight_ih_l0_reverse},
+                  {"weight_hh_l0_reverse", lstm.weight_hh_l0_reverse}, {"bias_ih_l0_reverse", lstm.bias_ih_l0_reverse},
+                  {"bias_hh_l0_reverse", lstm.bias_hh_l0_reverse}});
+      } else {
+        nn::LSTM<6, 5, T> lstm(nullptr, "lstm");
+        go(lstm, {{"weight_ih_l0", lstm.weight_ih_l0}, {"weight_hh_l0", lstm.weight_hh_l0}, {"bias_ih_l0", lstm.bias_ih_l0},
+                  {"bias_hh_l0", lstm.bias_hh_l0}});
+      }
+    };
+    run(float{}, 1e-5);
+    run(double{}, 1e-12);
+  }
+}
+
+TEST_CASE("BiLSTM: each sample of a ragged batch equals the same sample run alone") {
+  nn::BiLSTM<4, 3, double> lstm(nullptr, "lstm");
+  const std::size_t t = 6;
+  auto xb = rnd({ragged.size(), t, 4});
+  attn::NoGrad ng;
+  auto [out, h_n, c_n] = lstm(ng, attn::Var<double, Shape<dyn, dyn, 4>>(xb), ragged);
+  static_assert(std::is_same_v<decltype(out), attn::Var<double, Shape<dyn, dyn, 6>>>);
+  static_assert(std::is_same_v<decltype(h_n), attn::Var<double, Shape<2, dyn, 3>>>);
+  for (std::size_t i = 0; i < ragged.size(); ++i) {
+    const std::size_t len = std::size_t(ragged[i]);
+    Tensor<double> xi({1, len, 4});
+    std::copy_n(xb.data() + i * t * 4, len * 4, xi.data());
+    auto one = lstm(ng, attn::Var<double, Shape<dyn, dyn, 4>>(xi), std::vector<int>{int(len)});
+    for (std::size_t s = 0; s < len; ++s)
+      for (std::size_t k = 0; k < 6; ++k) CHECK(out.value()(i, s, k) == Approx(one.out.value()(0, s, k)).margin(1e-14));
+    for (std::size_t d = 0; d < 2; ++d)
+      for (std::size_t k = 0; k < 3; ++k) {
+        CHECK(h_n.value()(d, i, k) == Approx(one.h_n.value()(d, 0, k)).margin(1e-14));
+        CHECK(c_n.value()(d, i, k) == Approx(one.c_n.value()(d, 0, k)).margin(1e-14));
+      }
+    // The reverse direction starts at the sample's own last token: its h_n is the output at step 0.
+    for (std::size_t k = 0; k < 3; ++k) CHECK(h_n.value()(1, i, k) == out.value()(i, 0, 3 + k));
+    for (std::size_t k = 0; k < 3; ++k) CHECK(h_n.value()(0, i, k) == out.value()(i, len - 1, k));
+  }
+}
+
+TEST_CASE("BiLSTM: one thread and two threads give the same values and gradients") {
+  nn::BiLSTM<5, 4, float> lstm(nullptr, "lstm");
+  attn::Rng r(9);
+  Tensor<float> xv({4, 6, 5});
+  for (std::size_t i = 0; i < xv.numel(); ++i) xv[i] = float(r.uniform(-1, 1));
+  auto run = [&](int threads) {
+    attn::cpu::set_threads(threads);
+    lstm.zero_grad();
+    Tape tape;
+    attn::Var<float, Shape<dyn, dyn, 5>> x(xv, true);
+    auto res = lstm(tape, x, ragged);
+    tape.backward(attn::add(tape, attn::sum(tape, attn::tanh(tape, res.out)), attn::sum(tape, res.c_n)));
+    std::vector<float> all = res.out.value().to_vector();
+    for (auto& g : {x.grad().erased(), lstm.weight_hh_l0.grad().erased(), lstm.weight_ih_l0_reverse.grad().erased(),
+                    lstm.bias_hh_l0_reverse.grad().erased()})
+      for (float v : g.to_vector()) all.push_back(v);
+    return all;
+  };
+  const auto one = run(1), two = run(2);
+  attn::cpu::set_threads(0);
+  REQUIRE(one.size() == two.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) worst = std::max(worst, double(std::abs(one[i] - two[i])));
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE("LSTM: a second backward accumulates the same parameter gradients again") {
+  nn::LSTM<3, 2, double> lstm(nullptr, "lstm");
+  Tape tape;
+  attn::Var<double, Shape<dyn, dyn, 3>> x(rnd({2, 3, 3}), true);
+  auto res = lstm(tape, x, std::vector<int>{1, 3});
+  auto loss = attn::add(tape, attn::sum(tape, res.out), attn::sum(tape, res.h_n));
+  tape.backward(loss);
+  const auto g1 = lstm.weight_hh_l0.grad().clone();
+  tape.backward(loss);
+  const auto g2 = lstm.weight_hh_l0.grad();
+  for (std::size_t i = 0; i < g1.numel(); ++i) CHECK(g2[i] == Approx(2 * g1[i]).margin(1e-14));
+}
+
+TEST_CASE("LSTM/BiLSTM modules: PyTorch names, shapes and default init range") {
+  struct Net : nn::Module {
+    nn::BiLSTM<7, 4> rnn{this, "lstm"};
+  } net;
+  auto np = net.named_parameters();
+  const std::vector<std::string> names = {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
+                                          "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse"};
+  const std::vector<Dims> dims = {{16, 7}, {16, 4}, {16}, {16}, {16, 7}, {16, 4}, {16}, {16}};
+  REQUIRE(np.size() == names.size());
+  for (std::size_t i = 0; i < np.size(); ++i) {
+    CHECK(np[i].first == "lstm." + names[i]);
+    CHECK(np[i].second->dims() == dims[i]);
+  }
+  CHECK(net.parameter_count() == 2 * (16 * 7 + 16 * 4 + 32));
+  for (auto& p : net.parameters<float>()) {
+    const auto v = p.raw().to_vector();
+    float lo = 1, hi = -1;
+    for (float e : v) lo = std::min(lo, e), hi = std::max(hi, e);
+    CHECK(lo >= -0.5f);  // 1/sqrt(4)
+    CHECK(hi <= 0.5f);
+    CHECK(hi - lo > 0.2f);
+  }
+  nn::LSTM<7, 4> uni(nullptr, "u");
+  CHECK(uni.named_parameters().size() == 4);
+  CHECK(uni.named_parameters()[1].first == "weight_hh_l0");
+}
+
+TEST_CASE("LSTM: bad lengths and shapes throw with clear messages") {
+  nn::BiLSTM<3, 2, double> lstm(nullptr, "lstm");
+  attn::NoGrad ng;
+  attn::Var<double, Shape<dyn, dyn, 3>> x(rnd({3, 4, 3}));
+  auto throws_arg = [&](std::vector<int> len, const std::string& what) {
+    CHECK_THROWS_WITH(lstm(ng, x, len), Catch::Contains(what));
+    CHECK_THROWS_AS(lstm(ng, x, len), attn::ArgumentError);
+  };
+  throws_arg({2, 0, 4}, "lengths[1] = 0 is outside [1, 4]");
+  throws_arg({2, 5, 4}, "lengths[1] = 5 is outside [1, 4]");
+  throws_arg({-1, 2, 4}, "lengths[0] = -1");
+  CHECK_THROWS_AS(lstm(ng, x, std::vector<int>{2, 3}), attn::ShapeError);
+  CHECK_THROWS_WITH(lstm(ng, x, std::vector<int>{2, 3}), Catch::Contains("2 lengths for a batch of 3"));
+  // Integer-tensor lengths are checked the same way.
+  CHECK_THROWS_AS(lstm(ng, x, Tensor<std::int64_t>::from({3}, {1, 9, 2})), attn::ArgumentError);
+  CHECK_THROWS_WITH(lstm(ng, x, Tensor<std::int64_t>::from({3}, {1, 2, 0})), Catch::Contains("lengths[2] = 0"));
+  CHECK_THROWS_AS(lstm(ng, x, Tensor<std::int64_t>::from({3, 1}, {1, 2, 2})), attn::ShapeError);
+  CHECK_NOTHROW(lstm(ng, x, Tensor<std::int64_t>::from({3}, {1, 4, 2})));
+  // Wrong input width (run time) and mismatched weights in the op.
+  attn::Var<double> wide(rnd({3, 4, 5}));
+  CHECK_THROWS_AS(lstm(ng, wide, std::vector<int>{1, 1, 1}), attn::ShapeError);
+  attn::Var<double> flat(rnd({3, 4}));
+  CHECK_THROWS_AS(lstm(ng, flat, std::vector<int>{1, 1, 1}), attn::ShapeError);
+  attn::Var<double> w_ih(rnd({8, 3})), w_hh(rnd({8, 2})), b(rnd({8})), bad_hh(rnd({8, 3}));
+  CHECK_THROWS_AS(attn::lstm(ng, x, std::vector<int>{1, 2, 3}, {w_ih, bad_hh, b, b}), attn::ShapeError);
+  CHECK_THROWS_AS(attn::lstm(ng, x, std::vector<int>{1, 2, 3}, {w_hh, w_hh, b, b}), attn::ShapeError);
+  CHECK_THROWS_AS(attn::lstm(ng, x, std::vector<int>{1, 2, 3}, {w_ih, w_hh, b, attn::Var<double>(rnd({7}))}), attn::ShapeError);
+  CHECK_NOTHROW(attn::lstm(ng, x, std::vector<int>{1, 2, 3}, {w_ih, w_hh, b, b}));
+}
