@@ -10,4 +10,5 @@
 #include "autograd/embedding.hpp"
 #include "autograd/loss.hpp"
 #include "autograd/lstm.hpp"
+#include "autograd/attention.hpp"
 #include "autograd/gradcheck.hpp"

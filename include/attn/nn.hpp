@@ -8,3 +8,4 @@
 #include "nn/embedding.hpp"
 #include "nn/layer_norm.hpp"
 #include "nn/lstm.hpp"
+#include "nn/attention.hpp"

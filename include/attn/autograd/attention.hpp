@@ -1,0 +1,600 @@
+// Multi-head scaled dot-product self-attention on a fused QKV tensor, as one op with a hand-written
+// backward: a tiled online-softmax ("flash") kernel with O(T) memory, and a naive kernel that keeps
+// the (B, H, T, T) weights.   qkv (B, T, 3*D) -> (B, T, D), heads merged.
+//   auto o = attn::self_attention(ctx, qkv, {.heads = 8, .key_mask = mask});
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#define ATTN_MHA_AVX2 1  // an AVX2+FMA exp, chosen at run time, whatever the build's -m flags
+#endif
+
+#include "../backend/cpu.hpp"
+#include "var.hpp"
+
+#if defined(_OPENMP)
+#define ATTN_MHA_OMP(x) _Pragma(x)
+#else
+#define ATTN_MHA_OMP(x)
+#endif
+
+namespace attn {
+
+/// Which kernel self_attention runs. `automatic`: flash unless the weights are requested.
+enum class AttentionKernel { automatic, flash, naive };
+
+/// What one self_attention call allocated (host bytes), for tests and memory budgeting. Filled in
+/// by forward and, if recorded, by backward; the object must outlive the backward pass.
+struct AttentionStats {
+  std::size_t saved_bytes = 0;    // kept for backward besides the output: logsumexp (B,H,T) or weights (B,H,T,T)
+  std::size_t largest_bytes = 0;  // the largest single buffer the op allocated, forward or backward
+  std::size_t total_bytes = 0;    // every buffer the op allocated, summed (scratch counted per thread)
+  void note(std::size_t bytes) { largest_bytes = std::max(largest_bytes, bytes), total_bytes += bytes; }
+};
+
+/// The inputs of self_attention besides qkv.
+template <class T, class B = cpu>
+struct AttentionArgs {
+  std::size_t heads = 1;
+  Tensor<T, AnyShape, B> key_mask = {};   // (B, T): != 0 a real token, 0 padding (gets no weight); empty: none
+  Tensor<T, AnyShape, B> attn_mask = {};  // (T, T): added to the scores, may hold -inf; empty: none
+  double dropout = 0;                // probability of dropping each attention weight; pass 0 outside training
+  AttentionKernel kernel = AttentionKernel::automatic;
+  Tensor<T, AnyShape, B>* weights = nullptr;  // if set, receives the softmax weights (B, H, T, T) (naive kernel)
+  AttentionStats* stats = nullptr;
+};
+
+namespace kernels {
+
+/// One self-attention problem. qkv is (B, T, 3, H, hd) row-major: token t's row holds Q, K and V,
+/// each D = H*hd wide, head h at columns h*hd.. of each. Output (B, T, H, hd) = (B, T, D).
+template <class T>
+struct MhaProblem {
+  std::size_t batch = 0, time = 0, heads = 0, head_dim = 0;
+  const T* qkv = nullptr;
+  const T* key_mask = nullptr;   // (B, T) or nullptr
+  const T* attn_mask = nullptr;  // (T, T) or nullptr
+  T scale = 1;                   // 1 / sqrt(head_dim)
+  double dropout = 0;
+  std::uint64_t seed = 0;        // of the dropout mask, a pure function of (seed, b, h, i, j)
+  std::size_t dim() const { return heads * head_dim; }
+  std::size_t ld() const { return 3 * dim(); }
+};
+
+namespace mha {
+
+inline constexpr std::size_t block_q = 128;  // query rows per tile
+inline constexpr std::size_t block_k = 128;  // key columns per tile: tiles of 64 KiB (float)
+
+template <class T>
+inline constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+
+/// Dropout factor of weight (b*H + h, i, j): 0 or 1/(1-p). A counter-based hash (splitmix64), so
+/// that forward and backward, flash and naive, in any tile order, agree on the mask.
+template <class T>
+struct DropMask {
+  std::uint64_t seed = 0;
+  std::uint32_t threshold = 0;  // drop when the 24-bit hash < threshold
+  T keep = 1;
+  bool active = false;
+  DropMask(double p, std::uint64_t s) : seed(s) {
+    active = p > 0;
+    threshold = static_cast<std::uint32_t>(p * double(1u << 24));
+    keep = active ? T(1.0 / (1.0 - p)) : T(1);
+  }
+  T operator()(std::uint64_t idx) const {
+    std::uint64_t z = seed + (idx + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return static_cast<std::uint32_t>(z >> 40) < threshold ? T(0) : keep;
+  }
+};
+
+#if defined(__SSE2__)
+/// exp(v) for 4 floats: Cephes' polynomial on v = n ln2 + r. v < -87 (results under FLT_MIN, and
+/// -inf) gives exactly 0, which also keeps denormals out of the GEMMs; NaN stays NaN.
+inline __m128 exp_ps(__m128 v) {
+  const __m128 keep = _mm_cmpge_ps(v, _mm_set1_ps(-87.0f));
+  const __m128 nan = _mm_cmpunord_ps(v, v);
+  const __m128 c = _mm_min_ps(_mm_max_ps(v, _mm_set1_ps(-87.0f)), _mm_set1_ps(88.0f));
+  const __m128i ni = _mm_cvtps_epi32(_mm_mul_ps(c, _mm_set1_ps(1.44269504088896341f)));  // round to nearest
+  const __m128 fn = _mm_cvtepi32_ps(ni);
+  __m128 r = _mm_sub_ps(c, _mm_mul_ps(fn, _mm_set1_ps(0.693359375f)));
+  r = _mm_add_ps(r, _mm_mul_ps(fn, _mm_set1_ps(2.12194440e-4f)));
+  __m128 p = _mm_set1_ps(1.9875691500e-4f);
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.3981999507e-3f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(8.3334519073e-3f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(4.1665795894e-2f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.6666665459e-1f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(5.0000001201e-1f));
+  p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(_mm_mul_ps(p, r), r), r), _mm_set1_ps(1.0f));
+  const __m128 scale = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(ni, _mm_set1_epi32(127)), 23));
+  return _mm_or_ps(_mm_and_ps(_mm_mul_ps(p, scale), keep), _mm_and_ps(v, nan));
+}
+inline float hsum_ps(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+#endif
+
+#if defined(ATTN_MHA_AVX2)
+/// exp_ps for 8 floats with AVX2 and FMA.
+__attribute__((target("avx2,fma"))) inline __m256 exp8_ps(__m256 v) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ);
+  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  const __m256 c = _mm256_min_ps(_mm256_max_ps(v, lo), _mm256_set1_ps(88.0f));
+  const __m256 fn = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(fn, _mm256_set1_ps(-0.693359375f), c);
+  r = _mm256_fmadd_ps(fn, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
+  return _mm256_or_ps(_mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep), _mm256_and_ps(v, nan));
+}
+/// exp_shift_sum's AVX2 body: whole 8-float groups of x[0..n); returns their count and adds to *sum.
+__attribute__((target("avx2,fma"))) inline std::size_t exp_shift_sum_avx2(float* x, std::size_t n, float m, float* sum) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 y = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+    _mm256_storeu_ps(x + j, y);
+    acc = _mm256_add_ps(acc, y);
+  }
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  *sum += hsum_ps(h);
+  return j;
+}
+inline bool has_avx2_fma() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return ok;
+}
+#endif
+
+/// max over x[0..n).
+template <class T>
+T row_max(const T* x, std::size_t n) {
+  T m = neg_inf<T>;
+  for (std::size_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+inline float row_max(const float* x, std::size_t n) {
+  float m = neg_inf<float>;
+  std::size_t j = 0;
+#if defined(__SSE2__)
+  __m128 mv = _mm_set1_ps(m);
+  for (; j + 4 <= n; j += 4) mv = _mm_max_ps(mv, _mm_loadu_ps(x + j));
+  mv = _mm_max_ps(mv, _mm_movehl_ps(mv, mv));
+  mv = _mm_max_ss(mv, _mm_shuffle_ps(mv, mv, 1));
+  m = _mm_cvtss_f32(mv);
+#endif
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+/// x[j] = exp(x[j] - m) in place (0 where x is -inf), returning the sum. m is finite or +inf.
+inline float exp_shift_sum(float* x, std::size_t n, float m) {
+  float s = 0;
+  std::size_t j = 0;
+#if defined(ATTN_MHA_AVX2)
+  if (has_avx2_fma()) j = exp_shift_sum_avx2(x, n, m, &s);
+#endif
+#if defined(__SSE2__)
+  const __m128 mv = _mm_set1_ps(m);
+  __m128 acc = _mm_setzero_ps();
+  for (; j + 4 <= n; j += 4) {
+    const __m128 y = exp_ps(_mm_sub_ps(_mm_loadu_ps(x + j), mv));
+    _mm_storeu_ps(x + j, y);
+    acc = _mm_add_ps(acc, y);
+  }
+  s += hsum_ps(acc);
+#endif
+  for (; j < n; ++j) s += (x[j] = std::exp(x[j] - m));
+  return s;
+}
+inline double exp_shift_sum(double* x, std::size_t n, double m) {
+  double s = 0;
+  for (std::size_t j = 0; j < n; ++j) s += (x[j] = std::exp(x[j] - m));
+  return s;
+}
+
+/// Key-padding and attn_mask summaries shared by the kernels.
+template <class T>
+struct Masks {
+  std::vector<T> key_bias;            // (B, T): 0 for a real key, -inf for padding; empty without key mask
+  std::vector<unsigned char> kblock;  // (B, nkb): 0 all padding, 1 mixed, 2 all real
+  std::vector<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry
+  std::size_t nqb = 0, nkb = 0;
+
+  Masks(const MhaProblem<T>& p, std::size_t bq, std::size_t bk) {
+    const std::size_t n = p.time;
+    nqb = (n + bq - 1) / bq;
+    nkb = (n + bk - 1) / bk;
+    kblock.assign(p.batch * nkb, 2);
+    if (p.key_mask) {
+      key_bias.resize(p.batch * n);
+      for (std::size_t b = 0; b < p.batch; ++b)
+        for (std::size_t kb = 0; kb < nkb; ++kb) {
+          std::size_t real = 0, j1 = std::min(n, (kb + 1) * bk);
+          for (std::size_t j = kb * bk; j < j1; ++j) {
+            const bool r = p.key_mask[b * n + j] != T(0);
+            key_bias[b * n + j] = r ? T(0) : neg_inf<T>;
+            real += r;
+          }
+          kblock[b * nkb + kb] = real == 0 ? 0 : real == j1 - kb * bk ? 2 : 1;
+        }
+    }
+    ablock.assign(nqb * nkb, 1);
+    if (p.attn_mask)
+      for (std::size_t qb = 0; qb < nqb; ++qb)
+        for (std::size_t kb = 0; kb < nkb; ++kb) {
+          bool live = false;
+          for (std::size_t i = qb * bq; i < std::min(n, (qb + 1) * bq) && !live; ++i)
+            for (std::size_t j = kb * bk; j < std::min(n, (kb + 1) * bk) && !live; ++j)
+              live = p.attn_mask[i * n + j] != neg_inf<T>;
+          ablock[qb * nkb + kb] = live;
+        }
+  }
+  std::size_t bytes() const { return key_bias.size() * sizeof(T) + kblock.size() + ablock.size(); }
+  /// Adds attn_mask and key padding to score tile s (rows i0.., cols j0.., row stride ld).
+  void apply(const MhaProblem<T>& p, std::size_t b, std::size_t kb, T* s, std::size_t ld, std::size_t i0, std::size_t rows,
+             std::size_t j0, std::size_t cols) const {
+    const std::size_t n = p.time;
+    const T* kbias = p.key_mask && kblock[b * nkb + kb] != 2 ? key_bias.data() + b * n + j0 : nullptr;
+    for (std::size_t r = 0; r < rows; ++r) {
+      T* row = s + r * ld;
+      if (p.attn_mask) {
+        const T* a = p.attn_mask + (i0 + r) * n + j0;
+ATTN_MHA_OMP("omp simd")
+        for (std::size_t j = 0; j < cols; ++j) row[j] += a[j];
+      }
+      if (kbias) {
+ATTN_MHA_OMP("omp simd")
+        for (std::size_t j = 0; j < cols; ++j) row[j] += kbias[j];
+      }
+    }
+  }
+};
+
+inline int threads_for(std::size_t tasks) {
+#if defined(_OPENMP)
+  return static_cast<int>(std::clamp<std::size_t>(tasks, 1, static_cast<std::size_t>(omp_get_max_threads())));
+#else
+  (void)tasks;
+  return 1;
+#endif
+}
+
+}  // namespace mha
+
+/// Flash forward. out (B, T, D) = softmax(Q K^T * scale + masks) V per head, tile by tile with a
+/// running row max m and sum l (Milakov & Gimelshein, online softmax); lse (B, H, T) = m + log l,
+/// +inf for a row with no visible key (its output is 0). Never forms a T x T matrix.
+template <class T>
+void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionStats* stats) {
+  using namespace mha;
+  const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
+  const Masks<T> masks(p, block_q, block_k);
+  const std::size_t nqb = masks.nqb, nkb = masks.nkb;
+  const long long tasks = static_cast<long long>(p.batch * H * nqb);
+  const int nt = threads_for(std::size_t(tasks));
+  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : (block_q * block_k + 2 * block_q) * sizeof(T));
+  const DropMask<T> drop(p.dropout, p.seed);
+ATTN_MHA_OMP("omp parallel num_threads(nt)")
+  {
+    std::vector<T> s(block_q * block_k), m(block_q), l(block_q);
+ATTN_MHA_OMP("omp for schedule(dynamic)")
+    for (long long task = 0; task < tasks; ++task) {
+      const std::size_t b = std::size_t(task) / (H * nqb), h = std::size_t(task) / nqb % H, qb = std::size_t(task) % nqb;
+      const std::size_t i0 = qb * block_q, br = std::min(block_q, n - i0);
+      const T *Q = p.qkv + (b * n + i0) * ld + h * hd, *K = p.qkv + b * n * ld + D + h * hd, *V = K + D;
+      T* O = out + (b * n + i0) * D + h * hd;  // (br, hd), row stride D: the accumulator
+      for (std::size_t r = 0; r < br; ++r) std::fill_n(O + r * D, hd, T(0));
+      std::fill_n(m.data(), br, neg_inf<T>);
+      std::fill_n(l.data(), br, T(0));
+      for (std::size_t kb = 0; kb < nkb; ++kb) {
+        if (!masks.kblock[b * nkb + kb] || !masks.ablock[qb * nkb + kb]) continue;
+        const std::size_t j0 = kb * block_k, bc = std::min(block_k, n - j0);
+        // s (br, bc) = scale * Q_i K_j^T + masks
+        cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q, int(ld), K + j0 * ld, int(ld), T(0),
+                     s.data(), int(bc));
+        masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
+        for (std::size_t r = 0; r < br; ++r) {
+          T* row = s.data() + r * bc;
+          const T mnew = std::max(m[r], row_max(row, bc));
+          if (mnew == neg_inf<T>) {  // nothing visible yet in this row
+            std::fill_n(row, bc, T(0));
+            continue;
+          }
+          const T alpha = m[r] == neg_inf<T> ? T(0) : std::exp(m[r] - mnew);
+          l[r] = l[r] * alpha + exp_shift_sum(row, bc, mnew);
+          m[r] = mnew;
+          if (alpha != T(1))
+            for (std::size_t c = 0; c < hd; ++c) O[r * D + c] *= alpha;
+          if (drop.active) {
+            const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
+            for (std::size_t j = 0; j < bc; ++j) row[j] *= drop(base + j);
+          }
+        }
+        // O_i += P V_j: (br, bc) x (bc, hd)
+        cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), T(1), s.data(), int(bc), V + j0 * ld, int(ld), T(1), O,
+                     int(D));
+      }
+      T* L = lse + (b * H + h) * n + i0;
+      for (std::size_t r = 0; r < br; ++r) {
+        T* o = O + r * D;
+        if (l[r] > T(0)) {
+          const T inv = T(1) / l[r];
+          for (std::size_t c = 0; c < hd; ++c) o[c] *= inv;
+          L[r] = m[r] + std::log(l[r]);
+        } else {
+          std::fill_n(o, hd, T(0));
+          L[r] = std::numeric_limits<T>::infinity();
+        }
+      }
+    }
+  }
+}
+
+/// Flash backward (FlashAttention-2, Dao 2023): per head, D_i = rowsum(dO_i * O_i); for each key
+/// tile j and query tile i, P = exp(S - L) recomputed, dV_j += (P*Z)^T dO_i, dP = (dO_i V_j^T)*Z,
+/// dS = P * (dP - D_i), dQ_i += scale dS K_j, dK_j += scale dS^T Q_i (Z: dropout factors).
+/// Accumulates into dqkv (B, T, 3D).
+template <class T>
+void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout, const T* lse, T* dqkv, AttentionStats* stats) {
+  using namespace mha;
+  const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
+  const Masks<T> masks(p, block_q, block_k);
+  const std::size_t nqb = masks.nqb, nkb = masks.nkb;
+  const long long tasks = static_cast<long long>(p.batch * H);
+  const int nt = threads_for(std::size_t(tasks));
+  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : (2 * block_q * block_k + n) * sizeof(T));
+  const DropMask<T> drop(p.dropout, p.seed);
+ATTN_MHA_OMP("omp parallel num_threads(nt)")
+  {
+    std::vector<T> pt(block_q * block_k), dp(block_q * block_k), Dv(n);
+ATTN_MHA_OMP("omp for schedule(dynamic)")
+    for (long long task = 0; task < tasks; ++task) {
+      const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
+      const std::size_t qoff = b * n * ld + h * hd, ooff = b * n * D + h * hd;  // Q, K, V at qoff, +D, +2D
+      const T *Q = p.qkv + qoff, *K = Q + D, *V = K + D, *O = out + ooff, *dO = dout + ooff;
+      T *dQ = dqkv + qoff, *dK = dQ + D, *dV = dK + D;
+      const T* L = lse + (b * H + h) * n;
+      for (std::size_t i = 0; i < n; ++i) {
+        T acc = 0;
+        for (std::size_t c = 0; c < hd; ++c) acc += dO[i * D + c] * O[i * D + c];
+        Dv[i] = acc;
+      }
+      for (std::size_t kb = 0; kb < nkb; ++kb) {
+        if (!masks.kblock[b * nkb + kb]) continue;
+        const std::size_t j0 = kb * block_k, bc = std::min(block_k, n - j0);
+        for (std::size_t qb = 0; qb < nqb; ++qb) {
+          if (!masks.ablock[qb * nkb + kb]) continue;
+          const std::size_t i0 = qb * block_q, br = std::min(block_q, n - i0);
+          cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q + i0 * ld, int(ld), K + j0 * ld, int(ld),
+                       T(0), pt.data(), int(bc));
+          masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
+          for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
+          // dP (br, bc) = dO_i V_j^T
+          cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), T(1), dO + i0 * D, int(D), V + j0 * ld, int(ld), T(0),
+                       dp.data(), int(bc));
+          for (std::size_t r = 0; r < br; ++r) {
+            T* pr = pt.data() + r * bc;
+            T* gr = dp.data() + r * bc;
+            const T di = Dv[i0 + r];
+            if (drop.active) {
+              const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
+              for (std::size_t j = 0; j < bc; ++j) {
+                const T z = drop(base + j);
+                gr[j] = pr[j] * (gr[j] * z - di);
+                pr[j] *= z;
+              }
+            } else {
+ATTN_MHA_OMP("omp simd")
+              for (std::size_t j = 0; j < bc; ++j) gr[j] = pr[j] * (gr[j] - di);
+            }
+          }
+          // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
+          cpu::gemm<T>(Trans::yes, Trans::no, int(bc), int(hd), int(br), T(1), pt.data(), int(bc), dO + i0 * D, int(D), T(1),
+                       dV + j0 * ld, int(ld));
+          cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), p.scale, dp.data(), int(bc), K + j0 * ld, int(ld), T(1),
+                       dQ + i0 * ld, int(ld));
+          cpu::gemm<T>(Trans::yes, Trans::no, int(bc), int(hd), int(br), p.scale, dp.data(), int(bc), Q + i0 * ld, int(ld), T(1),
+                       dK + j0 * ld, int(ld));
+        }
+      }
+    }
+  }
+}
+
+/// Naive forward: per head, weights (B, H, T, T) = softmax(Q K^T * scale + masks) (a row with no
+/// visible key is all zeros), out = (weights * Z) V.
+template <class T>
+void mha_naive_forward(cpu, const MhaProblem<T>& p, T* out, T* weights, AttentionStats* stats) {
+  using namespace mha;
+  const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
+  const Masks<T> masks(p, n ? n : 1, n ? n : 1);
+  const DropMask<T> drop(p.dropout, p.seed);
+  const long long tasks = static_cast<long long>(p.batch * H);
+  const int nt = threads_for(std::size_t(tasks));
+  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : drop.active ? n * n * sizeof(T) : 0);
+ATTN_MHA_OMP("omp parallel num_threads(nt)")
+  {
+    std::vector<T> pz(drop.active ? n * n : 0);
+ATTN_MHA_OMP("omp for schedule(dynamic)")
+    for (long long task = 0; task < tasks; ++task) {
+      const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
+      const T *Q = p.qkv + b * n * ld + h * hd, *K = Q + D, *V = K + D;
+      T* P = weights + std::size_t(task) * n * n;
+      cpu::gemm<T>(Trans::no, Trans::yes, int(n), int(n), int(hd), p.scale, Q, int(ld), K, int(ld), T(0), P, int(n));
+      masks.apply(p, b, 0, P, n, 0, n, 0, n);
+      for (std::size_t i = 0; i < n; ++i) {
+        T* row = P + i * n;
+        const T mx = row_max(row, n);
+        if (mx == neg_inf<T>) {
+          std::fill_n(row, n, T(0));
+          continue;
+        }
+        const T inv = T(1) / exp_shift_sum(row, n, mx);
+        for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
+      }
+      const T* Pd = P;
+      if (drop.active) {
+        for (std::size_t i = 0; i < n * n; ++i) pz[i] = P[i] * drop(std::size_t(task) * n * n + i);
+        Pd = pz.data();
+      }
+      cpu::gemm<T>(Trans::no, Trans::no, int(n), int(hd), int(n), T(1), Pd, int(n), V, int(ld), T(0), out + b * n * D + h * hd,
+                   int(D));
+    }
+  }
+}
+
+/// Naive backward from the saved weights P: dV += (P*Z)^T dO, dP = (dO V^T)*Z,
+/// dS = P * (dP - rowsum(P * dP)) (softmax Jacobian), dQ += scale dS K, dK += scale dS^T Q.
+template <class T>
+void mha_naive_backward(cpu, const MhaProblem<T>& p, const T* weights, const T* dout, T* dqkv, AttentionStats* stats) {
+  using namespace mha;
+  const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
+  const DropMask<T> drop(p.dropout, p.seed);
+  const long long tasks = static_cast<long long>(p.batch * H);
+  const int nt = threads_for(std::size_t(tasks));
+  if (stats)
+    for (int t = 0; t < nt; ++t) stats->note((drop.active ? 2 : 1) * n * n * sizeof(T));
+ATTN_MHA_OMP("omp parallel num_threads(nt)")
+  {
+    std::vector<T> dp(n * n), pz(drop.active ? n * n : 0);
+ATTN_MHA_OMP("omp for schedule(dynamic)")
+    for (long long task = 0; task < tasks; ++task) {
+      const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
+      const std::size_t qoff = b * n * ld + h * hd;
+      const T *Q = p.qkv + qoff, *K = Q + D, *V = K + D, *dO = dout + b * n * D + h * hd;
+      T *dQ = dqkv + qoff, *dK = dQ + D, *dV = dK + D;
+      const T* P = weights + std::size_t(task) * n * n;
+      const T* Pd = P;
+      cpu::gemm<T>(Trans::no, Trans::yes, int(n), int(n), int(hd), T(1), dO, int(D), V, int(ld), T(0), dp.data(), int(n));
+      if (drop.active) {
+        for (std::size_t i = 0; i < n * n; ++i) {
+          const T z = drop(std::size_t(task) * n * n + i);
+          pz[i] = P[i] * z;
+          dp[i] *= z;
+        }
+        Pd = pz.data();
+      }
+      cpu::gemm<T>(Trans::yes, Trans::no, int(n), int(hd), int(n), T(1), Pd, int(n), dO, int(D), T(1), dV, int(ld));
+      for (std::size_t i = 0; i < n; ++i) {
+        const T* pr = P + i * n;
+        T* gr = dp.data() + i * n;
+        T s = 0;
+ATTN_MHA_OMP("omp simd reduction(+ : s)")
+        for (std::size_t j = 0; j < n; ++j) s += pr[j] * gr[j];
+ATTN_MHA_OMP("omp simd")
+        for (std::size_t j = 0; j < n; ++j) gr[j] = pr[j] * (gr[j] - s);
+      }
+      cpu::gemm<T>(Trans::no, Trans::no, int(n), int(hd), int(n), p.scale, dp.data(), int(n), K, int(ld), T(1), dQ, int(ld));
+      cpu::gemm<T>(Trans::yes, Trans::no, int(n), int(hd), int(n), p.scale, dp.data(), int(n), Q, int(ld), T(1), dK, int(ld));
+    }
+  }
+}
+
+}  // namespace kernels
+
+namespace detail {
+template <class S>
+struct attention_out_shape {
+  static constexpr std::size_t w = shapes::back<S, 0>;
+  static_assert(S::rank == 3, "self_attention: qkv must be (batch, time, 3*D)");
+  static_assert(w == dyn || w % 3 == 0, "self_attention: the last extent of qkv must be 3*D");
+  using type = shapes::replace_back_t<S, w == dyn ? dyn : w / 3>;
+};
+template <>
+struct attention_out_shape<AnyShape> { using type = AnyShape; };
+}  // namespace detail
+
+/// Multi-head self-attention: qkv (B, T, 3*D) holds Q, K, V (each D = heads * head_dim wide, head h
+/// at columns h*head_dim..); returns softmax(Q K^T / sqrt(head_dim) + attn_mask, padded keys
+/// excluded) V per head, heads merged: (B, T, D). A query row with no visible key gives zero
+/// weights and a zero output. Queries at padded positions are computed like any other.
+template <Context C, class T, class S, class B>
+auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& a) {
+  using SO = typename detail::attention_out_shape<S>::type;
+  const Dims& d = qkv.dims();
+  if (d.n != 3 || d.v[2] % 3 != 0 || a.heads == 0 || (d.v[2] / 3) % a.heads != 0)
+    throw ShapeError("self_attention: qkv " + d.str() + " must be (batch, time, 3*D) with D divisible by heads = " +
+                     std::to_string(a.heads));
+  const std::size_t nb = d.v[0], n = d.v[1], D = d.v[2] / 3;
+  if (!a.key_mask.empty() && !(a.key_mask.dims() == Dims{nb, n}))
+    shape_mismatch("self_attention", "key_mask must be (batch, time)", a.key_mask.dims(), Dims{nb, n});
+  if (!a.attn_mask.empty() && !(a.attn_mask.dims() == Dims{n, n}))
+    shape_mismatch("self_attention", "attn_mask must be (time, time)", a.attn_mask.dims(), Dims{n, n});
+  if (!(a.dropout >= 0 && a.dropout < 1)) throw ArgumentError("self_attention: dropout must be in [0, 1), got " + std::to_string(a.dropout));
+  const bool naive = a.kernel == AttentionKernel::naive || (a.kernel == AttentionKernel::automatic && a.weights);
+  if (!naive && a.weights) throw ArgumentError("self_attention: the flash kernel does not form the weights; use the naive kernel");
+
+  kernels::MhaProblem<T> p;
+  p.batch = nb;
+  p.time = n;
+  p.heads = a.heads;
+  p.head_dim = D / a.heads;
+  p.qkv = qkv.raw().data();
+  p.key_mask = a.key_mask.empty() ? nullptr : a.key_mask.data();
+  p.attn_mask = a.attn_mask.empty() ? nullptr : a.attn_mask.data();
+  p.scale = T(1.0 / std::sqrt(double(p.head_dim)));
+  p.dropout = a.dropout;
+  p.seed = a.dropout > 0 ? ctx.rng().next() : 0;
+
+  Tensor<T, AnyShape, B> out(Dims{nb, n, D}), saved;
+  if (a.stats) a.stats->note(out.numel() * sizeof(T));
+  if (naive) {
+    saved = Tensor<T, AnyShape, B>(Dims{nb, a.heads, n, n});
+    kernels::mha_naive_forward(B{}, p, out.data(), saved.data(), a.stats);
+    if (a.weights) *a.weights = saved;
+  } else {
+    saved = Tensor<T, AnyShape, B>(Dims{nb, a.heads, n});
+    kernels::mha_flash_forward(B{}, p, out.data(), saved.data(), a.stats);
+  }
+  if (a.stats) {
+    a.stats->saved_bytes += saved.numel() * sizeof(T);
+    a.stats->note(saved.numel() * sizeof(T));
+  }
+
+  Tape* tape = detail::tape_of(ctx);
+  const bool rg = detail::needs_grad(tape, qkv);
+  auto o = detail::make_out<SO>(tape, std::move(out), rg);
+  if (rg) {
+    tape->push(o.data(), [qd = qkv.data(), od = o.data(), p, naive, saved, km = a.key_mask, am = a.attn_mask, stats = a.stats] {
+      if (od->grad.empty() || !qd->requires_grad) return;
+      auto q = p;  // the pointers of the problem, re-read from the captured tensors
+      q.qkv = qd->value.data();
+      q.key_mask = km.empty() ? nullptr : km.data();
+      q.attn_mask = am.empty() ? nullptr : am.data();
+      T* g = qd->grad_ref().data();
+      if (naive) kernels::mha_naive_backward(B{}, q, saved.data(), od->grad.data(), g, stats);
+      else kernels::mha_flash_backward(B{}, q, od->value.data(), od->grad.data(), saved.data(), g, stats);
+    });
+  }
+  return o;
+}
+
+}  // namespace attn
+
+#undef ATTN_MHA_OMP

@@ -1,0 +1,419 @@
+// nn::Attention and attn::self_attention: module contract, gradient checks of both kernels, flash
+// vs naive agreement, PyTorch goldens (nn.MultiheadAttention), dropout and the O(T) memory of flash.
+#include "../golden_util.hpp"
+
+#include <attn/autograd/attention.hpp>
+#include <attn/nn/attention.hpp>
+
+using attn::AttentionKernel;
+using attn::Dims;
+using attn::dyn;
+using attn::Shape;
+using attn::Tape;
+using attn::Tensor;
+using V = std::vector<attn::Var<double>>;
+namespace nn = attn::nn;
+
+namespace {
+
+attn::Rng rng(2024);
+
+/// (B, T) mask with the given lengths: 1 for t < len, else 0.
+template <class T>
+Tensor<T> lengths_mask(const std::vector<std::size_t>& lengths, std::size_t n) {
+  Tensor<T> m = Tensor<T>::zeros({lengths.size(), n});
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    for (std::size_t t = 0; t < std::min(n, lengths[b]); ++t) m(b, t) = T(1);
+  return m;
+}
+
+/// (T, T) additive mask: -inf strictly above the diagonal, random finite values elsewhere.
+template <class T>
+Tensor<T> causal_mask(std::size_t n) {
+  Tensor<T> m({n, n});
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) m(i, j) = j > i ? -std::numeric_limits<T>::infinity() : T(rng.uniform(-1, 1));
+  return m;
+}
+
+template <class T>
+Tensor<T> random(const Dims& d, double lo = -1, double hi = 1) {
+  Tensor<T> t(d);
+  for (std::size_t i = 0; i < t.numel(); ++i) t[i] = T(rng.uniform(lo, hi));
+  return t;
+}
+
+template <class T, class S, class B>
+void set_value(const attn::Var<T, S, B>& p, const Tensor<T>& v) {
+  REQUIRE(p.numel() == v.numel());
+  std::copy_n(v.data(), v.numel(), const_cast<T*>(p.raw().data()));
+}
+
+/// max|a - b| / max|b|.
+template <class T, class S1, class S2>
+double rel_diff(const Tensor<T, S1>& a, const Tensor<T, S2>& b) {
+  REQUIRE(a.numel() == b.numel());
+  double num = 0, den = 1e-30;
+  for (std::size_t i = 0; i < a.numel(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return num / den;
+}
+
+template <class T>
+bool all_finite(const Tensor<T>& t) {
+  for (std::size_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t[i])) return false;
+  return true;
+}
+
+template <class F>
+void gradcheck(const std::string& name, F&& f, std::vector<Tensor<double>> in) {
+  auto r = attn::gradcheck(f, in);
+  INFO(name << ": max rel error " << r.max_rel_error << " at " << r.worst);
+  CHECK(r.ok);
+}
+
+}  // namespace
+
+TEST_CASE("Attention: PyTorch parameter names, shapes and initialisation") {
+  nn::Attention<2, 16> a(nullptr, "attn");
+  auto np = a.named_parameters();
+  REQUIRE(np.size() == 4);
+  CHECK(np[0].first == "in_proj_weight");
+  CHECK(np[1].first == "in_proj_bias");
+  CHECK(np[2].first == "out_proj.weight");
+  CHECK(np[3].first == "out_proj.bias");
+  CHECK(np[0].second->dims() == Dims{48, 16});
+  CHECK(np[1].second->dims() == Dims{48});
+  CHECK(np[2].second->dims() == Dims{16, 16});
+  CHECK(np[3].second->dims() == Dims{16});
+  CHECK(a.parameter_count() == 48 * 16 + 48 + 16 * 16 + 16);
+  static_assert(decltype(a)::head_dim == 8);
+
+  auto check_init = [](const auto& att) {
+    const double xavier = std::sqrt(6.0 / (48 + 16)), linear = 1.0 / std::sqrt(16.0);
+    double wmax = 0, omax = 0;
+    for (std::size_t i = 0; i < att.in_proj_weight.numel(); ++i) wmax = std::max(wmax, double(std::abs(att.in_proj_weight.raw()[i])));
+    for (std::size_t i = 0; i < att.out_proj.weight.numel(); ++i) omax = std::max(omax, double(std::abs(att.out_proj.weight.raw()[i])));
+    CHECK(wmax <= xavier);
+    CHECK(wmax > 0.8 * xavier);  // really drawn from U(-a, a), not zeros or a narrower range
+    CHECK(omax <= linear);
+    CHECK(omax > 0.8 * linear);
+    for (std::size_t i = 0; i < 48; ++i) CHECK(att.in_proj_bias.raw()[i] == 0.0f);
+    for (std::size_t i = 0; i < 16; ++i) CHECK(att.out_proj.bias.raw()[i] == 0.0f);
+  };
+  check_init(a);
+  // Module::init re-draws with the same scheme (children after parents must not undo the zero bias).
+  set_value(a.out_proj.bias, Tensor<float>::full({16}, 1.0f));
+  a.init(99);
+  check_init(a);
+
+  nn::Attention<1, 8> no_bias(nullptr, "nb", {.bias = false});
+  auto nb = no_bias.named_parameters();
+  REQUIRE(nb.size() == 2);
+  CHECK(nb[0].first == "in_proj_weight");
+  CHECK(nb[1].first == "out_proj.weight");
+  CHECK_THROWS_AS((nn::Attention<1, 8>(nullptr, "bad", {.dropout = 1.0})), attn::ArgumentError);
+}
+
+TEST_CASE("Attention: recommended_heads = max(4, hidden / 64)") {
+  static_assert(nn::recommended_heads(64) == 4);
+  static_assert(nn::recommended_heads(128) == 4);
+  static_assert(nn::recommended_heads(256) == 4);
+  static_assert(nn::recommended_heads(512) == 8);
+  static_assert(nn::recommended_heads(1024) == 16);
+  CHECK(nn::recommended_heads(768) == 12);
+}
+
+TEST_CASE("Attention: a wrong run-time width or mask shape throws ShapeError naming Attention") {
+  nn::Attention<2, 16> a(nullptr, "attn");
+  attn::NoGrad ng;
+  attn::Var<float> bad(random<float>({2, 3, 8}));
+  auto mask = lengths_mask<float>({3, 2}, 3);
+  CHECK_THROWS_AS(a(ng, bad, mask), attn::ShapeError);
+  CHECK_THROWS_WITH(a(ng, bad, mask), Catch::Contains("Attention"));
+  attn::Var<float> rank2(random<float>({3, 16}));
+  CHECK_THROWS_WITH(a(ng, rank2, mask), Catch::Contains("Attention"));
+  attn::Var<float, Shape<dyn, dyn, 16>> x(random<float>({2, 3, 16}));
+  CHECK_THROWS_WITH(a(ng, x, lengths_mask<float>({3, 2, 1}, 3)), Catch::Contains("Attention"));
+  CHECK_THROWS_AS(a(ng, x, lengths_mask<float>({3, 2}, 4)), attn::ShapeError);
+  CHECK_THROWS_WITH(a(ng, x, mask, {.attn_mask = causal_mask<float>(4)}), Catch::Contains("Attention"));
+  CHECK_THROWS_AS(a.forward_with_weights(ng, x, mask, {.kernel = AttentionKernel::flash}), attn::ArgumentError);
+  // The op itself checks its own inputs too.
+  attn::Var<float> qkv(random<float>({2, 3, 47}));
+  CHECK_THROWS_AS(attn::self_attention(ng, qkv, {.heads = 2}), attn::ShapeError);
+  attn::Var<float> qkv2(random<float>({2, 3, 48}));
+  CHECK_THROWS_AS(attn::self_attention(ng, qkv2, {.heads = 5}), attn::ShapeError);
+  CHECK_THROWS_AS(attn::self_attention(ng, qkv2, {.heads = 2, .dropout = -0.1}), attn::ArgumentError);
+}
+
+TEST_CASE("gradcheck: self_attention, flash and naive, with padding, a fully padded sample and an additive mask") {
+  const std::size_t n = 6;
+  auto key_mask = lengths_mask<double>({6, 0, 3}, n);
+  auto causal = causal_mask<double>(n);
+  for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+    const std::string k = kernel == AttentionKernel::flash ? "flash" : "naive";
+    gradcheck(k + " plain", [&](Tape& t, V& x) { return attn::self_attention(t, x[0], {.heads = 2, .kernel = kernel}); },
+              {random<double>({2, n, 24})});
+    gradcheck(k + " key mask", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .kernel = kernel});
+    }, {random<double>({3, n, 24})});
+    gradcheck(k + " key mask + causal additive mask, one head", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 1, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
+    }, {random<double>({3, n, 12})});
+    gradcheck(k + " dropout", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .dropout = 0.3, .kernel = kernel});
+    }, {random<double>({3, n, 24})});
+    // The whole layer function: fused QKV projection, attention, output projection.
+    gradcheck(k + " layer", [&](Tape& t, V& x) {
+      auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], x[2]);
+      auto o = attn::self_attention(t, qkv, {.heads = 2, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
+      return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[3], x[4]);
+    }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({24}), random<double>({8, 8}), random<double>({8})});
+    gradcheck(k + " layer without biases", [&](Tape& t, V& x) {
+      auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], attn::Var<double>());
+      auto o = attn::self_attention(t, qkv, {.heads = 4, .key_mask = key_mask, .kernel = kernel});
+      return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[2], attn::Var<double>());
+    }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({8, 8})});
+  }
+}
+
+TEST_CASE("fused projection: y = x W^T + b and its gradients match plain loops (multi-threaded GEMM split)") {
+  const std::size_t rows = 1000, in = 40, out = 50;  // large enough for the row- and k-split GEMMs
+  auto x = random<double>({4, rows / 4, in}), w = random<double>({out, in}), b = random<double>({out});
+  auto g = random<double>({4, rows / 4, out});
+  Tape tape;
+  attn::Var<double> xv(x, true), wv(w, true), bv(b, true);
+  auto y = nn::detail::affine_nt<attn::AnyShape>(&tape, xv, wv, bv);
+  tape.backward(y, g);
+  double ey = 0, edx = 0, edw = 0, edb = 0;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t o = 0; o < out; ++o) {
+      double acc = b[o];
+      for (std::size_t i = 0; i < in; ++i) acc += x[r * in + i] * w[o * in + i];
+      ey = std::max(ey, std::abs(acc - y.value()[r * out + o]));
+    }
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t i = 0; i < in; ++i) {
+      double acc = 0;
+      for (std::size_t o = 0; o < out; ++o) acc += g[r * out + o] * w[o * in + i];
+      edx = std::max(edx, std::abs(acc - xv.grad()[r * in + i]));
+    }
+  for (std::size_t o = 0; o < out; ++o) {
+    double sb = 0;
+    for (std::size_t r = 0; r < rows; ++r) sb += g[r * out + o];
+    edb = std::max(edb, std::abs(sb - bv.grad()[o]));
+    for (std::size_t i = 0; i < in; ++i) {
+      double acc = 0;
+      for (std::size_t r = 0; r < rows; ++r) acc += g[r * out + o] * x[r * in + i];
+      edw = std::max(edw, std::abs(acc - wv.grad()[o * in + i]));
+    }
+  }
+  CHECK(ey < 1e-12);
+  CHECK(edx < 1e-12);
+  CHECK(edw < 1e-10);
+  CHECK(edb < 1e-10);
+}
+
+namespace {
+
+struct LayerRun {
+  Tensor<float> out, gx;
+  std::vector<Tensor<float>> gparams;
+};
+
+/// Runs Attention<4, 32> forward + backward with the given kernel; parameters from `params`.
+LayerRun run_layer(AttentionKernel kernel, const Tensor<float>& x, const Tensor<float>& mask, const Tensor<float>& am,
+                   const std::vector<Tensor<float>>& params, const Tensor<float>& dout, double dropout) {
+  nn::Attention<4, 32> a(nullptr, "attn", {.dropout = dropout});
+  auto ps = a.parameters<float>();
+  for (std::size_t i = 0; i < ps.size(); ++i) set_value(ps[i], params[i]);
+  Tape tape(7);
+  attn::Var<float, Shape<dyn, dyn, 32>> xv(x.clone(), true);
+  auto y = a(tape, xv, mask, {.attn_mask = am, .kernel = kernel});
+  tape.backward(y, dout);
+  LayerRun r{y.value().erased(), xv.grad().erased(), {}};
+  for (auto& p : ps) r.gparams.push_back(p.grad().erased());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("flash and naive agree in float32 on outputs and every gradient (T = 1, 7, 64, 130, 200)") {
+  for (std::size_t n : {1, 7, 64, 130, 200}) {
+    for (bool with_am : {false, true}) {
+      for (double dropout : {0.0, 0.25}) {
+        INFO("T = " << n << ", attn_mask " << with_am << ", dropout " << dropout);
+        auto x = random<float>({3, n, 32});
+        auto mask = lengths_mask<float>({n, (n + 1) / 2, 0}, n);
+        Tensor<float> am = with_am ? causal_mask<float>(n) : Tensor<float>();
+        std::vector<Tensor<float>> params{random<float>({96, 32}, -0.5, 0.5), random<float>({96}, -0.5, 0.5),
+                                          random<float>({32, 32}, -0.5, 0.5), random<float>({32}, -0.5, 0.5)};
+        auto dout = random<float>({3, n, 32});
+        auto f = run_layer(AttentionKernel::flash, x, mask, am, params, dout, dropout);
+        auto s = run_layer(AttentionKernel::naive, x, mask, am, params, dout, dropout);
+        REQUIRE(all_finite(f.out));
+        REQUIRE(all_finite(f.gx));
+        CHECK(rel_diff(f.out, s.out) <= 1e-5);
+        CHECK(rel_diff(f.gx, s.gx) <= 1e-5);
+        for (std::size_t i = 0; i < 4; ++i) {
+          INFO("parameter " << i);
+          CHECK(rel_diff(f.gparams[i], s.gparams[i]) <= 1e-5);
+        }
+        // The fully padded sample: zero attention output, so out = out_proj.bias, and no gradient to x.
+        for (std::size_t t = 0; t < n; ++t)
+          for (std::size_t c = 0; c < 32; ++c) {
+            CHECK(f.out[(2 * n + t) * 32 + c] == params[3][c]);
+            CHECK(f.gx[(2 * n + t) * 32 + c] == 0.0f);
+          }
+      }
+    }
+  }
+}
+
+namespace {
+
+template <std::size_t H, std::size_t D, class T>
+void golden_case(const std::string& name, AttentionKernel kernel, double tol) {
+  auto f = golden::load(name);
+  INFO(name << (kernel == AttentionKernel::flash ? " flash" : " naive") << (sizeof(T) == 4 ? " float32" : " float64"));
+  nn::Attention<H, D, T> a(nullptr, "attn");
+  set_value(a.in_proj_weight, golden::tensor<T>(f, "in_proj_weight"));
+  set_value(a.in_proj_bias, golden::tensor<T>(f, "in_proj_bias"));
+  set_value(a.out_proj.weight, golden::tensor<T>(f, "out_proj.weight"));
+  set_value(a.out_proj.bias, golden::tensor<T>(f, "out_proj.bias"));
+  auto mask = golden::tensor<T>(f, "mask");
+  Tensor<T> am = f.tensors.count("attn_mask") ? golden::tensor<T>(f, "attn_mask") : Tensor<T>();
+  Tape tape;
+  attn::Var<T, Shape<dyn, dyn, D>> x(golden::tensor<T>(f, "x"), true);
+  attn::Var<T, Shape<dyn, dyn, D>> y;
+  if (kernel == AttentionKernel::naive) {
+    auto r = a.forward_with_weights(tape, x, mask, {.attn_mask = am});
+    static_assert(std::is_same_v<decltype(r.weights), Tensor<T, Shape<dyn, H, dyn, dyn>>>);
+    golden::expect_close(f, "weights", r.weights, tol);
+    y = r.out;
+  } else {
+    y = a(tape, x, mask, {.attn_mask = am, .kernel = AttentionKernel::flash});
+  }
+  golden::expect_close(f, "out", y.value(), tol);
+  tape.backward(y, golden::tensor<T>(f, "dout"));
+  golden::expect_close(f, "grad.x", x.grad(), tol);
+  golden::expect_close(f, "grad.in_proj_weight", a.in_proj_weight.grad(), tol);
+  golden::expect_close(f, "grad.in_proj_bias", a.in_proj_bias.grad(), tol);
+  golden::expect_close(f, "grad.out_proj.weight", a.out_proj.weight.grad(), tol);
+  golden::expect_close(f, "grad.out_proj.bias", a.out_proj.bias.grad(), tol);
+}
+
+template <std::size_t H, std::size_t D>
+void golden_all(const std::string& name) {
+  for (auto k : {AttentionKernel::flash, AttentionKernel::naive}) {
+    golden_case<H, D, float>(name, k, 1e-5);
+    golden_case<H, D, double>(name, k, 1e-12);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("golden: Attention matches torch.nn.MultiheadAttention (1, 2, 8 heads, with and without attn_mask)") {
+  golden_all<1, 16>("mha_h1");
+  golden_all<2, 16>("mha_h2");
+  golden_all<8, 32>("mha_h8");
+  golden_all<1, 16>("mha_h1_attnmask");
+  golden_all<2, 16>("mha_h2_attnmask");
+  golden_all<8, 32>("mha_h8_attnmask");
+}
+
+TEST_CASE("golden: a fully padded sample gives zero weights and out = out_proj.bias, never NaN") {
+  golden_all<2, 16>("mha_h2_fullpad");
+  nn::Attention<2, 16> a(nullptr, "attn");
+  auto f = golden::load("mha_h2_fullpad");
+  set_value(a.in_proj_weight, golden::tensor<float>(f, "in_proj_weight"));
+  set_value(a.out_proj.bias, golden::tensor<float>(f, "out_proj.bias"));
+  attn::NoGrad ng;
+  attn::Var<float> x(golden::tensor<float>(f, "x"));
+  auto r = a.forward_with_weights(ng, x, golden::tensor<float>(f, "mask"));
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t i = 0; i < 5; ++i)
+      for (std::size_t j = 0; j < 5; ++j) {
+        CHECK(r.weights(1, h, i, j) == 0.0f);
+        if (j >= 3) CHECK(r.weights(2, h, i, j) == 0.0f);  // padded keys of sample 2 get exactly no weight
+      }
+  for (std::size_t t = 0; t < 5; ++t)
+    for (std::size_t c = 0; c < 16; ++c) CHECK(r.out.value()(1, t, c) == a.out_proj.bias.raw()[c]);
+}
+
+TEST_CASE("Attention: NoGrad and Tape agree, eval mode disables dropout, weights rows sum to 1") {
+  nn::Attention<4, 32> a(nullptr, "attn", {.dropout = 0.5});
+  auto x = random<float>({2, 9, 32});
+  auto mask = lengths_mask<float>({9, 4}, 9);
+  attn::NoGrad ng;
+  Tape tape;
+  a.eval();
+  auto y0 = a(ng, attn::Var<float>(x), mask).value();
+  auto y1 = a(tape, attn::Var<float>(x, true), mask).value();
+  CHECK(rel_diff(y0, y1) == 0.0);
+  a.train();
+  auto y2 = a(ng, attn::Var<float>(x), mask).value();
+  CHECK(rel_diff(y2, y0) > 1e-3);  // dropout is active in training mode
+  a.eval();
+  auto r = a.forward_with_weights(ng, attn::Var<float>(x), mask);
+  CHECK(rel_diff(r.out.value(), y0) <= 1e-6);
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t h = 0; h < 4; ++h)
+      for (std::size_t i = 0; i < 9; ++i) {
+        double s = 0;
+        for (std::size_t j = 0; j < 9; ++j) s += r.weights(b, h, i, j);
+        CHECK(s == Approx(1.0).epsilon(1e-5));
+      }
+}
+
+TEST_CASE("attention dropout: drops about p of the weights and scales the rest by 1/(1-p)") {
+  attn::kernels::mha::DropMask<double> drop(0.3, 12345);
+  std::size_t zeros = 0;
+  const std::size_t n = 200000;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double z = drop(i);
+    if (z == 0) ++zeros;
+    else CHECK(z == Approx(1 / 0.7));
+  }
+  CHECK(double(zeros) / n == Approx(0.3).margin(0.005));
+  attn::kernels::mha::DropMask<double> other(0.3, 12346);
+  std::size_t same = 0;
+  for (std::size_t i = 0; i < 1000; ++i) same += (drop(i) == 0) == (other(i) == 0);
+  CHECK(same < 700);  // another seed gives another mask
+}
+
+TEST_CASE("flash attention keeps O(T) memory: no T x T buffer at T = 2048") {
+  const std::size_t n = 2048;
+  nn::Attention<4, 64> a(nullptr, "attn");
+  auto x = random<float>({1, n, 64});
+  auto mask = lengths_mask<float>({1800}, n);
+  attn::AttentionStats flash;
+  {
+    Tape tape;
+    attn::Var<float, Shape<dyn, dyn, 64>> xv(x, true);
+    const auto allocs = attn::cpu::allocations();
+    auto y = a(tape, xv, mask, {.stats = &flash});
+    tape.backward(y, random<float>({1, n, 64}));
+    CHECK(attn::cpu::allocations() - allocs < 40);
+    REQUIRE(all_finite(xv.grad().erased()));
+  }
+  const std::size_t tt = n * n * sizeof(float);
+  INFO("flash: largest " << flash.largest_bytes << " B, total " << flash.total_bytes << " B, saved " << flash.saved_bytes << " B");
+  CHECK(flash.saved_bytes == 4 * n * sizeof(float));  // the logsumexp per (head, row)
+  CHECK(flash.largest_bytes < tt / 16);
+  CHECK(flash.total_bytes < tt / 4);
+  // The counter sees a T x T buffer when there is one: the naive kernel at T = 512.
+  attn::AttentionStats naive;
+  {
+    const std::size_t m = 512;
+    Tape tape;
+    attn::Var<float> xv(random<float>({1, m, 64}), true);
+    auto y = a(tape, xv, lengths_mask<float>({m}, m), {.kernel = AttentionKernel::naive, .stats = &naive});
+    tape.backward(y, random<float>({1, m, 64}));
+    CHECK(naive.saved_bytes == 4 * m * m * sizeof(float));
+    CHECK(naive.largest_bytes >= 4 * m * m * sizeof(float));
+  }
+}
