@@ -1,0 +1,118 @@
+// A self-contained HTML report: line charts (loss, accuracy) and attention heatmaps as inline SVG,
+// no scripts or external files. Written atomically.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <attn/data/file_io.hpp>
+#include <fmt/format.h>
+
+namespace examples {
+
+inline std::string html_escape(std::string_view s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+struct Series {
+  std::string name;
+  std::vector<double> x, y;
+};
+
+/// A line chart of several series sharing axes.
+inline std::string svg_line_chart(const std::string& title, const std::string& xlabel, const std::vector<Series>& series) {
+  const double W = 560, H = 300, L = 56, R = 150, T = 30, Bm = 40;
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  for (auto& s : series)
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
+    }
+  if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) y1 = y0 + 1;
+  const double pad = 0.05 * (y1 - y0);
+  y0 -= pad, y1 += pad;
+  auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
+  auto py = [&](double y) { return T + (1 - (y - y0) / (y1 - y0)) * (H - T - Bm); };
+  static const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf"};
+  std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='11'>", W, H);
+  s += fmt::format("<text x='{}' y='18' font-size='13' font-weight='bold'>{}</text>", L, html_escape(title));
+  s += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='none' stroke='#888'/>", L, T, W - L - R, H - T - Bm);
+  for (int k = 0; k <= 4; ++k) {
+    const double yv = y0 + (y1 - y0) * k / 4, xv = x0 + (x1 - x0) * k / 4;
+    s += fmt::format("<text x='{}' y='{}' text-anchor='end'>{:.3g}</text>", L - 4, py(yv) + 4, yv);
+    s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#eee'/>", L, W - R, py(yv), py(yv));
+    s += fmt::format("<text x='{}' y='{}' text-anchor='middle'>{:.3g}</text>", px(xv), H - Bm + 14, xv);
+  }
+  s += fmt::format("<text x='{}' y='{}' text-anchor='middle'>{}</text>", (L + W - R) / 2, H - 8, html_escape(xlabel));
+  for (std::size_t k = 0; k < series.size(); ++k) {
+    const auto& sr = series[k];
+    const char* c = colors[k % 7];
+    std::string pts;
+    for (std::size_t i = 0; i < sr.x.size(); ++i)
+      if (std::isfinite(sr.y[i])) pts += fmt::format("{:.1f},{:.1f} ", px(sr.x[i]), py(sr.y[i]));
+    s += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.6' points='{}'/>", c, pts);
+    s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='{}' stroke-width='3'/>", W - R + 10, W - R + 26, T + 10 + 16 * k,
+                     T + 10 + 16 * k, c);
+    s += fmt::format("<text x='{}' y='{}'>{}</text>", W - R + 30, T + 14 + 16 * k, html_escape(sr.name));
+  }
+  return s + "</svg>";
+}
+
+/// A heatmap of w (rows x cols, row-major) with token labels; darker = more weight.
+inline std::string svg_heatmap(const std::string& title, const std::vector<std::string>& rows, const std::vector<std::string>& cols,
+                               const std::vector<float>& w) {
+  const double cell = 22, L = 90, T = 90;
+  const double W = L + cell * double(cols.size()) + 10, H = T + cell * double(rows.size()) + 10;
+  float mx = 1e-12f;
+  for (float v : w) mx = std::max(mx, v);
+  std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='10'>", W, H);
+  s += fmt::format("<text x='4' y='14' font-size='12' font-weight='bold'>{}</text>", html_escape(title));
+  for (std::size_t j = 0; j < cols.size(); ++j)
+    s += fmt::format("<text transform='translate({},{}) rotate(-60)'>{}</text>", L + cell * double(j) + cell / 2, T - 4, html_escape(cols[j]));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    s += fmt::format("<text x='{}' y='{}' text-anchor='end'>{}</text>", L - 4, T + cell * double(i) + cell * 0.7, html_escape(rows[i]));
+    for (std::size_t j = 0; j < cols.size(); ++j) {
+      const double v = w[i * cols.size() + j] / mx;
+      const int c = int(255 - 215 * v);
+      s += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='rgb({},{},255)'><title>{:.3f}</title></rect>", L + cell * double(j),
+                       T + cell * double(i), cell - 1, cell - 1, c, c, w[i * cols.size() + j]);
+    }
+  }
+  return s + "</svg>";
+}
+
+/// Collects sections and writes one HTML file atomically.
+class HtmlReport {
+ public:
+  explicit HtmlReport(std::string title) : title_(std::move(title)) {}
+  void heading(const std::string& h) { body_ += "<h2>" + html_escape(h) + "</h2>\n"; }
+  void paragraph(const std::string& p) { body_ += "<p>" + html_escape(p) + "</p>\n"; }
+  void preformatted(const std::string& p) { body_ += "<pre>" + html_escape(p) + "</pre>\n"; }
+  void raw(const std::string& html) { body_ += html + "\n"; }
+  void write(const std::string& path) const {
+    std::string doc = "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>" + html_escape(title_) +
+                      "</title><style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}svg{margin:6px}"
+                      "pre{background:#f6f6f6;padding:8px}</style></head><body><h1>" +
+                      html_escape(title_) + "</h1>\n" + body_ + "</body></html>\n";
+    attn::data::write_file_atomic(path, doc);
+  }
+
+ private:
+  std::string title_, body_;
+};
+
+}  // namespace examples

@@ -1,0 +1,508 @@
+// IMDb sentiment with single- and multi-head self-attention: trains one head count (--heads) or
+// all of them (--sweep), reports validation accuracy overall and by review length, writes
+// checkpoints, metrics.jsonl and a report.html with loss curves and per-head attention heatmaps;
+// `predict` classifies text with a trained model and shows the words it attended to most.
+//   imdb --data examples/imdb/sample/aclImdb --heads 8 --out runs/imdb
+//   imdb predict --model runs/imdb/h8 "The movie was not good, but the acting was brilliant."
+#include <attn/attn.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "../common/progress.hpp"
+#include "../common/report.hpp"
+#include "model.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+namespace data = attn::data;
+
+namespace imdb {
+
+inline constexpr const char* kArticleSentence = "The movie was not good, but the acting was brilliant.";
+
+struct Options {
+  std::string data = "examples/imdb/sample/aclImdb";
+  std::string out = "runs/imdb";
+  std::size_t heads = 8;
+  bool sweep = false;
+  std::size_t epochs = 6, batch = 32, max_len = 256, min_freq = 2, max_vocab = 30000, patience = 2, threads = 0;
+  std::size_t ngram_buckets = 1 << 18;
+  double lr = 2e-3, weight_decay = 0.01, warmup = 0.06, dropout = 0.1, attn_dropout = 0.1, clip = 1.0;
+  double valid_fraction = 0.1;
+  std::uint64_t seed = 42;
+  bool ffn = true, resume = false, keep_tail = false;
+  std::vector<std::string> explain;
+  std::size_t limit = 0;  // use only the first N training reviews (smoke tests)
+};
+
+/// Reviews encoded once and shared by every head count of a sweep.
+struct Prepared {
+  data::Vocab vocab;
+  std::vector<std::vector<std::int32_t>> train, valid, test;
+  std::vector<int> train_y, valid_y, test_y;
+  std::vector<std::size_t> valid_words, test_words;
+};
+
+/// Words of a review: tokens holding a letter or digit (punctuation is not a word).
+inline std::size_t word_count(const std::vector<std::string>& toks) {
+  std::size_t n = 0;
+  for (auto& t : toks)
+    for (unsigned char c : t)
+      if (std::isalnum(c) || c >= 0x80) {
+        ++n;
+        break;
+      }
+  return n;
+}
+
+inline std::vector<std::int32_t> encode(const data::Vocab& v, const std::vector<std::string>& toks, std::size_t max_len, bool tail) {
+  auto ids = v.encode(toks);
+  if (ids.empty()) ids.push_back(1);  // an empty review becomes one UNK
+  if (ids.size() > max_len) {
+    if (tail) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(max_len));
+    else ids.resize(max_len);
+  }
+  return ids;
+}
+
+inline Prepared prepare(const Options& o) {
+  const data::EnglishTokenizer tok;
+  auto t0 = std::chrono::steady_clock::now();
+  auto train_split = data::read_imdb(o.data, "train");
+  auto& reviews = train_split.reviews;
+  if (o.limit && reviews.size() > o.limit) {
+    // Keep both classes: take every k-th review.
+    std::vector<data::Review> kept;
+    const std::size_t step = reviews.size() / o.limit;
+    for (std::size_t i = 0; i < reviews.size() && kept.size() < o.limit; i += std::max<std::size_t>(step, 1)) kept.push_back(reviews[i]);
+    reviews = std::move(kept);
+  }
+  std::vector<int> labels;
+  for (auto& r : reviews) labels.push_back(r.label);
+  auto split = data::stratified_split(labels, o.valid_fraction, o.seed);
+  std::vector<std::vector<std::string>> toks(reviews.size());
+  for (std::size_t i = 0; i < reviews.size(); ++i) toks[i] = tok(reviews[i].text);
+  data::TokenCounts counts;
+  for (auto i : split.train) counts.add(toks[i]);
+  Prepared p;
+  p.vocab = data::Vocab::build(counts, {.min_freq = o.min_freq, .max_size = o.max_vocab});
+  for (auto i : split.train) {
+    p.train.push_back(encode(p.vocab, toks[i], o.max_len, o.keep_tail));
+    p.train_y.push_back(labels[i]);
+  }
+  for (auto i : split.valid) {
+    p.valid.push_back(encode(p.vocab, toks[i], o.max_len, o.keep_tail));
+    p.valid_y.push_back(labels[i]);
+    p.valid_words.push_back(word_count(toks[i]));
+  }
+  std::error_code ec;
+  if (fs::is_directory(fs::path(o.data) / "test", ec)) {
+    auto test = data::read_imdb(o.data, "test");
+    for (auto& r : test.reviews) {
+      auto t = tok(r.text);
+      p.test.push_back(encode(p.vocab, t, o.max_len, o.keep_tail));
+      p.test_y.push_back(r.label);
+      p.test_words.push_back(word_count(t));
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("data: {} train / {} validation reviews (fixed-seed {:.0f}% split of {}/train){}; vocabulary {} (min freq {}); {:.1f}s\n",
+             p.train.size(), p.valid.size(), 100 * o.valid_fraction, o.data,
+             p.test.empty() ? "" : fmt::format(", {} test reviews", p.test.size()), p.vocab.size(), o.min_freq, secs);
+  if (train_split.stats.invalid_utf8) fmt::print("data: {} invalid UTF-8 sequences replaced\n", train_split.stats.invalid_utf8);
+  return p;
+}
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+  attn::metrics::LengthBucketAccuracy buckets{{50, 100, 200}};
+  std::vector<int> predictions;
+};
+
+template <class Model>
+EvalResult evaluate(const Model& model, const std::vector<std::vector<std::int32_t>>& xs, const std::vector<int>& ys,
+                    const std::vector<std::size_t>& words, std::size_t batch) {
+  EvalResult r;
+  attn::NoGrad ctx;
+  std::vector<std::size_t> lengths;
+  for (auto& x : xs) lengths.push_back(x.size());
+  std::vector<std::size_t> order(xs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return lengths[a] < lengths[b]; });
+  r.predictions.assign(xs.size(), 0);
+  double loss = 0;
+  std::size_t correct = 0;
+  for (std::size_t s = 0; s < order.size(); s += batch) {
+    std::vector<const std::vector<std::int32_t>*> seqs;
+    std::vector<int> lab;
+    for (std::size_t k = s; k < std::min(order.size(), s + batch); ++k) {
+      seqs.push_back(&xs[order[k]]);
+      lab.push_back(ys[order[k]]);
+    }
+    auto b = make_batch(seqs, lab, model.cfg.ngram_buckets);
+    auto logits = model.forward(ctx, b);
+    loss += double(attn::cross_entropy(ctx, logits, b.labels).value()[0]) * double(seqs.size());
+    auto pred = attn::argmax_rows(logits.value());
+    for (std::size_t k = 0; k < seqs.size(); ++k) {
+      const std::size_t i = order[s + k];
+      r.predictions[i] = int(pred[k]);
+      const bool ok = int(pred[k]) == ys[i];
+      correct += ok;
+      if (!words.empty()) r.buckets.add(words[i], ok);
+    }
+  }
+  r.loss = xs.empty() ? 0 : loss / double(xs.size());
+  r.accuracy = xs.empty() ? 0 : double(correct) / double(xs.size());
+  return r;
+}
+
+struct EpochRecord {
+  std::size_t epoch;
+  double train_loss, valid_loss, valid_acc, seconds;
+};
+
+struct RunResult {
+  std::size_t heads = 0, params = 0;
+  double best_valid = 0, test_acc = -1, train_seconds = 0;
+  std::vector<EpochRecord> history;
+  std::vector<double> bucket_acc;
+  std::vector<std::string> bucket_labels;
+  std::vector<std::size_t> bucket_counts;
+  std::string html_heatmaps;
+};
+
+/// Attention weights of a model for one text: per head, a (T x T) heatmap.
+template <class Model>
+std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const std::string& text, std::size_t max_len) {
+  constexpr std::size_t H = std::remove_cvref_t<decltype(model.attention)>::heads;
+  const data::EnglishTokenizer tok;
+  auto toks = tok(text);
+  auto ids = encode(vocab, toks, max_len, false);
+  std::vector<std::string> shown;
+  for (std::size_t i = 0; i < ids.size(); ++i) shown.push_back(i < toks.size() ? toks[i] : "?");
+  attn::NoGrad ctx;
+  attn::Tensor<float> w;
+  auto b = make_batch({&ids}, {0}, model.cfg.ngram_buckets);
+  auto logits = model.forward(ctx, b, &w);
+  auto pr = attn::softmax(ctx, logits).value();
+  std::string html = fmt::format("<p><b>{}</b> &rarr; positive with probability {:.3f}</p><div>", examples::html_escape(text), pr(0, 1));
+  const std::size_t t = ids.size();
+  for (std::size_t h = 0; h < H; ++h) {
+    std::vector<float> m(t * t);
+    for (std::size_t i = 0; i < t; ++i)
+      for (std::size_t j = 0; j < t; ++j) m[i * t + j] = w(std::size_t(0), h, i, j);
+    html += examples::svg_heatmap(fmt::format("head {} of {}", h + 1, H), shown, shown, m);
+  }
+  return html + "</div>";
+}
+
+inline void append_line(const fs::path& p, const std::string& line) {
+  std::ofstream f(p, std::ios::app);
+  f << line << "\n";
+  if (!f) throw attn::IoError(p.string(), "cannot append");
+}
+
+template <std::size_t Heads>
+RunResult train_variant(const Options& o, const Prepared& p) {
+  const fs::path dir = fs::path(o.out) / fmt::format("h{}", Heads);
+  fs::create_directories(dir);
+  ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.max_len, .ngram_buckets = o.ngram_buckets, .dropout = o.dropout,
+                  .attn_dropout = o.attn_dropout, .ffn = o.ffn};
+  ImdbClassifier<Heads> model(cfg);
+  model.init(o.seed);
+  attn::optim::Adam<float> opt(model, {.lr = o.lr, .weight_decay = o.weight_decay, .decoupled = true});
+  const std::size_t steps_per_epoch = (p.train.size() + o.batch - 1) / o.batch;
+  attn::optim::WarmupSchedule sched{.base_lr = o.lr, .warmup = (long long)(o.warmup * double(steps_per_epoch * o.epochs)),
+                                    .total = (long long)(steps_per_epoch * o.epochs), .min_lr = o.lr * 0.02};
+  RunResult res;
+  res.heads = Heads;
+  res.params = model.parameter_count();
+  fmt::print("\n== {} head{} (Attention<{}, {}>), {} parameters\n", Heads, Heads > 1 ? "s" : "", Heads, kDim, res.params);
+
+  json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.seed}, {"epochs", o.epochs},
+                 {"batch", o.batch}, {"lr", o.lr}, {"weight_decay", o.weight_decay}, {"keep_tail", o.keep_tail}};
+  p.vocab.save(dir / "vocab.txt");
+  data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+
+  std::size_t start_epoch = 0, stale = 0;
+  long long step = 0;
+  if (o.resume && fs::exists(dir / "state.json")) {
+    auto st = json::parse(data::read_file(dir / "state.json", 1 << 24));
+    attn::io::load(model, dir / "last.safetensors");
+    attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
+    start_epoch = st.at("epochs_done").get<std::size_t>();
+    step = st.at("step").get<long long>();
+    stale = st.at("stale").get<std::size_t>();
+    res.best_valid = st.at("best_valid").get<double>();
+    for (auto& e : st.at("history"))
+      res.history.push_back({e[0].get<std::size_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(), e[4].get<double>()});
+    for (auto& e : res.history) res.train_seconds += e.seconds;
+    fmt::print("resumed after epoch {} (best validation accuracy {:.2f}%)\n", start_epoch, 100 * res.best_valid);
+  } else {
+    std::error_code ec;
+    fs::remove(dir / "metrics.jsonl", ec);
+  }
+
+  std::vector<std::size_t> lengths;
+  for (auto& x : p.train) lengths.push_back(x.size());
+  for (std::size_t epoch = start_epoch; epoch < o.epochs && stale < o.patience; ++epoch) {
+    model.train();
+    attn::Rng order_rng(o.seed * 1000003ULL + epoch);
+    auto batches = data::bucketed_batches(lengths, {.batch_size = o.batch, .shuffle = true}, order_rng);
+    examples::Progress bar(fmt::format("epoch {}/{}", epoch + 1, o.epochs), p.train.size());
+    double loss_sum = 0;
+    std::size_t seen = 0;
+    for (auto& idx : batches) {
+      std::vector<const std::vector<std::int32_t>*> seqs;
+      std::vector<int> lab;
+      for (auto i : idx) {
+        seqs.push_back(&p.train[i]);
+        lab.push_back(p.train_y[i]);
+      }
+      auto b = make_batch(seqs, lab, cfg.ngram_buckets);
+      attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step));
+      auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels);
+      tape.backward(loss);
+      attn::optim::clip_grad_norm(opt.params(), o.clip);
+      opt.set_lr(sched(step));
+      opt.step();
+      opt.zero_grad();
+      ++step;
+      const double l = loss.value()[0];
+      if (!std::isfinite(l)) throw attn::Error(fmt::format("training diverged: loss {} at step {}", l, step));
+      loss_sum += l * double(idx.size());
+      seen += idx.size();
+      bar.update(seen, loss_sum / double(seen));
+    }
+    const double secs = bar.finish();
+    model.eval();
+    auto ev = evaluate(model, p.valid, p.valid_y, p.valid_words, 64);
+    res.train_seconds += secs;
+    res.history.push_back({epoch + 1, loss_sum / double(seen), ev.loss, ev.accuracy, secs});
+    fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, validation accuracy {:.2f}% ({:.0f}s, {:.0f} samples/s)\n",
+               epoch + 1, loss_sum / double(seen), ev.loss, 100 * ev.accuracy, secs, double(seen) / secs);
+    append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"train_loss", loss_sum / double(seen)},
+                                            {"valid_loss", ev.loss}, {"valid_accuracy", ev.accuracy}, {"seconds", secs}}
+                                           .dump());
+    if (ev.accuracy > res.best_valid) {
+      res.best_valid = ev.accuracy;
+      stale = 0;
+      attn::io::save(model, dir / "model.safetensors", {{"heads", std::to_string(Heads)}, {"epoch", std::to_string(epoch + 1)}});
+    } else {
+      ++stale;
+    }
+    // Resumable state: the last weights, the optimizer, and the loop counters.
+    attn::io::save(model, dir / "last.safetensors");
+    attn::io::save_optimizer(opt, dir / "optimizer.safetensors");
+    json hist = json::array();
+    for (auto& e : res.history) hist.push_back({e.epoch, e.train_loss, e.valid_loss, e.valid_acc, e.seconds});
+    data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"step", step}, {"stale", stale},
+                                                     {"best_valid", res.best_valid}, {"history", hist}}
+                                                    .dump() + "\n");
+  }
+  if (stale >= o.patience) fmt::print("early stop: no validation improvement in {} epochs\n", o.patience);
+
+  // Final numbers come from the best checkpoint.
+  attn::io::load(model, dir / "model.safetensors");
+  model.eval();
+  auto ev = evaluate(model, p.valid, p.valid_y, p.valid_words, 64);
+  for (std::size_t k = 0; k < ev.buckets.num_buckets(); ++k) {
+    res.bucket_labels.push_back(ev.buckets.label(k));
+    res.bucket_acc.push_back(ev.buckets.accuracy(k));
+    res.bucket_counts.push_back(ev.buckets.count(k));
+  }
+  fmt::print("best validation accuracy {:.2f}%\n{}", 100 * ev.accuracy, ev.buckets.table());
+  if (!p.test.empty()) {
+    auto te = evaluate(model, p.test, p.test_y, p.test_words, 64);
+    res.test_acc = te.accuracy;
+    fmt::print("test accuracy {:.2f}% ({} reviews)\n", 100 * te.accuracy, p.test.size());
+  }
+  std::vector<std::string> texts{kArticleSentence};
+  texts.insert(texts.end(), o.explain.begin(), o.explain.end());
+  for (auto& t : texts) res.html_heatmaps += heatmaps_html(model, p.vocab, t, o.max_len);
+  return res;
+}
+
+inline void write_report(const Options& o, const std::vector<RunResult>& runs) {
+  examples::HtmlReport rep("attn: IMDb sentiment with single- and multi-head self-attention");
+  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}). Model width {}, max length {}.", o.data,
+                            100 * o.valid_fraction, o.seed, kDim, o.max_len));
+  std::string table = fmt::format("{:>6} {:>10} {:>10} {:>12} {:>12}\n", "heads", "valid acc", "test acc", "train time", "parameters");
+  for (auto& r : runs)
+    table += fmt::format("{:>6} {:>9.2f}% {:>10} {:>11.0f}s {:>12}\n", r.heads, 100 * r.best_valid,
+                         r.test_acc < 0 ? "-" : fmt::format("{:.2f}%", 100 * r.test_acc), r.train_seconds, r.params);
+  rep.heading("Accuracy by head count");
+  rep.preformatted(table);
+  std::vector<examples::Series> loss, acc;
+  for (auto& r : runs) {
+    examples::Series tl{fmt::format("train h{}", r.heads), {}, {}}, vl{fmt::format("valid h{}", r.heads), {}, {}},
+        va{fmt::format("h{}", r.heads), {}, {}};
+    for (auto& e : r.history) {
+      tl.x.push_back(double(e.epoch)), tl.y.push_back(e.train_loss);
+      vl.x.push_back(double(e.epoch)), vl.y.push_back(e.valid_loss);
+      va.x.push_back(double(e.epoch)), va.y.push_back(100 * e.valid_acc);
+    }
+    loss.push_back(tl), loss.push_back(vl), acc.push_back(va);
+  }
+  rep.heading("Loss and accuracy curves");
+  rep.raw(examples::svg_line_chart("cross-entropy loss", "epoch", loss) + examples::svg_line_chart("validation accuracy (%)", "epoch", acc));
+  if (!runs.empty() && !runs[0].bucket_labels.empty()) {
+    std::string bt = fmt::format("{:>10}", "length");
+    for (auto& r : runs) bt += fmt::format(" {:>8}", fmt::format("h{}", r.heads));
+    bt += fmt::format(" {:>8}\n", "reviews");
+    for (std::size_t k = 0; k < runs[0].bucket_labels.size(); ++k) {
+      bt += fmt::format("{:>10}", runs[0].bucket_labels[k]);
+      for (auto& r : runs) bt += fmt::format(" {:>7.2f}%", 100 * r.bucket_acc[k]);
+      bt += fmt::format(" {:>8}\n", runs[0].bucket_counts[k]);
+    }
+    rep.heading("Validation accuracy by review length (words)");
+    rep.preformatted(bt);
+  }
+  for (auto& r : runs) {
+    rep.heading(fmt::format("Attention heatmaps, {} head{}", r.heads, r.heads > 1 ? "s" : ""));
+    rep.raw(r.html_heatmaps);
+  }
+  rep.write((fs::path(o.out) / "report.html").string());
+  fmt::print("\nreport: {}\n", (fs::path(o.out) / "report.html").string());
+}
+
+inline void print_sweep(const std::vector<RunResult>& runs) {
+  fmt::print("\n{:>6} {:>10} {:>10} {:>12} {:>12}\n", "heads", "valid acc", "test acc", "train time", "parameters");
+  for (auto& r : runs)
+    fmt::print("{:>6} {:>9.2f}% {:>10} {:>11.0f}s {:>12}\n", r.heads, 100 * r.best_valid,
+               r.test_acc < 0 ? "-" : fmt::format("{:.2f}%", 100 * r.test_acc), r.train_seconds, r.params);
+  if (runs.size() > 1 && !runs[0].bucket_labels.empty()) {
+    fmt::print("\nvalidation accuracy by review length (words): single-head vs multi-head\n{:>10}", "length");
+    for (auto& r : runs) fmt::print(" {:>8}", fmt::format("h{}", r.heads));
+    fmt::print("\n");
+    for (std::size_t k = 0; k < runs[0].bucket_labels.size(); ++k) {
+      fmt::print("{:>10}", runs[0].bucket_labels[k]);
+      for (auto& r : runs) fmt::print(" {:>7.2f}%", 100 * r.bucket_acc[k]);
+      fmt::print("\n");
+    }
+  }
+}
+
+template <std::size_t Heads>
+int predict(const fs::path& dir, const std::vector<std::string>& texts) {
+  auto cfgj = json::parse(data::read_file(dir / "config.json", 1 << 20));
+  auto cfg = ModelConfig::from_json(cfgj.at("model"));
+  const bool tail = cfgj.value("keep_tail", false);
+  auto vocab = data::Vocab::load(dir / "vocab.txt");
+  if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
+  ImdbClassifier<Heads> model(cfg);
+  attn::io::load(model, dir / "model.safetensors");
+  model.eval();
+  const data::EnglishTokenizer tok;
+  for (auto& text : texts) {
+    auto toks = tok(text);
+    auto ids = encode(vocab, toks, cfg.max_len, tail);
+    attn::NoGrad ctx;
+    attn::Tensor<float> w;
+    auto b = make_batch({&ids}, {0}, cfg.ngram_buckets);
+    auto pr = attn::softmax(ctx, model.forward(ctx, b, &w)).value();
+    const std::size_t t = ids.size();
+    std::vector<std::pair<float, std::size_t>> recv(t);
+    for (std::size_t j = 0; j < t; ++j) {
+      float s = 0;
+      for (std::size_t h = 0; h < Heads; ++h)
+        for (std::size_t i = 0; i < t; ++i) s += w(std::size_t(0), h, i, j);
+      recv[j] = {s / float(Heads * t), j};
+    }
+    std::sort(recv.begin(), recv.end(), std::greater<>());
+    const bool pos = pr(0, 1) >= 0.5f;
+    fmt::print("{}\t{:.4f}\t", pos ? "positive" : "negative", pos ? pr(0, 1) : pr(0, 0));
+    for (std::size_t k = 0; k < std::min<std::size_t>(5, t); ++k) {
+      const std::size_t j = recv[k].second;
+      const std::size_t src = tail && toks.size() > t ? toks.size() - t + j : j;
+      fmt::print("{}{}({:.3f})", k ? " " : "", src < toks.size() ? toks[src] : "?", recv[k].first);
+    }
+    fmt::print("\n");
+  }
+  return 0;
+}
+
+}  // namespace imdb
+
+int main(int argc, char** argv) {
+  using namespace imdb;
+  Options o;
+  CLI::App app{"IMDb sentiment classification with single- and multi-head self-attention (attn)"};
+  app.set_help_all_flag("--help-all");
+  app.add_option("--data", o.data, "aclImdb root holding train/{pos,neg} (and optionally test/)");
+  app.add_option("--out", o.out, "output directory (one sub-directory per head count)");
+  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16");
+  app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8, 16 and print the comparison tables");
+  app.add_option("--epochs", o.epochs, "maximum epochs");
+  app.add_option("--batch", o.batch, "batch size");
+  app.add_option("--lr", o.lr, "peak learning rate (AdamW)");
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay");
+  app.add_option("--warmup", o.warmup, "fraction of steps for linear warm-up (then cosine decay)");
+  app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features");
+  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights");
+  app.add_option("--max-len", o.max_len, "tokens kept per review");
+  app.add_flag("--keep-tail", o.keep_tail, "keep the last --max-len tokens instead of the first");
+  app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary");
+  app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included)");
+  app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the bigram-bag feature (0: off)");
+  app.add_flag("!--no-ffn", o.ffn, "no feed-forward block after the attention");
+  app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)");
+  app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement");
+  app.add_option("--clip", o.clip, "gradient-norm clipping threshold");
+  app.add_option("--seed", o.seed, "seed of the split, the initialisation, the data order and dropout");
+  app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)");
+  app.add_flag("--resume", o.resume, "continue an interrupted run from its last completed epoch");
+  app.add_option("--explain", o.explain, "extra text(s) whose attention heatmaps go into the report");
+  app.add_option("--limit", o.limit, "use only N training reviews (quick runs)");
+  std::string model_dir;
+  std::vector<std::string> texts;
+  auto* pred = app.add_subcommand("predict", "classify text with a trained model");
+  pred->add_option("--model", model_dir, "a run directory, e.g. runs/imdb/h8")->required();
+  pred->add_option("text", texts, "text to classify (default: the article's sentence)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    attn::cpu::set_threads(int(o.threads));
+    if (*pred) {
+      if (texts.empty()) texts.push_back(kArticleSentence);
+      auto cfg = json::parse(data::read_file(fs::path(model_dir) / "config.json", 1 << 20));
+      const std::size_t heads = cfg.at("heads").get<std::size_t>();
+      return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(model_dir, texts); });
+    }
+    if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
+    fmt::print("attn IMDb example: {} thread(s)\n", attn::cpu::threads());
+    auto p = prepare(o);
+    std::vector<RunResult> runs;
+    if (o.sweep) {
+      runs.push_back(train_variant<1>(o, p));
+      runs.push_back(train_variant<2>(o, p));
+      runs.push_back(train_variant<4>(o, p));
+      runs.push_back(train_variant<8>(o, p));
+      runs.push_back(train_variant<16>(o, p));
+      print_sweep(runs);
+    } else {
+      attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", [&]<std::size_t H>() { runs.push_back(train_variant<H>(o, p)); });
+    }
+    fs::create_directories(o.out);
+    json sj = json::array();
+    for (auto& r : runs)
+      sj.push_back({{"heads", r.heads}, {"valid_accuracy", r.best_valid}, {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds},
+                    {"parameters", r.params}, {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}});
+    data::write_file_atomic(fs::path(o.out) / "summary.json", sj.dump(2) + "\n");
+    write_report(o, runs);
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "imdb: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "imdb: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
