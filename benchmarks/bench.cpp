@@ -1,0 +1,237 @@
+// attn's benchmark harness for the reference models of BENCHMARKS.md, side by side with the
+// PyTorch peer. Each case runs in a fresh process (for its peak RSS); attn and the peer are
+// interleaved per case; the table gives samples/s, the attn/peer ratio and peak RSS, and for R1 and
+// R3 the GFLOP/s as a fraction of the machine's FP32 GEMM ceiling.
+//   bench --all [--peer "benchmarks/peer/run-peer.sh"] [--iters 20]
+//   bench --case R1-h8 [--iters 20]          # one case, one JSON line
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "models.hpp"
+
+using nlohmann::json;
+using clk = std::chrono::steady_clock;
+
+namespace bench {
+
+inline const std::vector<int> kR4Lengths = {38, 45, 23, 26, 15, 22, 15, 10, 21, 22, 22, 22, 19, 18, 9,  19, 9,  11, 13, 12, 27, 11,
+                                            17, 32, 30, 16, 28, 14, 19, 23, 19, 28, 13, 26, 31, 45, 19, 18, 17, 20, 13, 11, 14, 20,
+                                            9,  21, 11, 9,  21, 32, 17, 72, 29, 25, 14, 25, 30, 29, 16, 13, 12, 16, 18, 30};
+
+struct Timing {
+  double median_ms;
+  double samples_per_s;
+};
+
+/// 5 warm-ups, then the median of `iters` timed runs of f (which processes `samples` samples).
+inline Timing time_it(const std::function<void()>& f, std::size_t samples, int iters, int warmup = 5) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = clk::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(clk::now() - t0).count());
+  }
+  std::nth_element(ms.begin(), ms.begin() + std::ptrdiff_t(ms.size() / 2), ms.end());
+  const double med = ms[ms.size() / 2];
+  return {med, double(samples) / (med / 1000)};
+}
+
+template <class Model>
+Timing train_case(Model& model, const Batch& b, int iters) {
+  attn::optim::Adam<float> opt(model, {.lr = 1e-3});
+  attn::Tape tape;
+  return time_it(
+      [&] {
+        auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels);
+        tape.backward(loss);
+        opt.step();
+        opt.zero_grad();
+        tape.clear();
+      },
+      b.lengths.size(), iters);
+}
+
+/// FLOPs of one attention layer (projections + scores + weighted sum), forward only.
+inline double attention_flops(double b, double t, double d) { return b * (2 * t * d * 3 * d + 2 * t * d * d + 4 * t * t * d); }
+
+inline double gemm_ceiling() {
+  const int n = 2048;
+  std::vector<float> a(std::size_t(n) * n, 0.5f), bm(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
+  auto f = [&] { attn::cpu::gemm<float>(attn::Trans::no, attn::Trans::no, n, n, n, 1.f, a.data(), n, bm.data(), n, 0.f, c.data(), n); };
+  auto t = time_it(f, 1, 5, 1);
+  return 2.0 * n * n * n / (t.median_ms / 1000) / 1e9;
+}
+
+/// Runs one case in this process; returns its JSON record.
+inline json run_case(const std::string& name, int iters) {
+  attn::Rng rng(2024);
+  json j{{"case", name}, {"impl", "attn"}, {"threads", attn::cpu::threads()}};
+  Timing t{};
+  double flops = 0;  // per sample, for the ceiling fraction
+  if (name == "R1-h1" || name == "R1-h8") {
+    auto b = make_batch(rng, 20000, 2, std::vector<int>(32, 256));
+    if (name == "R1-h1") {
+      R1<1> m;
+      t = train_case(m, b, iters);
+    } else {
+      R1<8> m;
+      t = train_case(m, b, iters);
+    }
+    flops = 3 * (attention_flops(1, 256, 128) + 2.0 * 128 * 2);  // forward + backward ~ 3x forward
+    j["mode"] = "train";
+  } else if (name == "R2-h4" || name == "R2-h8") {
+    auto b = make_batch(rng, 6000, 15, std::vector<int>(64, 48));
+    if (name == "R2-h4") {
+      R2<4> m;
+      t = train_case(m, b, iters);
+    } else {
+      R2<8> m;
+      t = train_case(m, b, iters);
+    }
+    j["mode"] = "train";
+  } else if (name.rfind("R3-T", 0) == 0) {
+    const std::size_t T = std::stoul(name.substr(4));
+    nn::Attention<8, 256> layer(nullptr, "attn");
+    Tensor<float> xv({4, T, 256});
+    for (std::size_t i = 0; i < xv.numel(); ++i) xv[i] = float(rng.uniform(-1, 1));
+    attn::Var<float, Shape<dyn, dyn, 256>> xin(xv, true);
+    auto mask = Tensor<float>::full({4, T}, 1.0f);
+    Tensor<float> seed({4, T, 256});
+    for (std::size_t i = 0; i < seed.numel(); ++i) seed[i] = float(rng.uniform(-1, 1));
+    attn::Tape tape;
+    t = time_it(
+        [&] {
+          auto y = layer(tape, xin, mask);
+          tape.backward(y, seed);
+          layer.zero_grad();
+          xin.data()->grad = {};
+          tape.clear();
+        },
+        4, iters);
+    flops = 3 * attention_flops(1, double(T), 256);
+    j["mode"] = "train";
+  } else if (name == "R4-b1" || name == "R4-b64") {
+    R2<4> m;
+    m.eval();
+    std::vector<Batch> batches;
+    if (name == "R4-b1") {
+      for (int l : kR4Lengths) batches.push_back(make_batch(rng, 6000, 15, {l}));
+    } else {
+      batches.push_back(make_batch(rng, 6000, 15, kR4Lengths));
+    }
+    t = time_it(
+        [&] {
+          for (auto& b : batches) {
+            attn::NoGrad ctx;
+            auto y = m.forward(ctx, b);
+            (void)y;
+          }
+        },
+        kR4Lengths.size(), iters);
+    j["mode"] = "infer";
+  } else {
+    throw attn::ArgumentError("bench: unknown case '" + name + "' (R1-h1 R1-h8 R2-h4 R2-h8 R3-T512 R3-T1024 R3-T2048 R4-b1 R4-b64)");
+  }
+  j["median_ms"] = t.median_ms;
+  j["samples_per_s"] = t.samples_per_s;
+  if (flops > 0) j["gflops"] = flops * t.samples_per_s / 1e9;
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  j["peak_rss_mb"] = double(ru.ru_maxrss) / 1024.0;
+  return j;
+}
+
+/// Runs a command, returns the last line of its stdout that parses as a JSON object.
+inline json run_json(const std::string& cmd) {
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return json();
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  ::pclose(p);
+  json last;
+  std::size_t pos = 0;
+  while (pos < out.size()) {
+    auto e = out.find('\n', pos);
+    auto line = out.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
+    if (!line.empty() && line[0] == '{') {
+      try {
+        last = json::parse(line);
+      } catch (...) {
+      }
+    }
+    if (e == std::string::npos) break;
+    pos = e + 1;
+  }
+  return last;
+}
+
+}  // namespace bench
+
+int main(int argc, char** argv) {
+  std::string one, peer;
+  int iters = 20;
+  bool all = false, gemm = false;
+  std::vector<std::string> cases = {"R1-h1", "R1-h8", "R2-h4", "R2-h8", "R3-T512", "R3-T1024", "R3-T2048", "R4-b1", "R4-b64"};
+  CLI::App app{"attn benchmarks: the reference models of BENCHMARKS.md, against the PyTorch peer"};
+  app.add_option("--case", one, "run one case in this process and print its JSON record");
+  app.add_flag("--all", all, "run every case (each in a fresh process) and print the table");
+  app.add_option("--cases", cases, "cases for --all");
+  app.add_option("--peer", peer, "peer command, run per case with '--case X --json --iters N' appended (empty: no peer)");
+  app.add_option("--iters", iters, "timed iterations per case (after 5 warm-ups)");
+  app.add_flag("--gemm", gemm, "print the FP32 GEMM 2048^3 ceiling and exit");
+  CLI11_PARSE(app, argc, argv);
+  attn::cpu::set_threads(0);
+  try {
+    if (gemm) {
+      fmt::print("{{\"gemm_gflops\": {:.1f}, \"threads\": {}}}\n", bench::gemm_ceiling(), attn::cpu::threads());
+      return 0;
+    }
+    if (!one.empty()) {
+      fmt::print("{}\n", bench::run_case(one, iters).dump());
+      return 0;
+    }
+    if (!all) {
+      fmt::print(stderr, "bench: give --case NAME or --all (see --help)\n");
+      return 2;
+    }
+    const std::string self = argv[0];
+    auto ceiling = bench::run_json(self + " --gemm");
+    const double ceil_gflops = ceiling.value("gemm_gflops", 0.0);
+    fmt::print("FP32 GEMM 2048^3 ceiling: {:.1f} GFLOP/s ({} threads)\n\n", ceil_gflops, attn::cpu::threads());
+    fmt::print("{:<10} {:>6} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10}  {}\n", "case", "mode", "attn smp/s", "peer smp/s", "ratio",
+               "attn RSS", "peer RSS", "of ceiling", "peer impl");
+    json rows = json::array();
+    for (auto& c : cases) {
+      auto a = bench::run_json(fmt::format("{} --case {} --iters {}", self, c, iters));
+      json p;
+      if (!peer.empty()) p = bench::run_json(fmt::format("{} --case {} --mode {} --json --iters {}", peer, c,
+                                                         a.value("mode", "train") == "infer" ? "infer" : "train", iters));
+      const double as = a.value("samples_per_s", 0.0), ps = p.value("samples_per_s", 0.0);
+      fmt::print("{:<10} {:>6} {:>12.1f} {:>12} {:>8} {:>9.0f}M {:>10} {:>10}  {}\n", c, a.value("mode", "?"), as,
+                 ps > 0 ? fmt::format("{:.1f}", ps) : "-", ps > 0 ? fmt::format("{:.2f}x", as / ps) : "-", a.value("peak_rss_mb", 0.0),
+                 p.contains("peak_rss_mb") ? fmt::format("{:.0f}M", p.value("peak_rss_mb", 0.0)) : "-",
+                 a.contains("gflops") && ceil_gflops > 0 ? fmt::format("{:.0f}%", 100 * a.value("gflops", 0.0) / ceil_gflops) : "",
+                 p.value("impl", ""));
+      std::fflush(stdout);
+      rows.push_back({{"attn", a}, {"peer", p}});
+    }
+    fmt::print("\n{}\n", json{{"ceiling_gflops", ceil_gflops}, {"rows", rows}}.dump());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

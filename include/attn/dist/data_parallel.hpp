@@ -1,0 +1,182 @@
+// dist::DataParallel: PyTorch-DDP-style data parallelism for one nn::Module replicated on every rank
+// (rank 0's parameters broadcast, gradients in flat buckets averaged across ranks without copies).
+//   attn::dist::DataParallel<float> ddp(model, comm);  ddp.zero_grad(); ...; ddp.backward(tape, loss); opt.step();
+#pragma once
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "../autograd/var.hpp"
+#include "../nn/module.hpp"
+#include "communicator.hpp"
+#include "grad_buckets.hpp"
+
+namespace attn::dist {
+
+/// What DataParallel needs from a communicator (dist::Communicator for host memory over MPI,
+/// dist::NcclCommunicator for CUDA memory): rank and size, a batch of non-blocking operations
+/// that wait() completes under a watchdog, in-place all-reduce and broadcast started into such a
+/// batch, and an all-gather of one integer per rank.
+template <class C, class T>
+concept Collectives = requires(const C& c, T* p, std::size_t n, typename C::pending_type& pend) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  { C::device_memory } -> std::convertible_to<bool>;
+  { c.pending(std::string{}) } -> std::same_as<typename C::pending_type>;
+  c.start_all_reduce(p, n, ReduceOp::mean, pend);
+  c.start_broadcast(p, n, 0, pend);
+  { c.template all_gather<std::uint64_t>(std::uint64_t{}) } -> std::same_as<std::vector<std::uint64_t>>;
+  pend.wait();
+};
+
+struct DataParallelOptions {
+  /// Bytes per gradient bucket (PyTorch's bucket_cap_mb = 25).
+  std::size_t bucket_cap_bytes = std::size_t(25) << 20;
+  /// Bytes of the first bucket, the output layer's (PyTorch: 1 MiB).
+  std::size_t first_bucket_cap_bytes = std::size_t(1) << 20;
+  /// Copy the root's parameters to every rank at construction.
+  bool broadcast_parameters = true;
+  int root = 0;
+};
+
+/// Measurements of the last all_reduce_gradients().
+struct ReduceStats {
+  double seconds = 0;          // launch to completion of all bucket all-reduces
+  std::size_t bytes = 0;       // bucket bytes this rank contributed (padding included)
+  std::size_t buckets = 0;
+  std::size_t reattached = 0;  // gradients found outside their bucket and copied back in
+};
+
+/// Wraps a model's parameters of element type T on backend B (all of the model's parameters must
+/// be of that type; frozen ones, requires_grad == false, are left out). Every rank builds the same
+/// model and calls the same methods in the same order. The communicator must outlive the wrapper.
+///
+/// A training step:
+///   ddp.zero_grad();                                   // zero the buckets (not opt.zero_grad())
+///   auto loss = cross_entropy(tape, model.forward(tape, local_batch...), labels);
+///   ddp.backward(tape, loss);                          // tape.backward + averaged gradients
+///   opt.step(); tape.clear();
+///
+/// With each rank's loss the mean over its own equally sized shard, the averaged gradient is the
+/// gradient of the mean over the global batch, so N ranks on batches of b follow one process on
+/// batches of N b (up to rounding). Gradient accumulation: run several backward passes and call
+/// all_reduce_gradients() once (tape.backward alone between them, as PyTorch's no_sync()).
+///
+/// Zero-copy: the gradients live in the buckets (GradBuckets) and the all-reduces run on them in
+/// place. An optimizer's zero_grad() drops the gradient tensors; that still gives correct results
+/// (the next all_reduce_gradients copies them back into their buckets, counted in
+/// ReduceStats::reattached) but costs a copy per parameter, so use DataParallel::zero_grad().
+///
+/// Difference from one process: after all_reduce_gradients every parameter has a gradient (zeros
+/// where no rank's loss reached it), where one process would leave it empty and the optimizers
+/// would skip it. Models whose every parameter takes part in the loss behave identically.
+///
+/// Overlap: the all-reduces start after the whole backward pass, one per bucket, the output layer's
+/// first, and are then waited on together; they do not yet overlap with backward, which would need
+/// a per-step hook in attn::Tape.
+template <class T = float, class B = cpu, class Comm = Communicator>
+  requires Collectives<Comm, T>
+class DataParallel {
+  static_assert(B::host_accessible || Comm::device_memory,
+                "dist::DataParallel: this communicator reduces host memory; for the cuda backend use dist::NcclCommunicator");
+
+ public:
+  DataParallel(const nn::Module& model, const Comm& comm, DataParallelOptions opt = {}) : comm_(&comm), opt_(opt) {
+    if (opt_.root < 0 || opt_.root >= comm.size())
+      throw ArgumentError("dist::DataParallel: root " + std::to_string(opt_.root) + " is not a rank of a job of " + std::to_string(comm.size()));
+    auto named = model.named_parameters();
+    auto vars = model.parameters<T, B>();  // throws ArgumentError on another element type or backend
+    std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>> list;
+    std::unordered_set<const void*> seen;  // a tied parameter is reduced once
+    for (std::size_t k = 0; k < vars.size(); ++k) {
+      const auto& d = vars[k].data();
+      if (!d->requires_grad || !seen.insert(d.get()).second) continue;
+      list.push_back({named[k].first, d});
+      params_.push_back(vars[k]);
+    }
+    check_same_model(list);
+    if (opt_.broadcast_parameters) broadcast_parameters(opt_.root);
+    buckets_ = GradBuckets<T, B>(list, opt_.bucket_cap_bytes, opt_.first_bucket_cap_bytes);
+  }
+
+  DataParallel(const DataParallel&) = delete;  // two wrappers would fight over the gradients
+  DataParallel& operator=(const DataParallel&) = delete;
+  DataParallel(DataParallel&&) noexcept = default;
+  DataParallel& operator=(DataParallel&&) noexcept = default;
+
+  /// Zeroes the gradients in place (the buckets), keeping them where the all-reduce expects them.
+  void zero_grad() { buckets_.zero(); }
+
+  /// Replaces every rank's gradients by their mean over all ranks, in place.
+  void all_reduce_gradients() {
+    const auto t0 = std::chrono::steady_clock::now();
+    stats_ = {};
+    stats_.reattached = buckets_.attach(true);
+    auto pending = comm_->pending("gradient all-reduce of " + std::to_string(buckets_.size()) + " buckets (" +
+                                  std::to_string(buckets_.bytes()) + " bytes)");
+    for (auto& b : buckets_.buckets()) comm_->start_all_reduce(b.data(), b.numel(), ReduceOp::mean, pending);
+    pending.wait();
+    stats_.bytes = buckets_.bytes();
+    stats_.buckets = buckets_.size();
+    stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// tape.backward(loss), then all_reduce_gradients().
+  template <class S>
+  void backward(Tape& tape, const Var<T, S, B>& loss) {
+    tape.backward(loss);
+    all_reduce_gradients();
+  }
+
+  /// Overwrites every rank's parameter values with the root's.
+  void broadcast_parameters(int root = 0) {
+    auto pending = comm_->pending("parameter broadcast from rank " + std::to_string(root));
+    for (auto& v : params_) comm_->start_broadcast(const_cast<T*>(v.raw().data()), v.numel(), root, pending);
+    pending.wait();
+  }
+
+  const std::vector<Var<T, AnyShape, B>>& params() const noexcept { return params_; }
+  const GradBuckets<T, B>& buckets() const noexcept { return buckets_; }
+  const ReduceStats& last_stats() const noexcept { return stats_; }
+  const Comm& comm() const noexcept { return *comm_; }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->size(); }
+  bool is_main() const { return comm_->rank() == 0; }
+
+ private:
+  /// Every rank must hold the same parameters (names, order, shapes), or the buckets would not line
+  /// up and the all-reduces would mix unrelated numbers. Compared by a hash gathered from all ranks;
+  /// every rank sees all hashes, so all of them throw together.
+  void check_same_model(const std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>>& list) const {
+    std::uint64_t h = 1469598103934665603ULL;
+    auto mix = [&h](std::uint64_t x) {
+      for (int i = 0; i < 8; ++i) h = (h ^ ((x >> (8 * i)) & 0xff)) * 1099511628211ULL;
+    };
+    mix(list.size());
+    mix(sizeof(T));
+    for (auto& [name, d] : list) {
+      mix(nn::name_seed(name));
+      mix(d->value.dims().n);
+      for (std::size_t a = 0; a < d->value.dims().n; ++a) mix(d->value.dims().v[a]);
+    }
+    const auto all = comm_->template all_gather<std::uint64_t>(h);
+    for (std::size_t r = 0; r < all.size(); ++r)
+      if (all[r] != all[0])
+        throw Error("dist::DataParallel: rank " + std::to_string(r) + " holds a model with other parameters (names, order or shapes) than rank 0 (" +
+                    std::to_string(list.size()) + " parameters here on rank " + std::to_string(comm_->rank()) +
+                    "); every rank must build the same model");
+  }
+
+  const Comm* comm_;
+  DataParallelOptions opt_;
+  std::vector<Var<T, AnyShape, B>> params_;
+  GradBuckets<T, B> buckets_;
+  ReduceStats stats_;
+};
+
+}  // namespace attn::dist

@@ -1,0 +1,169 @@
+// dist::DataParallel under mpirun: parameters broadcast from rank 0, gradients living in the
+// buckets, averaging, and the central property: N ranks training on shards of each global batch
+// end with the parameters one process reaches on the whole batches.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <attn/dist.hpp>
+
+#include "tiny_classifier.hpp"
+
+namespace dist = attn::dist;
+namespace optim = attn::optim;
+using dist_test::Dataset;
+using dist_test::TinyClassifier;
+
+namespace {
+
+constexpr std::size_t global_batch = 8, steps = 4;
+constexpr std::uint64_t sampler_seed = 3;
+
+/// One process, whole global batches in the sampler's epoch order.
+template <class MakeOpt>
+void train_single(TinyClassifier<>& model, const Dataset& data, MakeOpt make_opt) {
+  auto opt = make_opt(model);
+  const auto order = dist::DistributedSampler(data.n, 1, 0, {.seed = sampler_seed}).indices();
+  for (std::size_t k = 0; k < steps; ++k) {
+    auto b = data.gather({order.begin() + k * global_batch, order.begin() + (k + 1) * global_batch});
+    attn::Tape tape;
+    auto loss = attn::cross_entropy(tape, model.forward(tape, b.ids, b.mask), b.labels);
+    tape.backward(loss);
+    opt.step();
+    opt.zero_grad();
+  }
+}
+
+/// Every rank, its shard of each global batch.
+template <class MakeOpt>
+void train_parallel(TinyClassifier<>& model, dist::DataParallel<float>& ddp, const Dataset& data, MakeOpt make_opt,
+                    bool optimizer_zero_grad = false) {
+  auto opt = make_opt(model);
+  const std::size_t local = global_batch / std::size_t(ddp.world_size());
+  const auto mine = dist::DistributedSampler(data.n, ddp.world_size(), ddp.rank(), {.seed = sampler_seed}).indices();
+  for (std::size_t k = 0; k < steps; ++k) {
+    auto b = data.gather({mine.begin() + k * local, mine.begin() + (k + 1) * local});
+    attn::Tape tape;
+    if (!optimizer_zero_grad) ddp.zero_grad();
+    auto loss = attn::cross_entropy(tape, model.forward(tape, b.ids, b.mask), b.labels);
+    ddp.backward(tape, loss);
+    opt.step();
+    if (optimizer_zero_grad) opt.zero_grad();
+  }
+}
+
+auto adam = [](const attn::nn::Module& m) { return optim::Adam<float>(m, {.lr = 1e-2}); };
+auto sgd = [](const attn::nn::Module& m) { return optim::Sgd<float>(m, {.lr = 0.2, .momentum = 0.9}); };
+
+}  // namespace
+
+TEST_CASE("data parallel: rank 0's parameters reach every rank at construction") {
+  dist::Communicator comm;
+  TinyClassifier<> model, reference;  // both default-initialised: rank 0's values everywhere
+  if (comm.rank() != 0) model.init(1234 + std::uint64_t(comm.rank()));
+  if (comm.size() > 1 && comm.rank() != 0) REQUIRE(dist_test::max_param_diff(model, reference) > 0.1);
+  dist::DataParallel<float> ddp(model, comm);
+  CHECK(dist_test::max_param_diff(model, reference) == 0.0);
+  CHECK(ddp.params().size() == model.named_parameters().size());
+}
+
+TEST_CASE("data parallel: gradients are views of the buckets and backward writes into them") {
+  dist::Communicator comm;
+  TinyClassifier<> model;
+  dist::DataParallel<float> ddp(model, comm, {.bucket_cap_bytes = 4096, .first_bucket_cap_bytes = 256});
+  const auto& buckets = ddp.buckets().buckets();
+  REQUIRE(buckets.size() > 2);
+  // Bucket 0 starts with the last registered parameter (the head's bias).
+  CHECK(buckets[0].entries.front().name == "head.bias");
+  std::size_t covered = 0;
+  for (const auto& b : buckets)
+    for (const auto& e : b.entries) {
+      CHECK(dist::GradBuckets<float>::attached(b, e));
+      CHECK(e.offset % 16 == 0);
+      ++covered;
+    }
+  CHECK(covered == model.named_parameters().size());
+
+  Dataset data(4);
+  auto batch = data.gather({0, 1, 2, 3});
+  for (int step = 0; step < 2; ++step) {
+    ddp.zero_grad();
+    attn::Tape tape;
+    auto loss = attn::cross_entropy(tape, model.forward(tape, batch.ids, batch.mask), batch.labels);
+    ddp.backward(tape, loss);
+    CHECK(ddp.last_stats().reattached == 0);  // no copy: backward accumulated in place
+    CHECK(ddp.last_stats().buckets == buckets.size());
+    CHECK(ddp.last_stats().bytes == ddp.buckets().bytes());
+    double norm = 0;
+    for (const auto& b : buckets)
+      for (float g : b.storage.to_vector()) norm += double(g) * g;
+    CHECK(norm > 0);
+  }
+}
+
+TEST_CASE("data parallel: all_reduce_gradients averages over the ranks") {
+  dist::Communicator comm;
+  TinyClassifier<> model;
+  dist::DataParallel<float> ddp(model, comm);
+  ddp.zero_grad();
+  for (auto& v : ddp.params()) v.data()->grad.fill(float(comm.rank() + 1));
+  ddp.all_reduce_gradients();
+  const float expect = float(comm.size() + 1) / 2;
+  for (auto& v : ddp.params())
+    for (float g : v.data()->grad.to_vector()) REQUIRE(g == Approx(expect));
+  ddp.zero_grad();
+  for (auto& v : ddp.params())
+    for (float g : v.data()->grad.to_vector()) REQUIRE(g == 0.f);
+}
+
+TEST_CASE("data parallel: N ranks on half batches match one process on whole batches (Adam, SGD)") {
+  dist::Communicator comm;
+  REQUIRE(global_batch % std::size_t(comm.size()) == 0);
+  const Dataset data(global_batch * steps);
+  // Adam: everything but the attention's key bias, whose exact gradient is zero (see max_param_diff).
+  auto run = [&](auto make_opt, dist::DataParallelOptions opt, bool optimizer_zero_grad, bool skip_key_bias) {
+    TinyClassifier<> single, parallel, start;
+    if (comm.rank() != 0) parallel.init(99);
+    train_single(single, data, make_opt);
+    dist::DataParallel<float> ddp(parallel, comm, opt);
+    train_parallel(parallel, ddp, data, make_opt, optimizer_zero_grad);
+    INFO("rank " << comm.rank() << " of " << comm.size());
+    CHECK(dist_test::max_param_diff(single, start) > 1e-2);  // training moved the parameters
+    INFO("max |difference| per parameter:\n" << dist_test::param_diff_report(parallel, single));
+    CHECK(dist_test::max_param_diff(parallel, single, skip_key_bias) < 1e-5);
+    return ddp.last_stats();
+  };
+  SECTION("Adam, default buckets") { run(adam, {}, false, true); }
+  SECTION("SGD with momentum, many small buckets") { run(sgd, {.bucket_cap_bytes = 2048, .first_bucket_cap_bytes = 128}, false, false); }
+  SECTION("Adam with the optimizer's zero_grad: still right, by copying into the buckets") {
+    auto stats = run(adam, {}, true, true);
+    CHECK(stats.reattached == TinyClassifier<>().named_parameters().size());
+  }
+}
+
+TEST_CASE("data parallel: ranks with different models all throw") {
+  dist::Communicator comm;
+  if (comm.size() < 2) return;  // needs two ranks to differ
+  if (comm.rank() == 1) {
+    TinyClassifier<dist_test::vocab + 1> other;
+    CHECK_THROWS_WITH(dist::DataParallel<float>(other, comm), Catch::Contains("rank 1 holds a model with other parameters"));
+  } else {
+    TinyClassifier<> model;
+    CHECK_THROWS_WITH(dist::DataParallel<float>(model, comm), Catch::Contains("rank 1 holds a model with other parameters"));
+  }
+}
+
+TEST_CASE("data parallel: frozen parameters are not reduced, and bad options are rejected") {
+  dist::Communicator comm;
+  TinyClassifier<> model;
+  model.tokens.weight.data()->requires_grad = false;
+  dist::DataParallel<float> ddp(model, comm);
+  CHECK(ddp.params().size() == model.named_parameters().size() - 1);
+  for (const auto& b : ddp.buckets().buckets())
+    for (const auto& e : b.entries) CHECK(e.name != "embed.weight");
+  CHECK_THROWS_AS(dist::DataParallel<float>(model, comm, {.root = comm.size()}), attn::ArgumentError);
+  CHECK_THROWS_AS(dist::DataParallel<double>(model, comm), attn::ArgumentError);  // float model
+}
