@@ -33,7 +33,14 @@ double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max
   double total = 0;
   for (auto& p : params) {
     const auto& g = p.data()->grad;
-    for (std::size_t i = 0; i < g.numel(); ++i) total += double(g[i]) * double(g[i]);
+    const long long n = static_cast<long long>(g.numel());
+    const T* q = g.data();
+    double part = 0;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) reduction(+ : part) if (n > (1 << 16))
+#endif
+    for (long long i = 0; i < n; ++i) part += double(q[i]) * double(q[i]);
+    total += part;
   }
   total = std::sqrt(total);
   const double coef = max_norm / (total + 1e-6);
@@ -99,8 +106,11 @@ class Adam {
       const T* g = d.grad.data();
       T* m = m_[k].data();
       T* v = v_[k].data();
-      const std::size_t n = d.value.numel();
-      for (std::size_t i = 0; i < n; ++i) {
+      const long long n = static_cast<long long>(d.value.numel());
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+#endif
+      for (long long i = 0; i < n; ++i) {
         T gi = g[i];
         if (opt_.decoupled) p[i] *= T(1) - lr * wd;
         else if (wd != T(0)) gi += wd * p[i];
