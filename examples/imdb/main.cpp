@@ -204,6 +204,16 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
   return html + "</div>";
 }
 
+/// Parses a JSON file; a malformed one is a FormatError naming the file and the byte offset.
+inline json read_json(const fs::path& p) {
+  const std::string text = data::read_file(p, 1 << 24);
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw attn::FormatError::at_offset(p.string(), e.byte, e.what());
+  }
+}
+
 inline void append_line(const fs::path& p, const std::string& line) {
   std::ofstream f(p, std::ios::app);
   f << line << "\n";
@@ -235,7 +245,7 @@ RunResult train_variant(const Options& o, const Prepared& p) {
   std::size_t start_epoch = 0, stale = 0;
   long long step = 0;
   if (o.resume && fs::exists(dir / "state.json")) {
-    auto st = json::parse(data::read_file(dir / "state.json", 1 << 24));
+    auto st = read_json(dir / "state.json");
     attn::io::load(model, dir / "last.safetensors");
     attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
     start_epoch = st.at("epochs_done").get<std::size_t>();
@@ -393,7 +403,7 @@ inline void print_sweep(const std::vector<RunResult>& runs) {
 
 template <std::size_t Heads>
 int predict(const fs::path& dir, const std::vector<std::string>& texts) {
-  auto cfgj = json::parse(data::read_file(dir / "config.json", 1 << 20));
+  auto cfgj = read_json(dir / "config.json");
   auto cfg = ModelConfig::from_json(cfgj.at("model"));
   const bool tail = cfgj.value("keep_tail", false);
   auto vocab = data::Vocab::load(dir / "vocab.txt");
@@ -439,23 +449,23 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data, "aclImdb root holding train/{pos,neg} (and optionally test/)");
   app.add_option("--out", o.out, "output directory (one sub-directory per head count)");
-  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16");
+  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16")->check(CLI::PositiveNumber);
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8, 16 and print the comparison tables");
-  app.add_option("--epochs", o.epochs, "maximum epochs");
-  app.add_option("--batch", o.batch, "batch size");
-  app.add_option("--lr", o.lr, "peak learning rate (AdamW)");
+  app.add_option("--epochs", o.epochs, "maximum epochs")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "batch size")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);
   app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay");
-  app.add_option("--warmup", o.warmup, "fraction of steps for linear warm-up (then cosine decay)");
-  app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features");
-  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights");
-  app.add_option("--max-len", o.max_len, "tokens kept per review");
+  app.add_option("--warmup", o.warmup, "fraction of steps for linear warm-up (then cosine decay)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(CLI::Range(0.0, 0.95));
+  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(CLI::Range(0.0, 0.95));
+  app.add_option("--max-len", o.max_len, "tokens kept per review")->check(CLI::PositiveNumber);
   app.add_flag("--keep-tail", o.keep_tail, "keep the last --max-len tokens instead of the first");
   app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary");
   app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included)");
   app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the bigram-bag feature (0: off)");
   app.add_flag("!--no-ffn", o.ffn, "no feed-forward block after the attention");
-  app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)");
-  app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement");
+  app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)")->check(CLI::Range(0.01, 0.9));
+  app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement")->check(CLI::PositiveNumber);
   app.add_option("--clip", o.clip, "gradient-norm clipping threshold");
   app.add_option("--seed", o.seed, "seed of the split, the initialisation, the data order and dropout");
   app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)");
@@ -472,7 +482,7 @@ int main(int argc, char** argv) {
     attn::cpu::set_threads(int(o.threads));
     if (*pred) {
       if (texts.empty()) texts.push_back(kArticleSentence);
-      auto cfg = json::parse(data::read_file(fs::path(model_dir) / "config.json", 1 << 20));
+      auto cfg = read_json(fs::path(model_dir) / "config.json");
       const std::size_t heads = cfg.at("heads").get<std::size_t>();
       return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(model_dir, texts); });
     }

@@ -97,6 +97,6 @@ TEST_CASE("reductions") {
 TEST_CASE("dispatch: a run-time value selects a compile-time instantiation; others list the supported values") {
   auto twice = [&]<std::size_t H>() { return int(H * 2); };
   CHECK(attn::dispatch<1, 2, 4, 8, 16>(8, "--heads", twice) == 16);
-  CHECK_THROWS_WITH(attn::dispatch<1, 2, 4, 8, 16>(3, "--heads", twice),
+  CHECK_THROWS_WITH((attn::dispatch<1, 2, 4, 8, 16>(3, "--heads", twice)),
                     Catch::Contains("--heads: unsupported value 3") && Catch::Contains("supported: 1, 2, 4, 8, 16"));
 }

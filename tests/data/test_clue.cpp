@@ -134,6 +134,24 @@ TEST_CASE("clue: numbers out of range are malformed lines, not crashes") {
   CHECK_THROWS_WITH(read_clue(tmp.path() / "x.json", tnews_labels()), Contains("x.json: line 1: malformed JSON"));
 }
 
+TEST_CASE("clue: integers above 2^63-1 keep their value: no label or id wraps to a negative") {
+  TempDir tmp;
+  const auto p = tmp.path() / "x.json";
+  ClueLabels wrapped;  // what 18446744073709551615 used to become through int64_t
+  wrapped.add("-1", "");
+  write_bytes(p, "{\"label\": 18446744073709551615, \"sentence\": \"a\"}\n");
+  CHECK_THROWS_WITH(read_clue(p, wrapped), Contains("x.json: line 1: label '18446744073709551615' is not in labels.json"));
+  write_bytes(p, "{\"label\": 18446744073709551615, \"label_des\": \"big\"}\n{\"label\": -1}\n");
+  const ClueLabels big = read_clue_labels(p);
+  REQUIRE(big.size() == 2);
+  CHECK(big.names[0] == "18446744073709551615");
+  write_bytes(p, "{\"sentence\": \"a\", \"id\": 18446744073709551615}\n");
+  CHECK_THROWS_WITH(read_clue(p, tnews_labels(), {.labeled = false}),
+                    Contains("x.json: line 1: field 'id' 18446744073709551615 is out of range"));
+  write_bytes(p, "{\"sentence\": \"a\", \"id\": 9223372036854775807}\n");
+  CHECK(read_clue(p, tnews_labels(), {.labeled = false}).examples.at(0).id == INT64_MAX);
+}
+
 TEST_CASE("clue: randomly corrupted files give a result or an attn::FormatError, nothing else") {
   const std::string base = read_file(fixture("clue/train.json"), 1 << 20);
   const ClueLabels labels = tnews_labels();

@@ -112,7 +112,8 @@ inline std::optional<std::string> label_field(const nlohmann::json& j) {
   const auto it = j.find("label");
   if (it == j.end() || it->is_null()) return std::nullopt;
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_number_integer()) return std::to_string(it->get<std::int64_t>());
+  // dump() spells the number exactly; get<int64_t> would wrap values above 2^63-1 to negatives.
+  if (it->is_number_integer()) return it->dump();
   throw ClueLineError{std::string("field 'label' must be a string or an integer, found ") + it->type_name()};
 }
 
@@ -189,6 +190,8 @@ inline ClueDataset read_clue(const std::filesystem::path& path, const ClueLabels
       if (const auto it = j.find("id"); it != j.end()) {
         if (!it->is_number_integer())
           throw detail::ClueLineError{std::string("field 'id' must be an integer, found ") + it->type_name()};
+        if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+          throw detail::ClueLineError{"field 'id' " + it->dump() + " is out of range (above 2^63-1)"};
         ex.id = it->get<std::int64_t>();
       }
     } catch (const detail::ClueLineError& e) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds attn's tests in Debug with AddressSanitizer + UndefinedBehaviorSanitizer (ATTN_SANITIZE)
+# and runs them with ctest. Any ASan/UBSan report fails the test that produced it (UBSan does not
+# recover, leaks are checked; the only suppressions are in scripts/lsan.supp).
+#   scripts/sanitize.sh [build-dir]                      # every test area (default build-asan)
+#   ATTN_SANITIZE_AREAS="core autograd io data" scripts/sanitize.sh   # only these tests/<area>
+# ATTN_BUILD_JOBS / ATTN_TEST_JOBS set the parallelism (default 2). Uses $CXX if set, else c++.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${1:-build-asan}
+start=$(date +%s)
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON -DATTN_WERROR=ON \
+  -DATTN_BUILD_TESTS=ON -DATTN_BUILD_EXAMPLES=OFF -DATTN_CUDA=OFF
+
+# Sanitizers only see compiled test programs; the compile-fail and installed-consumer tests run
+# the compiler, not attn code, and are left to scripts/test.sh.
+exclude='^(compile_fail|consumer):'
+targets=()
+filter=()
+if [ -n "${ATTN_SANITIZE_AREAS:-}" ]; then
+  regex=""
+  for area in $ATTN_SANITIZE_AREAS; do
+    [ -d "tests/$area" ] || { echo "sanitize: no directory tests/$area" >&2; exit 2; }
+    for src in tests/"$area"/test_*.cpp; do
+      [ -e "$src" ] && targets+=("${area}_$(basename "$src" .cpp)")
+    done
+    regex+="${regex:+|}${area}_"
+  done
+  [ ${#targets[@]} -gt 0 ] || { echo "sanitize: no tests in areas: $ATTN_SANITIZE_AREAS" >&2; exit 2; }
+  filter=(-R "^(${regex})")
+  cmake --build "$build" -j"${ATTN_BUILD_JOBS:-2}" --target "${targets[@]}"
+else
+  cmake --build "$build" -j"${ATTN_BUILD_JOBS:-2}"
+fi
+built=$(date +%s)
+
+# detect_leaks stays on; scripts/lsan.supp suppresses only leaks allocated inside libgomp.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+# Two threads keep OpenMP regions parallel (so races in them are exercised) without
+# oversubscribing a small CI machine that also runs ctest in parallel.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+ctest --test-dir "$build" --output-on-failure -j"${ATTN_TEST_JOBS:-2}" -E "$exclude" "${filter[@]}"
+end=$(date +%s)
+echo "sanitize: build $((built - start)) s, tests $((end - built)) s, total $((end - start)) s"
