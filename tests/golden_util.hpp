@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -27,10 +28,17 @@ attn::Tensor<T> tensor(const attn::io::SafetensorsFile& f, const std::string& na
   return attn::Tensor<T>::from(d, std::span<const T>(v));
 }
 
-/// Largest norm-relative error per test program, printed at exit for the closing notes.
+/// Largest norm-relative error per golden tensor; printed at exit when ATTN_GOLDEN_REPORT is set.
+struct WorstErrors {
+  std::map<std::string, double> w;
+  ~WorstErrors() {
+    if (!std::getenv("ATTN_GOLDEN_REPORT")) return;
+    for (auto& [k, v] : w) std::fprintf(stderr, "golden %-48s %.3g\n", k.c_str(), v);
+  }
+};
 inline std::map<std::string, double>& worst() {
-  static std::map<std::string, double> w;
-  return w;
+  static WorstErrors w;
+  return w.w;
 }
 
 template <class T, class S, class B>
