@@ -1,0 +1,114 @@
+// The TNEWS classifier (reference model R2): character embeddings, a BiLSTM, one multi-head
+// self-attention block (optionally residual + LayerNorm), masked mean pooling and a linear head
+// over the 15 news classes. Heads is a template argument: each head count is its own type.
+#pragma once
+#include <attn/attn.hpp>
+#include <attn/nn/attention.hpp>
+
+#include <nlohmann/json.hpp>
+
+namespace clue {
+
+namespace nn = attn::nn;
+using attn::dyn;
+using attn::Shape;
+using attn::Tensor;
+
+inline constexpr std::size_t kEmbed = 128;        // character embedding width
+inline constexpr std::size_t kHidden = 128;       // LSTM hidden size per direction
+inline constexpr std::size_t kDim = 2 * kHidden;  // BiLSTM output = attention width
+inline constexpr std::size_t kClasses = 15;       // TNEWS news categories
+
+struct ModelConfig {
+  std::size_t vocab = 0;
+  std::size_t max_len = 128;
+  double dropout = 0.2;       // on the embeddings, the attention output and the pooled features
+  double attn_dropout = 0.1;  // on the attention weights
+  bool residual = true;       // y = LayerNorm(h + Attention(h)) instead of y = Attention(h)
+
+  nlohmann::json to_json() const {
+    return {{"vocab", vocab}, {"max_len", max_len}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"residual", residual}};
+  }
+  static ModelConfig from_json(const nlohmann::json& j) {
+    ModelConfig c;
+    c.vocab = j.at("vocab").get<std::size_t>();
+    c.max_len = j.at("max_len").get<std::size_t>();
+    c.dropout = j.at("dropout").get<double>();
+    c.attn_dropout = j.at("attn_dropout").get<double>();
+    c.residual = j.at("residual").get<bool>();
+    return c;
+  }
+};
+
+/// One padded batch: ids (B, T), mask (B, T) with 1 = real character, lengths (B) in [1, T],
+/// labels (B) (zeros when unknown).
+struct Batch {
+  Tensor<std::int32_t, Shape<dyn, dyn>> ids;
+  Tensor<float, Shape<dyn, dyn>> mask;
+  std::vector<int> lengths;
+  Tensor<std::int64_t, Shape<dyn>> labels;
+  std::size_t size() const { return ids.size(0); }
+};
+
+/// Builds a batch from encoded sequences (each non-empty and already truncated to max_len); T is
+/// the longest of them.
+inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seqs, const std::vector<int>& labels) {
+  const std::size_t b = seqs.size();
+  std::size_t t = 1;
+  for (auto* s : seqs) t = std::max(t, s->size());
+  Batch out;
+  out.ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
+  out.mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});
+  out.labels = Tensor<std::int64_t, Shape<dyn>>::zeros({b});
+  out.lengths.resize(b);
+  for (std::size_t i = 0; i < b; ++i) {
+    const auto& s = *seqs[i];
+    if (s.empty()) throw attn::ArgumentError("clue::make_batch: empty sequence (encode() gives empty texts one <unk>)");
+    for (std::size_t j = 0; j < s.size(); ++j) {
+      out.ids(i, j) = s[j];
+      out.mask(i, j) = 1.0f;
+    }
+    out.lengths[i] = int(s.size());
+    out.labels(i) = labels.empty() ? 0 : labels[i];
+  }
+  return out;
+}
+
+template <std::size_t Heads>
+struct TnewsClassifier : nn::Module {
+  explicit TnewsClassifier(const ModelConfig& c)
+      : cfg(c),
+        tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1}),
+        lstm(this, "lstm"),
+        attention(this, "attn", {.dropout = c.attn_dropout}),
+        norm(this, "norm"),
+        head(this, "head", {.xavier = true}) {}
+
+  /// Logits (B, 15). When weights is given, the attention weights (B, Heads, T, T) are stored there.
+  template <attn::Context C>
+  auto forward(C& ctx, const Batch& b, Tensor<float>* weights = nullptr) const {
+    const bool tr = training();
+    auto x = nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr);     // (B, T, 128)
+    auto h = lstm(ctx, x, std::span<const int>(b.lengths)).out;         // (B, T, 256), zero at padding
+    attn::Var<float, Shape<dyn, dyn, kDim>> a;
+    if (weights) {
+      auto r = attention.forward_with_weights(ctx, h, b.mask);
+      a = r.out;
+      *weights = r.weights.erased();
+    } else {
+      a = attention(ctx, h, b.mask);                                    // (B, T, 256)
+    }
+    auto y = cfg.residual ? norm(ctx, h + nn::dropout(ctx, a, cfg.dropout, tr)) : a;
+    auto pooled = nn::masked_mean(ctx, y, b.mask);                      // (B, 256)
+    return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, 15)
+  }
+
+  ModelConfig cfg;
+  nn::Embedding<kEmbed> tokens;
+  nn::BiLSTM<kEmbed, kHidden> lstm;
+  nn::Attention<Heads, kDim> attention;
+  nn::LayerNorm<kDim> norm;
+  nn::Linear<kDim, kClasses> head;
+};
+
+}  // namespace clue
