@@ -3,6 +3,7 @@
 //   auto r = attn::lstm(tape, x, lengths, {w_ih, w_hh, b_ih, b_hh});   // r.out (B, T, H), r.h_n / r.c_n (1, B, H)
 #pragma once
 #include <algorithm>
+#include <array>
 #include <exception>
 #include <numeric>
 #include <span>
@@ -293,8 +294,8 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       if (q.w_hh) q.hprev = Ten({n_rows - first, h});
       if (xd->requires_grad) q.dx = Ten({n_rows, in});
       for (int e = 0; e < d; ++e)
-        for (const Data& a : {sv.w_ih, sv.w_hh, sv.b_ih, sv.b_hh})
-          for (const Data& b : {saved[e].w_ih, saved[e].w_hh, saved[e].b_ih, saved[e].b_hh}) shared_weights |= a == b;
+        for (const Data& a : std::array<Data, 4>{sv.w_ih, sv.w_hh, sv.b_ih, sv.b_hh})
+          for (const Data& b : std::array<Data, 4>{saved[e].w_ih, saved[e].w_hh, saved[e].b_ih, saved[e].b_hh}) shared_weights |= a == b;
     }
     lstm_for_directions(dirs, !shared_weights, [&](int d) {
       const DirSaved& sv = saved[d];
