@@ -5,7 +5,7 @@
 #pragma once
 #include <cmath>
 
-#include "../backend/cpu_kernels.hpp"
+#include "../backend/kernels.hpp"
 #include "var.hpp"
 
 namespace attn {

@@ -20,7 +20,6 @@ struct CrossEntropyOptions {
 template <Context C, class T, class S, class B, std::integral I, class SI>
 Var<T, Shape<>, B> cross_entropy(C& ctx, const Var<T, S, B>& logits, const Tensor<I, SI, B>& targets,
                                  CrossEntropyOptions opt = {}) {
-  static_assert(B::host_accessible, "cross_entropy: this backend provides its own kernel");
   if constexpr (!std::is_same_v<S, AnyShape>) static_assert(S::rank == 2, "cross_entropy: logits must be (N, C)");
   if (logits.rank() != 2) throw ShapeError("cross_entropy: logits must be (N, C), got " + logits.dims().str());
   const std::size_t n = logits.size(0), c = logits.size(1);
@@ -29,24 +28,15 @@ Var<T, Shape<>, B> cross_entropy(C& ctx, const Var<T, S, B>& logits, const Tenso
   Tensor<T, AnyShape, B> logp(logits.dims());
   kernels::softmax_rows(B{}, logits.raw().data(), logp.data(), n, c, true);
   const T eps = T(opt.label_smoothing);
-  double total = 0;
-  std::size_t count = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const long long t = static_cast<long long>(targets.data()[i]);
-    if (t == opt.ignore_index) continue;
-    if (t < 0 || static_cast<std::size_t>(t) >= c)
-      throw ShapeError("cross_entropy: target " + std::to_string(t) + " at row " + std::to_string(i) + " is outside [0, " +
-                       std::to_string(c) + ")");
-    const T* lp = logp.data() + i * c;
-    double row = -(1 - double(eps)) * lp[t];
-    if (eps != T(0)) {
-      double s = 0;
-      for (std::size_t j = 0; j < c; ++j) s += lp[j];
-      row -= double(eps) * s / double(c);
-    }
-    total += row;
-    ++count;
+  // Targets are checked (and counted) on the host: a bad one is a ShapeError naming its row.
+  std::vector<I> host_targets;
+  const I* tg = targets.data();
+  if constexpr (!B::host_accessible) {
+    host_targets = targets.to_vector();
+    tg = host_targets.data();
   }
+  const std::size_t count = kernels::cross_entropy_count(tg, n, c, opt.ignore_index);
+  const double total = kernels::cross_entropy_forward(B{}, logp.data(), targets.data(), n, c, opt.ignore_index, eps);
   auto out = Tensor<T, AnyShape, B>::full(Dims{}, count ? T(total / double(count)) : T(0));
   Tape* tape = detail::tape_of(ctx);
   const bool rg = detail::needs_grad(tape, logits);
@@ -55,17 +45,8 @@ Var<T, Shape<>, B> cross_entropy(C& ctx, const Var<T, S, B>& logits, const Tenso
     tape->push(o.data(), [ld = logits.data(), od = o.data(), logp, tg = targets.erased(), opt, n, c, count] {
       if (od->grad.empty() || !ld->requires_grad) return;
       // d/dlogits = (softmax - q) / count, q = (1 - eps) onehot + eps / C.
-      const T scale = od->grad.data()[0] / T(count);
-      const T eps = T(opt.label_smoothing);
-      T* g = ld->grad_ref().data();
-      for (std::size_t i = 0; i < n; ++i) {
-        const long long t = static_cast<long long>(tg.data()[i]);
-        if (t == opt.ignore_index) continue;
-        const T* lp = logp.data() + i * c;
-        T* gi = g + i * c;
-        for (std::size_t j = 0; j < c; ++j) gi[j] += scale * (std::exp(lp[j]) - eps / T(c));
-        gi[t] -= scale * (T(1) - eps);
-      }
+      kernels::cross_entropy_backward(B{}, logp.data(), tg.data(), n, c, opt.ignore_index, T(opt.label_smoothing), od->grad.data(),
+                                      count, ld->grad_ref().data());
     });
   }
   return o;

@@ -13,7 +13,7 @@
 
 #include <Eigen/Core>
 
-#include "../backend/cpu.hpp"
+#include "../backend/kernels.hpp"
 #include "var.hpp"
 
 namespace attn {
@@ -134,27 +134,39 @@ inline LstmPlan lstm_plan(std::span<const int> lengths, const Dims& x) {
   return p;
 }
 
-/// dst (total, w) <- src (B, T, src_w) columns [col, col + w) at each packed (step, sample).
-template <class T>
-void lstm_pack(const LstmPlan& p, int dir, const T* src, std::size_t t_ext, std::size_t src_w, std::size_t col, std::size_t w, T* dst) {
-  for (std::size_t s = 0; s < p.steps; ++s)
-    for (std::size_t j = 0; j < p.batch[s]; ++j)
-      std::copy_n(src + (p.order[j] * t_ext + p.time(dir, j, s)) * src_w + col, w, dst + (p.offset[s] + j) * w);
-}
+/// The plan's row maps in backend B's memory, for kernels::copy_rows: packing a (B, T, w) tensor
+/// into (total, w) rows is a copy from rows[d], unpacking a copy into rows[d].
+template <class B>
+struct LstmMaps {
+  using Index = Tensor<std::int64_t, AnyShape, B>;
+  std::vector<Index> rows;         // [dir] (total): packed row -> row b*T + t of a (B, T, .) tensor
+  std::vector<Index> prev;         // [dir] (total - batch[0]): packed row of step s >= 1 -> the row of step s-1's input
+  std::vector<Index> final_state;  // [dir] (B): sorted sample j -> row dir*B + order[j] of h_n, c_n (dirs*B, H)
+  Index last;                      // (B): sorted sample j -> the packed row of its last step
+};
 
-/// The inverse of lstm_pack: dst (B, T, dst_w) columns [col, col + w) = (or +=) src (total, w).
-template <class T>
-void lstm_unpack(const LstmPlan& p, int dir, const T* src, std::size_t w, T* dst, std::size_t t_ext, std::size_t dst_w,
-                 std::size_t col, bool accumulate) {
-  for (std::size_t s = 0; s < p.steps; ++s)
-    for (std::size_t j = 0; j < p.batch[s]; ++j) {
-      const T* from = src + (p.offset[s] + j) * w;
-      T* to = dst + (p.order[j] * t_ext + p.time(dir, j, s)) * dst_w + col;
-      if (accumulate)
-        for (std::size_t k = 0; k < w; ++k) to[k] += from[k];
-      else
-        std::copy_n(from, w, to);
-    }
+template <class B>
+LstmMaps<B> lstm_maps(const LstmPlan& p, int dirs, std::size_t t_ext) {
+  using Index = typename LstmMaps<B>::Index;
+  auto upload = [](const std::vector<std::int64_t>& v) { return Index::from(Dims{v.size()}, std::span<const std::int64_t>(v)); };
+  const std::size_t bn = p.order.size(), first = p.steps ? p.batch[0] : 0;
+  LstmMaps<B> m;
+  std::vector<std::int64_t> last(bn);
+  for (std::size_t j = 0; j < bn; ++j) last[j] = static_cast<std::int64_t>(p.offset[p.len[j] - 1] + j);
+  m.last = upload(last);
+  for (int d = 0; d < dirs; ++d) {
+    std::vector<std::int64_t> rows(p.total), prev(p.total - first), fin(bn);
+    for (std::size_t s = 0; s < p.steps; ++s)
+      for (std::size_t j = 0; j < p.batch[s]; ++j) {
+        rows[p.offset[s] + j] = static_cast<std::int64_t>(p.order[j] * t_ext + p.time(d, j, s));
+        if (s > 0) prev[p.offset[s] - first + j] = rows[p.offset[s - 1] + j];
+      }
+    for (std::size_t j = 0; j < bn; ++j) fin[j] = static_cast<std::int64_t>(std::size_t(d) * bn + p.order[j]);
+    m.rows.push_back(upload(rows));
+    m.prev.push_back(upload(prev));
+    m.final_state.push_back(upload(fin));
+  }
+  return m;
 }
 
 /// Runs f(d) for each direction, both at once on two threads when parallel (each direction's GEMMs
@@ -201,7 +213,6 @@ void lstm_check_weights(const LstmWeights<T, B>& w, std::size_t in, std::size_t&
 
 template <class T, class B>
 LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<const int> lengths, const LstmWeights<T, B>* w, int dirs) {
-  static_assert(B::host_accessible, "lstm: this backend provides its own kernels");
   using Ten = Tensor<T, AnyShape, B>;
   if (!x.defined() || x.rank() != 3) throw ShapeError("lstm: x must be (batch, time, input), got " + (x.defined() ? x.dims().str() : std::string("an undefined Var")));
   const std::size_t bn = x.size(0), tn = x.size(1), in = x.size(2);
@@ -209,6 +220,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   for (int d = 0; d < dirs; ++d) lstm_check_weights(w[d], in, h, d);
   const std::size_t g = 4 * h;
   LstmPlan plan = lstm_plan(lengths, x.dims());
+  LstmMaps<B> maps = lstm_maps<B>(plan, dirs, tn);
   const std::size_t n_rows = plan.total;
 
   Ten out = Ten::zeros({bn, tn, std::size_t(dirs) * h});
@@ -221,15 +233,15 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
     cell[d] = Ten({n_rows, h});
     hid[d] = Ten({n_rows, h});
     xp[d] = Ten({n_rows, in});
-    bias[d] = Ten({g});
-    for (std::size_t k = 0; k < g; ++k) bias[d][k] = w[d].b_ih.raw()[k] + w[d].b_hh.raw()[k];
+    bias[d] = Ten(w[d].b_ih.raw() + w[d].b_hh.raw());
   }
   const T* X = x.raw().data();
-  lstm_for_directions(dirs, true, [&](int d) {
+  // A device backend runs the directions one after the other: they share its one stream.
+  lstm_for_directions(dirs, B::host_accessible, [&](int d) {
     T* A = act[d].data();
     T* Cc = cell[d].data();
     T* Hh = hid[d].data();
-    lstm_pack(plan, d, X, tn, in, 0, in, xp[d].data());
+    kernels::copy_rows(B{}, n_rows, in, X, in, maps.rows[d].data(), xp[d].data(), in, nullptr, false);
     // Input projections of every step at once: (N, In) x (4H, In)^T -> (N, 4H).
     B::template gemm<T>(Trans::no, Trans::yes, int(n_rows), int(g), int(in), T(1), xp[d].data(), int(in), w[d].w_ih.raw().data(),
                         int(in), T(0), A, int(g));
@@ -245,12 +257,9 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       }
       kernels::lstm_cell_forward(B{}, n, h, A + r0 * g, bias[d].data(), c_prev, Cc + r0 * h, Hh + r0 * h);
     }
-    lstm_unpack(plan, d, Hh, h, out.data(), tn, std::size_t(dirs) * h, std::size_t(d) * h, false);
-    for (std::size_t j = 0; j < plan.order.size(); ++j) {
-      const std::size_t r = plan.offset[plan.len[j] - 1] + j, dst = (std::size_t(d) * bn + plan.order[j]) * h;
-      std::copy_n(Hh + r * h, h, h_n.data() + dst);
-      std::copy_n(Cc + r * h, h, c_n.data() + dst);
-    }
+    kernels::copy_rows(B{}, n_rows, h, Hh, h, nullptr, out.data() + std::size_t(d) * h, std::size_t(dirs) * h, maps.rows[d].data(), false);
+    kernels::copy_rows(B{}, bn, h, Hh, h, maps.last.data(), h_n.data(), h, maps.final_state[d].data(), false);
+    kernels::copy_rows(B{}, bn, h, Cc, h, maps.last.data(), c_n.data(), h, maps.final_state[d].data(), false);
   });
   xp.clear();
   hid.clear();
@@ -269,7 +278,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   std::vector<DirSaved> saved;
   for (int d = 0; d < dirs; ++d) saved.push_back({w[d].w_ih.data(), w[d].w_hh.data(), w[d].b_ih.data(), w[d].b_hh.data(), act[d], cell[d]});
   tape->push(res.out.data(), [xd = x.data(), od = res.out.data(), hd = res.h_n.data(), cd = res.c_n.data(), plan = std::move(plan),
-                              saved = std::move(saved), dirs, bn, tn, in, h] {
+                              maps = std::move(maps), saved = std::move(saved), dirs, bn, in, h] {
     const bool g_out = !od->grad.empty(), g_h = !hd->grad.empty(), g_c = !cd->grad.empty();
     if (!g_out && !g_h && !g_c) return;
     const std::size_t g = 4 * h, n_rows = plan.total, first = plan.steps ? plan.batch[0] : 0;
@@ -293,11 +302,13 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       if (q.w_ih) q.xp = Ten({n_rows, in});
       if (q.w_hh) q.hprev = Ten({n_rows - first, h});
       if (xd->requires_grad) q.dx = Ten({n_rows, in});
-      for (int e = 0; e < d; ++e)
+      for (int e = 0; e < d; ++e) {
+        const DirSaved& other = saved[e];  // (a local reference: nvcc's front end mangles a braced list of captures)
         for (const Data& a : std::array<Data, 4>{sv.w_ih, sv.w_hh, sv.b_ih, sv.b_hh})
-          for (const Data& b : std::array<Data, 4>{saved[e].w_ih, saved[e].w_hh, saved[e].b_ih, saved[e].b_hh}) shared_weights |= a == b;
+          for (const Data& b : std::array<Data, 4>{other.w_ih, other.w_hh, other.b_ih, other.b_hh}) shared_weights |= a == b;
+      }
     }
-    lstm_for_directions(dirs, !shared_weights, [&](int d) {
+    lstm_for_directions(dirs, B::host_accessible && !shared_weights, [&](int d) {
       const DirSaved& sv = saved[d];
       DirGrads& q = gr[d];
       T* dH = q.dh.data();
@@ -306,13 +317,12 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       const T* A = sv.act.data();
       const T* Cc = sv.cell.data();
       // dL/dh of every step from out, and dL/dh, dL/dc of each sample's final step from h_n, c_n.
-      if (g_out) lstm_pack(plan, d, od->grad.data(), tn, std::size_t(dirs) * h, std::size_t(d) * h, h, dH);
-      for (std::size_t j = 0; j < plan.order.size(); ++j) {
-        const std::size_t r = plan.offset[plan.len[j] - 1] + j, src = (std::size_t(d) * bn + plan.order[j]) * h;
-        if (g_h)
-          for (std::size_t k = 0; k < h; ++k) dH[r * h + k] += hd->grad.data()[src + k];
-        if (g_c) std::copy_n(cd->grad.data() + src, h, dC + j * h);  // sample j's carry starts at its last step
-      }
+      if (g_out)
+        kernels::copy_rows(B{}, n_rows, h, od->grad.data() + std::size_t(d) * h, std::size_t(dirs) * h, maps.rows[d].data(), dH, h,
+                           nullptr, false);
+      if (g_h) kernels::copy_rows(B{}, bn, h, hd->grad.data(), h, maps.final_state[d].data(), dH, h, maps.last.data(), true);
+      // Sample j's carry starts at its last step.
+      if (g_c) kernels::copy_rows(B{}, bn, h, cd->grad.data(), h, maps.final_state[d].data(), dC, h, nullptr, false);
       const T* Whh = sv.w_hh->value.data();
       for (std::size_t s = plan.steps; s-- > 0;) {
         const std::size_t n = plan.batch[s], r0 = plan.offset[s];
@@ -327,24 +337,26 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
         // dW_hh += sum_s dgates_s^T h_{s-1}: one GEMM over all steps but the first, with h_{s-1}
         // gathered from out into rows aligned with dgates.
         T* P = q.hprev.data();
-        for (std::size_t s = 1; s < plan.steps; ++s)
-          for (std::size_t j = 0; j < plan.batch[s]; ++j)
-            std::copy_n(od->value.data() + (plan.order[j] * tn + plan.time(d, j, s - 1)) * (std::size_t(dirs) * h) + std::size_t(d) * h, h,
-                        P + (plan.offset[s] - first + j) * h);
+        kernels::copy_rows(B{}, n_rows - first, h, od->value.data() + std::size_t(d) * h, std::size_t(dirs) * h, maps.prev[d].data(), P,
+                           h, nullptr, false);
         B::template gemm<T>(Trans::yes, Trans::no, int(g), int(h), int(n_rows - first), T(1), dG + first * g, int(g), P, int(h), T(1),
                             q.w_hh, int(h));
       }
       if (q.w_ih) {
         // dW_ih += dgates^T x_packed: (4H, N) x (N, In).
-        lstm_pack(plan, d, xd->value.data(), tn, in, 0, in, q.xp.data());
+        kernels::copy_rows(B{}, n_rows, in, xd->value.data(), in, maps.rows[d].data(), q.xp.data(), in, nullptr, false);
         B::template gemm<T>(Trans::yes, Trans::no, int(g), int(in), int(n_rows), T(1), dG, int(g), q.xp.data(), int(in), T(1), q.w_ih,
                             int(in));
       }
       if (q.b_ih || q.b_hh) {
-        Eigen::Array<T, Eigen::Dynamic, 1> db = Eigen::Array<T, Eigen::Dynamic, 1>::Zero(Eigen::Index(g));
-        for (std::size_t r = 0; r < n_rows; ++r) db += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(dG + r * g, Eigen::Index(g));
+        // db = column sums of dgates (N, 4H), added to both biases' gradients.
+        Ten db({g});
+        kernels::sum_to(B{}, dG, Dims{n_rows, g}, db.data(), Dims{g}, false);
         for (T* dst : {q.b_ih, q.b_hh})
-          if (dst) Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dst, Eigen::Index(g)) += db;
+          if (dst) {
+            TensorView<T, AnyShape, B> v(dst, Dims{g});
+            expr::assign(v, v + db);
+          }
       }
       // dx_packed = dgates W_ih: (N, 4H) x (4H, In); scattered into dx after both directions.
       if (!q.dx.empty())
@@ -353,7 +365,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
     });
     if (xd->requires_grad) {
       T* dx = xd->grad_ref().data();
-      for (int d = 0; d < dirs; ++d) lstm_unpack(plan, d, gr[d].dx.data(), in, dx, tn, in, 0, true);
+      for (int d = 0; d < dirs; ++d) kernels::copy_rows(B{}, n_rows, in, gr[d].dx.data(), in, nullptr, dx, in, maps.rows[d].data(), true);
     }
     // The tape releases out's gradient after this step; h_n's and c_n's are complete too.
     hd->grad = {};

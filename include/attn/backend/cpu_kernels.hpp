@@ -1,6 +1,6 @@
 // CPU kernels that the autograd ops call beyond GEMM and element-wise expressions: broadcast
-// reductions, row softmax, row gather/scatter. Each is overloaded on the backend tag, so that
-// another backend adds its own overloads.
+// reductions, row softmax, row gather/scatter/copy. Each is overloaded on the backend tag, so that
+// another backend adds its own overloads (backend/kernels.hpp gathers them).
 //   attn::kernels::softmax_rows(attn::cpu{}, x, y, rows, cols, /*log=*/false);
 #pragma once
 #include <algorithm>
@@ -132,6 +132,22 @@ void scatter_add_rows(cpu, T* table_grad, std::size_t dim, const I* ids, std::si
     T* dst = table_grad + static_cast<std::size_t>(ids[i]) * dim;
     const T* src = g + i * dim;
     for (std::size_t j = 0; j < dim; ++j) dst[j] += src[j];
+  }
+}
+
+/// Row copies through index maps: dst row dst_rows[i] = (or +=) src row src_rows[i], w elements
+/// each, for i < n; a null map is the identity. Rows are src_ld / dst_ld elements apart. The dst
+/// rows must be distinct (the LSTM's packing and unpacking of ragged batches).
+template <class T>
+void copy_rows(cpu, std::size_t n, std::size_t w, const T* src, std::size_t src_ld, const std::int64_t* src_rows, T* dst,
+               std::size_t dst_ld, const std::int64_t* dst_rows, bool accumulate) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const T* from = src + (src_rows ? static_cast<std::size_t>(src_rows[i]) : i) * src_ld;
+    T* to = dst + (dst_rows ? static_cast<std::size_t>(dst_rows[i]) : i) * dst_ld;
+    if (accumulate)
+      for (std::size_t k = 0; k < w; ++k) to[k] += from[k];
+    else
+      std::copy_n(from, w, to);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "../core/error.hpp"
 #include "concept.hpp"
 #include "cuda/elementwise.cuh"
+#include "cuda/expr.cuh"
 #include "cuda/fill.cuh"
 #include "cuda/gemm.cuh"
 #include "cuda/runtime.cuh"
@@ -145,6 +146,15 @@ struct cuda {
   static void map(std::size_t n, T* out, F f, const In*... in) {
     if (n == 0) return;
     cuda_detail::map(cuda_detail::current_device(), n, out, f, in...);
+  }
+
+  /// out (dims, strides) = a bound attn::expr expression, in one kernel. This is how assignments of
+  /// lazy expressions to cuda tensors run (attn::expr::assign); the functors must be callable on
+  /// the device (ATTN_HD, or extended lambdas).
+  template <class T, class Bound>
+  static void assign(T* out, const Dims& dims, const Dims& strides, const Bound& e) {
+    if (dims.numel() == 0) return;
+    cuda_detail::assign(cuda_detail::current_device(), out, dims, strides, e);
   }
 };
 

@@ -1,5 +1,6 @@
 // Lazy element-wise expressions over tensors, views and scalars, with numpy broadcasting.
-// Nothing is computed until the expression is assigned; then one pass writes the destination.
+// Nothing is computed until the expression is assigned; then one pass writes the destination
+// (a host loop on the CPU, one kernel on a device backend: B::assign).
 //   out = a * b + attn::exp(c) * 0.5f;    // one loop, no temporaries; a, b, c broadcast to out
 #pragma once
 #include <cmath>
@@ -50,29 +51,40 @@ struct Gelu {
 };
 
 /// Marker base; every expression node has `is_expression`, `value_type`, `shape_type`,
-/// `dims()` (its broadcast extents) and `bind(out_dims)` returning an evaluator with `row(idx)`.
+/// `backend_type` (where its tensors live; void for scalars), `dims()` (its broadcast extents)
+/// and `bind(out_dims)` returning an evaluator with `row(idx)`. Evaluators and their rows are
+/// plain structs of pointers, strides and functors, callable on the host and on a CUDA device.
 struct Node {
   using is_expression = void;
 };
 
-/// A leaf: a strided view read with broadcasting.
-template <class T, class S>
+/// The backend of an expression with operands on backends L and R (void: a scalar, any backend).
+template <class L, class R>
+struct common_backend {
+  static_assert(std::is_void_v<L> || std::is_void_v<R> || std::is_same_v<L, R>,
+                "attn element-wise op: the operands live on different backends");
+  using type = std::conditional_t<std::is_void_v<L>, R, L>;
+};
+
+/// A leaf: a strided view of backend B's memory, read with broadcasting.
+template <class T, class S, class B = cpu>
 struct Leaf : Node {
   using value_type = std::remove_const_t<T>;
   using shape_type = S;
+  using backend_type = B;
   const value_type* p;
   Dims d, st;
   Dims dims() const { return d; }
   struct Row {
     const value_type* p;
     std::size_t s;
-    value_type operator[](std::size_t j) const { return p[j * s]; }
+    ATTN_HD value_type operator[](std::size_t j) const { return p[j * s]; }
   };
   struct Bound {
     const value_type* p;
     Dims st;  // aligned to the output rank; 0 on broadcast axes
     std::size_t r;
-    Row row(const std::size_t* idx) const {
+    ATTN_HD Row row(const std::size_t* idx) const {
       std::size_t off = 0;
       for (std::size_t a = 0; a + 1 < r; ++a) off += idx[a] * st.v[a];
       return {p + off, r ? st.v[r - 1] : 0};
@@ -95,15 +107,16 @@ template <class T>
 struct Scalar : Node {
   using value_type = T;
   using shape_type = Shape<>;
+  using backend_type = void;
   T v;
   Dims dims() const { return Dims{}; }
   struct Row {
     T v;
-    T operator[](std::size_t) const { return v; }
+    ATTN_HD T operator[](std::size_t) const { return v; }
   };
   struct Bound {
     T v;
-    Row row(const std::size_t*) const { return {v}; }
+    ATTN_HD Row row(const std::size_t*) const { return {v}; }
   };
   Bound bind(const Dims&) const { return {v}; }
 };
@@ -112,6 +125,7 @@ template <class Op, class E>
 struct Unary : Node {
   using value_type = typename E::value_type;
   using shape_type = typename E::shape_type;
+  using backend_type = typename E::backend_type;
   E e;
   Op op;
   Dims dims() const { return e.dims(); }
@@ -119,13 +133,13 @@ struct Unary : Node {
   struct Row {
     R r;
     Op op;
-    value_type operator[](std::size_t j) const { return op(r[j]); }
+    ATTN_HD value_type operator[](std::size_t j) const { return op(r[j]); }
   };
   template <class BE>
   struct Bound {
     BE e;
     Op op;
-    auto row(const std::size_t* idx) const { return Row<decltype(e.row(idx))>{e.row(idx), op}; }
+    ATTN_HD auto row(const std::size_t* idx) const { return Row<decltype(e.row(idx))>{e.row(idx), op}; }
   };
   auto bind(const Dims& out) const { return Bound<decltype(e.bind(out))>{e.bind(out), op}; }
 };
@@ -146,6 +160,7 @@ struct Binary : Node {
   using value_type = typename L::value_type;
   static_assert(std::is_same_v<value_type, typename R::value_type>, "attn element-wise op: operands have different element types");
   using shape_type = typename broadcast_shape<typename L::shape_type, typename R::shape_type>::type;
+  using backend_type = typename common_backend<typename L::backend_type, typename R::backend_type>::type;
   L l;
   R r;
   Op op;
@@ -155,14 +170,14 @@ struct Binary : Node {
     RL a;
     RR b;
     Op op;
-    value_type operator[](std::size_t j) const { return op(a[j], b[j]); }
+    ATTN_HD value_type operator[](std::size_t j) const { return op(a[j], b[j]); }
   };
   template <class BL, class BR>
   struct Bound {
     BL a;
     BR b;
     Op op;
-    auto row(const std::size_t* idx) const { return Row<decltype(a.row(idx)), decltype(b.row(idx))>{a.row(idx), b.row(idx), op}; }
+    ATTN_HD auto row(const std::size_t* idx) const { return Row<decltype(a.row(idx)), decltype(b.row(idx))>{a.row(idx), b.row(idx), op}; }
   };
   auto bind(const Dims& out) const { return Bound<decltype(l.bind(out)), decltype(r.bind(out))>{l.bind(out), r.bind(out), op}; }
 };
@@ -178,28 +193,27 @@ auto as_expr(const X& x) {
   if constexpr (Expression<X>) {
     return x;
   } else if constexpr (is_tensor<X>::value) {
-    static_assert(X::backend::host_accessible, "attn expressions: this backend's tensors are evaluated by its own kernels");
-    return Leaf<const typename X::value_type, typename X::shape_type>{{}, x.data(), x.dims(), contiguous_strides(x.dims())};
+    return Leaf<const typename X::value_type, typename X::shape_type, typename X::backend>{
+        {}, x.data(), x.dims(), contiguous_strides(x.dims())};
   } else {
-    static_assert(X::backend::host_accessible, "attn expressions: this backend's tensors are evaluated by its own kernels");
-    return Leaf<const typename X::value_type, typename X::shape_type>{{}, x.data(), x.dims(), x.strides()};
+    return Leaf<const typename X::value_type, typename X::shape_type, typename X::backend>{{}, x.data(), x.dims(), x.strides()};
   }
 }
+
+/// The backend an expression is evaluated on: its tensors' backend, or cpu for scalars only.
+template <class E>
+using backend_of = std::conditional_t<std::is_void_v<typename E::backend_type>, cpu, typename E::backend_type>;
 
 template <class X>
 using value_of = typename decltype(as_expr(std::declval<const X&>()))::value_type;
 
-/// Evaluates e into the strided destination dst in one pass (threaded when large).
-template <class T, class S, class B, class E>
-void assign(TensorView<T, S, B> dst, const E& e) {
-  const Dims& d = dst.dims();
-  auto bound = e.bind(d);
+/// The host loop of assign: base (d, strides st) = bound, row by row.
+template <class T, class Bound>
+void assign_host(T* base, const Dims& d, const Dims& st, const Bound& bound) {
   const std::size_t r = d.n;
   const std::size_t inner = r ? d.v[r - 1] : 1;
   const std::size_t outer = inner ? d.numel() / inner : 0;
-  const std::size_t ds = r ? dst.strides().v[r - 1] : 1;
-  T* base = dst.data();
-  const Dims st = dst.strides();
+  const std::size_t ds = r ? st.v[r - 1] : 1;
   auto body = [&](std::size_t o) {
     std::size_t idx[max_rank] = {};
     std::size_t rem = o, off = 0;
@@ -226,6 +240,22 @@ void assign(TensorView<T, S, B> dst, const E& e) {
 #pragma omp parallel for schedule(static) if (outer * inner > (1u << 15) && n_outer > 1)
 #endif
   for (long long o = 0; o < n_outer; ++o) body(static_cast<std::size_t>(o));
+}
+
+/// Evaluates e into the strided destination dst in one pass: threaded when large on the CPU;
+/// a backend whose memory the host cannot read evaluates the bound expression itself
+/// (B::assign(out, dims, strides, bound), one kernel).
+template <class T, class S, class B, class E>
+void assign(TensorView<T, S, B> dst, const E& e) {
+  static_assert(std::is_void_v<typename E::backend_type> || std::is_same_v<typename E::backend_type, B>,
+                "attn element-wise assignment: the expression's tensors live on another backend than the destination");
+  const Dims& d = dst.dims();
+  auto bound = e.bind(d);
+  if constexpr (!B::host_accessible) {
+    B::assign(dst.data(), d, dst.strides(), bound);
+  } else {
+    assign_host(dst.data(), d, dst.strides(), bound);
+  }
 }
 
 }  // namespace expr
@@ -300,13 +330,13 @@ auto apply(const X& x, Op op = {}) {
   return expr::Unary<Op, decltype(expr::as_expr(x))>{{}, expr::as_expr(x), op};
 }
 
-/// Evaluates an expression into a new tensor of its broadcast extents.
+/// Evaluates an expression into a new tensor of its broadcast extents, on its tensors' backend.
 template <class E>
   requires expr::Expression<E>
 auto eval(const E& e) {
   using T = typename E::value_type;
   using S = typename E::shape_type;
-  return Tensor<T, S, cpu>(e);
+  return Tensor<T, S, expr::backend_of<E>>(e);
 }
 
 template <class T, class S, class B>

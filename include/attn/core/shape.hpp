@@ -117,7 +117,7 @@ template <class S>
 void check_dims(const char* op, const Dims& d) {
   if constexpr (is_shape<S>::value) {
     bool ok = d.n == S::rank;
-    for (std::size_t i = 0; ok && i < S::rank; ++i) ok = S::extents[i] == dyn || S::extents[i] == d.v[i];
+    for (std::size_t i = 0; ok && i < d.n; ++i) ok = S::extents[i] == dyn || S::extents[i] == d.v[i];  // d.n == rank here
     if (!ok) throw ShapeError(std::string(op) + ": got shape " + d.str() + ", expected " + shape_string<S>());
   }
 }

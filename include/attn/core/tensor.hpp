@@ -158,6 +158,8 @@ class TensorView {
   TensorView(T* p, const Dims& d, const Dims& strides) : p_(p), dims_(d), strides_(strides) { check_dims<S>("TensorView", d); }
   TensorView(T* p, const Dims& d) : TensorView(p, d, contiguous_strides(d)) {}
   /// Non-const view converts to const view.
+  template <class U = T>
+    requires(!std::is_const_v<U>)
   operator TensorView<const value_type, S, B>() const { return {p_, dims_, strides_}; }
 
   T* data() const noexcept { return p_; }

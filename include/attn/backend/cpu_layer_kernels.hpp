@@ -1,0 +1,185 @@
+// CPU kernels of the loss and layer functions: cross-entropy over log-probabilities, layer
+// normalisation, masked mean/max pooling over time. Overloaded on the backend tag like
+// cpu_kernels.hpp; the ops in autograd/loss.hpp and nn/functional.hpp call them as kernels::xxx(B{}, ...).
+//   attn::kernels::layer_norm_forward(attn::cpu{}, x, gamma, beta, rows, d, 1e-5, y, xhat, rstd);
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "../core/error.hpp"
+#include "cpu.hpp"
+
+namespace attn::kernels {
+
+/// Targets (n) of a cross-entropy against c classes: throws ShapeError naming the first target
+/// that is neither ignore_index nor in [0, c); returns how many are not ignored.
+template <class I>
+std::size_t cross_entropy_count(const I* targets, std::size_t n, std::size_t c, long long ignore_index) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const long long t = static_cast<long long>(targets[i]);
+    if (t == ignore_index) continue;
+    if (t < 0 || static_cast<std::size_t>(t) >= c)
+      throw ShapeError("cross_entropy: target " + std::to_string(t) + " at row " + std::to_string(i) + " is outside [0, " +
+                       std::to_string(c) + ")");
+    ++count;
+  }
+  return count;
+}
+
+/// Sum over the rows whose target is not ignore_index of -(1 - eps) logp[t] - eps mean_j logp[j]
+/// (label smoothing eps), in double. logp (n, c) holds log_softmax(logits); targets (n) are valid
+/// (cross_entropy_count checked them).
+template <class T, class I>
+double cross_entropy_forward(cpu, const T* logp, const I* targets, std::size_t n, std::size_t c, long long ignore_index, T eps) {
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const long long t = static_cast<long long>(targets[i]);
+    if (t == ignore_index) continue;
+    const T* lp = logp + i * c;
+    double row = -(1 - double(eps)) * lp[t];
+    if (eps != T(0)) {
+      double s = 0;
+      for (std::size_t j = 0; j < c; ++j) s += lp[j];
+      row -= double(eps) * s / double(c);
+    }
+    total += row;
+  }
+  return total;
+}
+
+/// dlogits (n, c) += dloss[0] / count * (softmax - q), q = (1 - eps) onehot(t) + eps / c, on the
+/// rows not ignored. dloss: the loss's gradient (one element, in the backend's memory).
+template <class T, class I>
+void cross_entropy_backward(cpu, const T* logp, const I* targets, std::size_t n, std::size_t c, long long ignore_index, T eps,
+                            const T* dloss, std::size_t count, T* dlogits) {
+  const T scale = dloss[0] / T(count);
+  T* g = dlogits;
+  for (std::size_t i = 0; i < n; ++i) {
+    const long long t = static_cast<long long>(targets[i]);
+    if (t == ignore_index) continue;
+    const T* lp = logp + i * c;
+    T* gi = g + i * c;
+    for (std::size_t j = 0; j < c; ++j) gi[j] += scale * (std::exp(lp[j]) - eps / T(c));
+    gi[t] -= scale * (T(1) - eps);
+  }
+}
+
+/// Layer norm over rows of X (rows, d): xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased
+/// variance, accumulated in double), y = xhat * G + Bt with G, Bt (d). Writes y, xhat (rows, d), rstd (rows).
+template <class T>
+void layer_norm_forward(cpu, const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y, T* xhat,
+                        T* rstd) {
+  const long long nr = static_cast<long long>(rows);
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (rows * d > (1u << 15))
+#endif
+  for (long long r = 0; r < nr; ++r) {
+    const T* xr = X + r * d;
+    double mu = 0, var = 0;
+    for (std::size_t j = 0; j < d; ++j) mu += xr[j];
+    mu /= double(d);
+    for (std::size_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+    var /= double(d);
+    const T rs = T(1.0 / std::sqrt(var + eps));
+    rstd[r] = rs;
+    T* hr = xhat + r * d;
+    T* yr = y + r * d;
+    for (std::size_t j = 0; j < d; ++j) {
+      hr[j] = (xr[j] - T(mu)) * rs;
+      yr[j] = hr[j] * G[j] + Bt[j];
+    }
+  }
+}
+
+/// Backward of layer_norm_forward from the upstream gy (rows, d), the saved xhat and rstd and the
+/// weight Gm (d): dgamma += sum_rows gy * xhat; dbeta += sum_rows gy;
+/// dx += rstd * (gy*gamma - mean(gy*gamma) - xhat * mean(gy*gamma*xhat)). A null output is skipped.
+template <class T>
+void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx,
+                         T* dg, T* db) {
+  if (dg || db) {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < d; ++j) {
+        if (dg) dg[j] += gy[r * d + j] * H[r * d + j];
+        if (db) db[j] += gy[r * d + j];
+      }
+  }
+  if (dx) {
+    const long long nr = static_cast<long long>(rows);
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (rows * d > (1u << 15))
+#endif
+    for (long long r = 0; r < nr; ++r) {
+      double m1 = 0, m2 = 0;
+      for (std::size_t j = 0; j < d; ++j) {
+        const double gg = double(gy[r * d + j]) * Gm[j];
+        m1 += gg;
+        m2 += gg * H[r * d + j];
+      }
+      m1 /= double(d);
+      m2 /= double(d);
+      for (std::size_t j = 0; j < d; ++j) {
+        const double gg = double(gy[r * d + j]) * Gm[j];
+        dx[r * d + j] += T(rstd[r] * (gg - m1 - H[r * d + j] * m2));
+      }
+    }
+  }
+}
+
+/// Masked mean over time: out (b, d) = sum over s with mask (b, t) != 0 of x (b, t, d) [i, s, :],
+/// times inv[i] = 1 / count (0 when no position is unmasked). out must be zero on entry.
+template <class T>
+void masked_mean_forward(cpu, const T* x, const T* mask, std::size_t b, std::size_t t, std::size_t d, T* out, T* inv) {
+  for (std::size_t i = 0; i < b; ++i) {
+    double cnt = 0;
+    for (std::size_t s = 0; s < t; ++s) cnt += mask[i * t + s] != T(0);
+    inv[i] = cnt > 0 ? T(1.0 / cnt) : T(0);
+    T* o = out + i * d;
+    for (std::size_t s = 0; s < t; ++s) {
+      if (mask[i * t + s] == T(0)) continue;
+      const T* xr = x + (i * t + s) * d;
+      for (std::size_t j = 0; j < d; ++j) o[j] += xr[j];
+    }
+    for (std::size_t j = 0; j < d; ++j) o[j] *= inv[i];
+  }
+}
+
+/// gx (b, t, d) [i, s, :] += g (b, d) [i, :] * inv[i] where mask != 0.
+template <class T>
+void masked_mean_backward(cpu, const T* g, const T* mask, const T* inv, std::size_t b, std::size_t t, std::size_t d, T* gx) {
+  for (std::size_t i = 0; i < b; ++i)
+    for (std::size_t s = 0; s < t; ++s) {
+      if (mask[i * t + s] == T(0)) continue;
+      const T* gi = g + i * d;
+      T* dst = gx + (i * t + s) * d;
+      for (std::size_t j = 0; j < d; ++j) dst[j] += gi[j] * inv[i];
+    }
+}
+
+/// Masked max over time: out (b, d) = max over unmasked s of x[i, s, :], arg (b, d) the first
+/// arg-max s (-1, out 0, when no position is unmasked). out zero and arg -1 on entry.
+template <class T>
+void masked_max_forward(cpu, const T* x, const T* mask, std::size_t b, std::size_t t, std::size_t d, T* out, std::int64_t* arg) {
+  for (std::size_t i = 0; i < b; ++i)
+    for (std::size_t s = 0; s < t; ++s) {
+      if (mask[i * t + s] == T(0)) continue;
+      const T* xr = x + (i * t + s) * d;
+      for (std::size_t j = 0; j < d; ++j)
+        if (arg[i * d + j] < 0 || xr[j] > out[i * d + j]) {
+          out[i * d + j] = xr[j];
+          arg[i * d + j] = static_cast<std::int64_t>(s);
+        }
+    }
+}
+
+/// gx (b, t, d) [i, arg[i, j], j] += g (b, d) [i, j] where arg >= 0.
+template <class T>
+void masked_max_backward(cpu, const T* g, const std::int64_t* arg, std::size_t b, std::size_t t, std::size_t d, T* gx) {
+  for (std::size_t i = 0; i < b; ++i)
+    for (std::size_t j = 0; j < d; ++j)
+      if (arg[i * d + j] >= 0) gx[(i * t + static_cast<std::size_t>(arg[i * d + j])) * d + j] += g[i * d + j];
+}
+
+}  // namespace attn::kernels

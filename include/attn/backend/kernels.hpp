@@ -1,0 +1,17 @@
+// Every backend's kernels behind the ops: the CPU ones always, the CUDA ones when the source is
+// compiled by nvcc. The ops call them as attn::kernels::xxx(B{}, ...); a qualified call binds to
+// the overloads declared before the op's definition, so each op header includes this one first.
+//   #include "../backend/kernels.hpp"   // in an autograd/ or nn/ header
+#pragma once
+#include "cpu_kernels.hpp"
+#include "cpu_layer_kernels.hpp"
+
+#if defined(__CUDACC__)
+#include "cuda.hpp"
+#include "cuda/attention.cuh"
+#include "cuda/embedding.cuh"
+#include "cuda/layer_kernels.cuh"
+#include "cuda/lstm.cuh"
+#include "cuda/reduce.cuh"
+#include "cuda/softmax.cuh"
+#endif
