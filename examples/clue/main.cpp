@@ -467,6 +467,7 @@ void run_bench(const Options& o) {
 }  // namespace clue
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // results line by line, also into a pipe or a log file
   using namespace clue;
   Options o;
   CLI::App app{"CLUE TNEWS news-title classification with a BiLSTM and single- or multi-head self-attention (attn)"};

@@ -443,6 +443,7 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts) {
 }  // namespace imdb
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // results line by line, also into a pipe or a log file
   using namespace imdb;
   Options o;
   CLI::App app{"IMDb sentiment classification with single- and multi-head self-attention (attn)"};
