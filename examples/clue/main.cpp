@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/json_files.hpp"
 #include "../common/progress.hpp"
 #include "../common/report.hpp"
 #include "bench.hpp"
@@ -39,6 +40,8 @@ struct Options {
   std::size_t epochs = 5, batch = 64, patience = 3, threads = 0;
   double lr = 2e-3, weight_decay = 0.01, warmup = 0.05, dropout = 0.2, attn_dropout = 0.1, clip = 1.0, label_smoothing = 0.1;
   bool residual = true, resume = false;
+  std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
+  std::string on_non_finite = "stop";
   bool bench = false;
   double bench_seconds = 10;
   std::size_t bench_latency = 1000;
@@ -153,12 +156,6 @@ std::string heatmaps_html(const Model& model, const Prepared& p, const std::stri
   return html + "</div>";
 }
 
-inline void append_line(const fs::path& p, const std::string& line) {
-  std::ofstream f(p, std::ios::app);
-  f << line << "\n";
-  if (!f) throw attn::IoError(p.string(), "cannot append");
-}
-
 /// CLUE's submission format: one {"id", "label", "label_desc"} line per test title.
 inline void write_test_predictions(const fs::path& path, const Prepared& p, const EvalResult& ev) {
   std::string out;
@@ -196,19 +193,21 @@ RunResult train_variant(const Options& o, const Prepared& p) {
   p.vocab.save(dir / "vocab.txt");
   data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
 
-  std::size_t start_epoch = 0, stale = 0;
+  std::size_t start_epoch = 0, stale = 0, skipped_before = 0;
   long long step = 0;
   if (o.resume && fs::exists(dir / "state.json")) {
-    auto st = json::parse(data::read_file(dir / "state.json", 1 << 24));
+    examples::with_json_file(dir / "state.json", [&](const json& st) {
+      start_epoch = st.at("epochs_done").get<std::size_t>();
+      step = st.at("step").get<long long>();
+      stale = st.at("stale").get<std::size_t>();
+      skipped_before = st.value("skipped_steps", std::size_t{0});
+      res.valid_acc = st.at("best_valid").get<double>();
+      for (auto& e : st.at("history"))
+        res.history.push_back({e.at(0).get<std::size_t>(), e.at(1).is_number() ? e.at(1).get<double>() : std::nan(""), e.at(2).get<double>(), e.at(3).get<double>(), e.at(4).get<double>(),
+                               e.at(5).get<double>()});
+    });
     attn::io::load(model, dir / "last.safetensors");
     attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
-    start_epoch = st.at("epochs_done").get<std::size_t>();
-    step = st.at("step").get<long long>();
-    stale = st.at("stale").get<std::size_t>();
-    res.valid_acc = st.at("best_valid").get<double>();
-    for (auto& e : st.at("history"))
-      res.history.push_back({e[0].get<std::size_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(), e[4].get<double>(),
-                             e[5].get<double>()});
     for (auto& e : res.history) res.train_seconds += e.seconds;
     fmt::print("resumed after epoch {} (best validation accuracy {:.2f}%)\n", start_epoch, 100 * res.valid_acc);
   } else {
@@ -218,13 +217,18 @@ RunResult train_variant(const Options& o, const Prepared& p) {
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train.ids) lengths.push_back(x.size());
+  attn::optim::NonFiniteGuard guard(attn::optim::parse_on_non_finite(o.on_non_finite));
   for (std::size_t epoch = start_epoch; epoch < o.epochs && stale < o.patience; ++epoch) {
+    if (o.stop_after && epoch == start_epoch + o.stop_after) {
+      fmt::print("stopping after {} epoch(s) as asked; continue with --resume\n", o.stop_after);
+      break;
+    }
     model.train();
     attn::Rng order_rng(o.seed * 1000003ULL + epoch);
     auto batches = data::bucketed_batches(lengths, {.batch_size = o.batch, .shuffle = true}, order_rng);
     examples::Progress bar(fmt::format("epoch {}/{}", epoch + 1, o.epochs), p.train.size());
     double loss_sum = 0;
-    std::size_t seen = 0;
+    std::size_t seen = 0, counted = 0;
     for (auto& idx : batches) {
       std::vector<const std::vector<std::int32_t>*> seqs;
       std::vector<int> lab;
@@ -236,28 +240,33 @@ RunResult train_variant(const Options& o, const Prepared& p) {
       attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step));
       auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
       tape.backward(loss);
-      attn::optim::clip_grad_norm(opt.params(), o.clip);
-      opt.set_lr(sched(step));
-      opt.step();
+      const double norm = attn::optim::clip_grad_norm(opt.params(), o.clip);
+      const double l = loss.value()[0];
+      if (guard.check(l, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
+        opt.set_lr(sched(step));
+        opt.step();
+        loss_sum += l * double(idx.size());
+        counted += idx.size();
+      }
       opt.zero_grad();
       ++step;
-      const double l = loss.value()[0];
-      if (!std::isfinite(l)) throw attn::Error(fmt::format("training diverged: loss {} at step {}", l, step));
-      loss_sum += l * double(idx.size());
       seen += idx.size();
-      bar.update(seen, loss_sum / double(seen));
+      bar.update(seen, counted ? loss_sum / double(counted) : 0.0);
     }
+    const double train_loss = counted ? loss_sum / double(counted) : std::nan("");
     const double secs = bar.finish();
     model.eval();
     auto ev = evaluate(model, p.valid);
     const double acc = ev.cm.accuracy(), f1 = ev.cm.macro_f1();
     res.train_seconds += secs;
-    res.history.push_back({epoch + 1, loss_sum / double(seen), ev.loss, acc, f1, secs});
+    res.history.push_back({epoch + 1, train_loss, ev.loss, acc, f1, secs});
     fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.2f}%, macro-F1 {:.2f}% ({:.0f}s, {:.0f} samples/s)\n",
-               epoch + 1, loss_sum / double(seen), ev.loss, 100 * acc, 100 * f1, secs, double(seen) / secs);
-    append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"lr", sched(step - 1)},
-                                            {"train_loss", loss_sum / double(seen)}, {"valid_loss", ev.loss}, {"valid_accuracy", acc},
-                                            {"valid_macro_f1", f1}, {"seconds", secs}}
+               epoch + 1, train_loss, ev.loss, 100 * acc, 100 * f1, secs, double(seen) / secs);
+    if (guard.skipped()) fmt::print("non-finite steps skipped so far: {} (last: {})\n", skipped_before + guard.skipped(), guard.last());
+    examples::append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"lr", sched(step - 1)},
+                                            {"train_loss", train_loss}, {"valid_loss", ev.loss}, {"valid_accuracy", acc},
+                                            {"valid_macro_f1", f1}, {"seconds", secs},
+                                            {"skipped_steps", skipped_before + guard.skipped()}}
                                            .dump());
     if (acc > res.valid_acc || !fs::exists(dir / "model.safetensors")) {
       res.valid_acc = acc;
@@ -272,6 +281,7 @@ RunResult train_variant(const Options& o, const Prepared& p) {
     json hist = json::array();
     for (auto& e : res.history) hist.push_back({e.epoch, e.train_loss, e.valid_loss, e.valid_acc, e.valid_f1, e.seconds});
     data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"step", step}, {"stale", stale},
+                                                     {"skipped_steps", skipped_before + guard.skipped()},
                                                      {"best_valid", res.valid_acc}, {"history", hist}}
                                                     .dump() + "\n");
   }
@@ -476,31 +486,35 @@ int main(int argc, char** argv) {
   app.add_option("--out", o.out, "output directory (one sub-directory per head count)");
   app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8 (default: nn::recommended_heads(256))");
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and print the ablation table");
-  app.add_option("--epochs", o.epochs, "maximum epochs");
-  app.add_option("--batch", o.batch, "batch size");
-  app.add_option("--lr", o.lr, "peak learning rate (AdamW)");
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay");
-  app.add_option("--warmup", o.warmup, "fraction of steps for linear warm-up (then cosine decay)");
-  app.add_option("--dropout", o.dropout, "dropout on embeddings, the attention output and the pooled features");
-  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights");
-  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss");
+  app.add_option("--epochs", o.epochs, "maximum epochs")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "batch size")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", o.warmup, "fraction of steps for linear warm-up (then cosine decay)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--dropout", o.dropout, "dropout on embeddings, the attention output and the pooled features")->check(CLI::Range(0.0, 0.95));
+  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(CLI::Range(0.0, 0.95));
+  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss")->check(CLI::Range(0.0, 1.0));
   app.add_flag("!--no-residual", o.residual, "pool the attention output itself (the plain R2 model), no residual + LayerNorm");
-  app.add_option("--max-len", o.data.max_len, "characters kept per title (keywords included)");
+  app.add_option("--max-len", o.data.max_len, "characters kept per title (keywords included)")->check(CLI::PositiveNumber);
   app.add_option("--min-freq", o.data.min_freq, "minimum character count for the vocabulary");
   app.add_option("--max-vocab", o.data.max_vocab, "maximum vocabulary size, <pad> and <unk> included (0: no limit)");
   app.add_flag("--keywords", o.data.keywords, "append each title's keywords after a <sep> token");
   app.add_flag("--skip-bad-lines", o.data.skip_bad_lines, "skip and count malformed JSON lines instead of stopping at the first");
-  app.add_option("--valid-fraction", o.data.valid_fraction, "fraction of train.json held out for validation (fixed seed)");
-  app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement");
-  app.add_option("--clip", o.clip, "gradient-norm clipping threshold");
+  app.add_option("--valid-fraction", o.data.valid_fraction, "fraction of train.json held out for validation (fixed seed)")
+      ->check(CLI::Range(0.01, 0.9));
+  app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement")->check(CLI::PositiveNumber);
+  app.add_option("--clip", o.clip, "gradient-norm clipping threshold (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--on-nonfinite", o.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")
+      ->check(CLI::IsMember({"stop", "skip"}));
   app.add_option("--seed", o.seed, "seed of the split, the initialisation, the data order and dropout");
   app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)");
   app.add_flag("--resume", o.resume, "continue an interrupted run from its last completed epoch");
+  app.add_option("--stop-after", o.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)");
   app.add_option("--explain", o.explain, "extra title(s) whose attention heatmaps go into the report");
   app.add_option("--limit", o.data.limit, "use only the first N lines of train.json (quick runs)");
   app.add_flag("--bench", o.bench, "measure inference: samples/s at batch 64 and batch-1 latency on the validation titles");
   app.add_option("--model", o.model_dir, "with --bench: a trained run directory, e.g. runs/clue/h4 (default: an untrained model)");
-  app.add_option("--bench-seconds", o.bench_seconds, "with --bench: seconds of batch-64 passes");
+  app.add_option("--bench-seconds", o.bench_seconds, "with --bench: seconds of batch-64 passes")->check(CLI::PositiveNumber);
   app.add_option("--bench-latency", o.bench_latency, "with --bench: titles timed one at a time (0: skip)");
   std::string pred_dir, keywords;
   std::vector<std::string> texts;

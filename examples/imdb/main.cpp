@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "../common/json_files.hpp"
 #include "../common/progress.hpp"
 #include "../common/report.hpp"
 #include "model.hpp"
@@ -38,7 +39,11 @@ struct Options {
   double lr = 2e-3, weight_decay = 0.01, warmup = 0.06, dropout = 0.1, attn_dropout = 0.1, clip = 1.0;
   double valid_fraction = 0.1;
   std::uint64_t seed = 42;
-  bool ffn = true, resume = false, keep_tail = false;
+  bool ffn = true, resume = false;
+  std::string truncate = "head+tail";
+  std::size_t bag_max_len = 2048;
+  std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
+  std::string on_non_finite = "stop";
   std::vector<std::string> explain;
   std::size_t limit = 0;  // use only the first N training reviews (smoke tests)
 };
@@ -63,13 +68,10 @@ inline std::size_t word_count(const std::vector<std::string>& toks) {
   return n;
 }
 
-inline std::vector<std::int32_t> encode(const data::Vocab& v, const std::vector<std::string>& toks, std::size_t max_len, bool tail) {
+/// The whole review as ids (make_batch picks what the attention and the bag see).
+inline std::vector<std::int32_t> encode(const data::Vocab& v, const std::vector<std::string>& toks) {
   auto ids = v.encode(toks);
   if (ids.empty()) ids.push_back(1);  // an empty review becomes one UNK
-  if (ids.size() > max_len) {
-    if (tail) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(max_len));
-    else ids.resize(max_len);
-  }
   return ids;
 }
 
@@ -95,11 +97,11 @@ inline Prepared prepare(const Options& o) {
   Prepared p;
   p.vocab = data::Vocab::build(counts, {.min_freq = o.min_freq, .max_size = o.max_vocab});
   for (auto i : split.train) {
-    p.train.push_back(encode(p.vocab, toks[i], o.max_len, o.keep_tail));
+    p.train.push_back(encode(p.vocab, toks[i]));
     p.train_y.push_back(labels[i]);
   }
   for (auto i : split.valid) {
-    p.valid.push_back(encode(p.vocab, toks[i], o.max_len, o.keep_tail));
+    p.valid.push_back(encode(p.vocab, toks[i]));
     p.valid_y.push_back(labels[i]);
     p.valid_words.push_back(word_count(toks[i]));
   }
@@ -108,7 +110,7 @@ inline Prepared prepare(const Options& o) {
     auto test = data::read_imdb(o.data, "test");
     for (auto& r : test.reviews) {
       auto t = tok(r.text);
-      p.test.push_back(encode(p.vocab, t, o.max_len, o.keep_tail));
+      p.test.push_back(encode(p.vocab, t));
       p.test_y.push_back(r.label);
       p.test_words.push_back(word_count(t));
     }
@@ -147,7 +149,7 @@ EvalResult evaluate(const Model& model, const std::vector<std::vector<std::int32
       seqs.push_back(&xs[order[k]]);
       lab.push_back(ys[order[k]]);
     }
-    auto b = make_batch(seqs, lab, model.cfg.ngram_buckets);
+    auto b = make_batch(seqs, lab, model.cfg);
     auto logits = model.forward(ctx, b);
     loss += double(attn::cross_entropy(ctx, logits, b.labels).value()[0]) * double(seqs.size());
     auto pred = attn::argmax_rows(logits.value());
@@ -181,20 +183,20 @@ struct RunResult {
 
 /// Attention weights of a model for one text: per head, a (T x T) heatmap.
 template <class Model>
-std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const std::string& text, std::size_t max_len) {
+std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const std::string& text) {
   constexpr std::size_t H = std::remove_cvref_t<decltype(model.attention)>::heads;
   const data::EnglishTokenizer tok;
   auto toks = tok(text);
-  auto ids = encode(vocab, toks, max_len, false);
+  auto ids = encode(vocab, toks);
   std::vector<std::string> shown;
-  for (std::size_t i = 0; i < ids.size(); ++i) shown.push_back(i < toks.size() ? toks[i] : "?");
+  for (auto i : kept_positions(ids.size(), model.cfg.max_len, model.cfg.truncate)) shown.push_back(i < toks.size() ? toks[i] : "?");
   attn::NoGrad ctx;
   attn::Tensor<float> w;
-  auto b = make_batch({&ids}, {0}, model.cfg.ngram_buckets);
+  auto b = make_batch({&ids}, {0}, model.cfg);
   auto logits = model.forward(ctx, b, &w);
   auto pr = attn::softmax(ctx, logits).value();
   std::string html = fmt::format("<p><b>{}</b> &rarr; positive with probability {:.3f}</p><div>", examples::html_escape(text), pr(0, 1));
-  const std::size_t t = ids.size();
+  const std::size_t t = shown.size();
   for (std::size_t h = 0; h < H; ++h) {
     std::vector<float> m(t * t);
     for (std::size_t i = 0; i < t; ++i)
@@ -204,27 +206,12 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
   return html + "</div>";
 }
 
-/// Parses a JSON file; a malformed one is a FormatError naming the file and the byte offset.
-inline json read_json(const fs::path& p) {
-  const std::string text = data::read_file(p, 1 << 24);
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw attn::FormatError::at_offset(p.string(), e.byte, e.what());
-  }
-}
-
-inline void append_line(const fs::path& p, const std::string& line) {
-  std::ofstream f(p, std::ios::app);
-  f << line << "\n";
-  if (!f) throw attn::IoError(p.string(), "cannot append");
-}
-
 template <std::size_t Heads>
 RunResult train_variant(const Options& o, const Prepared& p) {
   const fs::path dir = fs::path(o.out) / fmt::format("h{}", Heads);
   fs::create_directories(dir);
-  ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.max_len, .ngram_buckets = o.ngram_buckets, .dropout = o.dropout,
+  ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.max_len, .truncate = parse_truncate(o.truncate), .bag_max_len = o.bag_max_len,
+                  .ngram_buckets = o.ngram_buckets, .dropout = o.dropout,
                   .attn_dropout = o.attn_dropout, .ffn = o.ffn};
   ImdbClassifier<Heads> model(cfg);
   model.init(o.seed);
@@ -238,22 +225,25 @@ RunResult train_variant(const Options& o, const Prepared& p) {
   fmt::print("\n== {} head{} (Attention<{}, {}>), {} parameters\n", Heads, Heads > 1 ? "s" : "", Heads, kDim, res.params);
 
   json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.seed}, {"epochs", o.epochs},
-                 {"batch", o.batch}, {"lr", o.lr}, {"weight_decay", o.weight_decay}, {"keep_tail", o.keep_tail}};
+                 {"batch", o.batch}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};
   p.vocab.save(dir / "vocab.txt");
   data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
 
-  std::size_t start_epoch = 0, stale = 0;
+  std::size_t start_epoch = 0, stale = 0, skipped_before = 0;
   long long step = 0;
   if (o.resume && fs::exists(dir / "state.json")) {
-    auto st = read_json(dir / "state.json");
+    examples::with_json_file(dir / "state.json", [&](const json& st) {
+      start_epoch = st.at("epochs_done").get<std::size_t>();
+      step = st.at("step").get<long long>();
+      stale = st.at("stale").get<std::size_t>();
+      skipped_before = st.value("skipped_steps", std::size_t{0});
+      res.best_valid = st.at("best_valid").get<double>();
+      for (auto& e : st.at("history"))
+        res.history.push_back({e.at(0).get<std::size_t>(), e.at(1).is_number() ? e.at(1).get<double>() : std::nan(""), e.at(2).get<double>(),
+                               e.at(3).get<double>(), e.at(4).get<double>()});  // an all-skipped epoch has no train loss (null)
+    });
     attn::io::load(model, dir / "last.safetensors");
     attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
-    start_epoch = st.at("epochs_done").get<std::size_t>();
-    step = st.at("step").get<long long>();
-    stale = st.at("stale").get<std::size_t>();
-    res.best_valid = st.at("best_valid").get<double>();
-    for (auto& e : st.at("history"))
-      res.history.push_back({e[0].get<std::size_t>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>(), e[4].get<double>()});
     for (auto& e : res.history) res.train_seconds += e.seconds;
     fmt::print("resumed after epoch {} (best validation accuracy {:.2f}%)\n", start_epoch, 100 * res.best_valid);
   } else {
@@ -263,13 +253,18 @@ RunResult train_variant(const Options& o, const Prepared& p) {
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train) lengths.push_back(x.size());
+  attn::optim::NonFiniteGuard guard(attn::optim::parse_on_non_finite(o.on_non_finite));
   for (std::size_t epoch = start_epoch; epoch < o.epochs && stale < o.patience; ++epoch) {
+    if (o.stop_after && epoch == start_epoch + o.stop_after) {
+      fmt::print("stopping after {} epoch(s) as asked; continue with --resume\n", o.stop_after);
+      break;
+    }
     model.train();
     attn::Rng order_rng(o.seed * 1000003ULL + epoch);
     auto batches = data::bucketed_batches(lengths, {.batch_size = o.batch, .shuffle = true}, order_rng);
     examples::Progress bar(fmt::format("epoch {}/{}", epoch + 1, o.epochs), p.train.size());
     double loss_sum = 0;
-    std::size_t seen = 0;
+    std::size_t seen = 0, counted = 0;
     for (auto& idx : batches) {
       std::vector<const std::vector<std::int32_t>*> seqs;
       std::vector<int> lab;
@@ -277,30 +272,35 @@ RunResult train_variant(const Options& o, const Prepared& p) {
         seqs.push_back(&p.train[i]);
         lab.push_back(p.train_y[i]);
       }
-      auto b = make_batch(seqs, lab, cfg.ngram_buckets);
+      auto b = make_batch(seqs, lab, cfg);
       attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step));
       auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels);
       tape.backward(loss);
-      attn::optim::clip_grad_norm(opt.params(), o.clip);
-      opt.set_lr(sched(step));
-      opt.step();
+      const double norm = attn::optim::clip_grad_norm(opt.params(), o.clip);
+      const double l = loss.value()[0];
+      if (guard.check(l, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
+        opt.set_lr(sched(step));
+        opt.step();
+        loss_sum += l * double(idx.size());
+        counted += idx.size();
+      }
       opt.zero_grad();
       ++step;
-      const double l = loss.value()[0];
-      if (!std::isfinite(l)) throw attn::Error(fmt::format("training diverged: loss {} at step {}", l, step));
-      loss_sum += l * double(idx.size());
       seen += idx.size();
-      bar.update(seen, loss_sum / double(seen));
+      bar.update(seen, counted ? loss_sum / double(counted) : 0.0);
     }
+    const double train_loss = counted ? loss_sum / double(counted) : std::nan("");
     const double secs = bar.finish();
     model.eval();
     auto ev = evaluate(model, p.valid, p.valid_y, p.valid_words, 64);
     res.train_seconds += secs;
-    res.history.push_back({epoch + 1, loss_sum / double(seen), ev.loss, ev.accuracy, secs});
+    res.history.push_back({epoch + 1, train_loss, ev.loss, ev.accuracy, secs});
     fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, validation accuracy {:.2f}% ({:.0f}s, {:.0f} samples/s)\n",
-               epoch + 1, loss_sum / double(seen), ev.loss, 100 * ev.accuracy, secs, double(seen) / secs);
-    append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"train_loss", loss_sum / double(seen)},
-                                            {"valid_loss", ev.loss}, {"valid_accuracy", ev.accuracy}, {"seconds", secs}}
+               epoch + 1, train_loss, ev.loss, 100 * ev.accuracy, secs, double(seen) / secs);
+    if (guard.skipped()) fmt::print("non-finite steps skipped so far: {} (last: {})\n", skipped_before + guard.skipped(), guard.last());
+    examples::append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"train_loss", train_loss},
+                                            {"valid_loss", ev.loss}, {"valid_accuracy", ev.accuracy}, {"seconds", secs},
+                                            {"skipped_steps", skipped_before + guard.skipped()}}
                                            .dump());
     if (ev.accuracy > res.best_valid) {
       res.best_valid = ev.accuracy;
@@ -315,6 +315,7 @@ RunResult train_variant(const Options& o, const Prepared& p) {
     json hist = json::array();
     for (auto& e : res.history) hist.push_back({e.epoch, e.train_loss, e.valid_loss, e.valid_acc, e.seconds});
     data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"step", step}, {"stale", stale},
+                                                     {"skipped_steps", skipped_before + guard.skipped()},
                                                      {"best_valid", res.best_valid}, {"history", hist}}
                                                     .dump() + "\n");
   }
@@ -337,7 +338,7 @@ RunResult train_variant(const Options& o, const Prepared& p) {
   }
   std::vector<std::string> texts{kArticleSentence};
   texts.insert(texts.end(), o.explain.begin(), o.explain.end());
-  for (auto& t : texts) res.html_heatmaps += heatmaps_html(model, p.vocab, t, o.max_len);
+  for (auto& t : texts) res.html_heatmaps += heatmaps_html(model, p.vocab, t);
   return res;
 }
 
@@ -403,9 +404,7 @@ inline void print_sweep(const std::vector<RunResult>& runs) {
 
 template <std::size_t Heads>
 int predict(const fs::path& dir, const std::vector<std::string>& texts) {
-  auto cfgj = read_json(dir / "config.json");
-  auto cfg = ModelConfig::from_json(cfgj.at("model"));
-  const bool tail = cfgj.value("keep_tail", false);
+  const auto cfg = examples::with_json_file(dir / "config.json", [&](const json& j) { return ModelConfig::from_json(j.at("model")); });
   auto vocab = data::Vocab::load(dir / "vocab.txt");
   if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
   ImdbClassifier<Heads> model(cfg);
@@ -414,12 +413,13 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts) {
   const data::EnglishTokenizer tok;
   for (auto& text : texts) {
     auto toks = tok(text);
-    auto ids = encode(vocab, toks, cfg.max_len, tail);
+    auto ids = encode(vocab, toks);
+    const auto kept = kept_positions(ids.size(), cfg.max_len, cfg.truncate);
     attn::NoGrad ctx;
     attn::Tensor<float> w;
-    auto b = make_batch({&ids}, {0}, cfg.ngram_buckets);
+    auto b = make_batch({&ids}, {0}, cfg);
     auto pr = attn::softmax(ctx, model.forward(ctx, b, &w)).value();
-    const std::size_t t = ids.size();
+    const std::size_t t = kept.size();
     std::vector<std::pair<float, std::size_t>> recv(t);
     for (std::size_t j = 0; j < t; ++j) {
       float s = 0;
@@ -432,7 +432,7 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts) {
     fmt::print("{}\t{:.4f}\t", pos ? "positive" : "negative", pos ? pr(0, 1) : pr(0, 0));
     for (std::size_t k = 0; k < std::min<std::size_t>(5, t); ++k) {
       const std::size_t j = recv[k].second;
-      const std::size_t src = tail && toks.size() > t ? toks.size() - t + j : j;
+      const std::size_t src = kept[j];
       fmt::print("{}{}({:.3f})", k ? " " : "", src < toks.size() ? toks[src] : "?", recv[k].first);
     }
     fmt::print("\n");
@@ -460,17 +460,22 @@ int main(int argc, char** argv) {
   app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(CLI::Range(0.0, 0.95));
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(CLI::Range(0.0, 0.95));
   app.add_option("--max-len", o.max_len, "tokens kept per review")->check(CLI::PositiveNumber);
-  app.add_flag("--keep-tail", o.keep_tail, "keep the last --max-len tokens instead of the first");
+  app.add_option("--truncate", o.truncate, "tokens of a longer review the attention sees: head, tail or head+tail (half of each)")
+      ->check(CLI::IsMember({"head", "tail", "head+tail"}));
+  app.add_option("--bag-max-len", o.bag_max_len, "tokens of a review the n-gram bag sees")->check(CLI::PositiveNumber);
   app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary");
   app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included)");
   app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the bigram-bag feature (0: off)");
   app.add_flag("!--no-ffn", o.ffn, "no feed-forward block after the attention");
   app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)")->check(CLI::Range(0.01, 0.9));
   app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement")->check(CLI::PositiveNumber);
-  app.add_option("--clip", o.clip, "gradient-norm clipping threshold");
+  app.add_option("--clip", o.clip, "gradient-norm clipping threshold (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--on-nonfinite", o.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")
+      ->check(CLI::IsMember({"stop", "skip"}));
   app.add_option("--seed", o.seed, "seed of the split, the initialisation, the data order and dropout");
   app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)");
   app.add_flag("--resume", o.resume, "continue an interrupted run from its last completed epoch");
+  app.add_option("--stop-after", o.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)");
   app.add_option("--explain", o.explain, "extra text(s) whose attention heatmaps go into the report");
   app.add_option("--limit", o.limit, "use only N training reviews (quick runs)");
   std::string model_dir;
@@ -483,8 +488,8 @@ int main(int argc, char** argv) {
     attn::cpu::set_threads(int(o.threads));
     if (*pred) {
       if (texts.empty()) texts.push_back(kArticleSentence);
-      auto cfg = read_json(fs::path(model_dir) / "config.json");
-      const std::size_t heads = cfg.at("heads").get<std::size_t>();
+      const auto heads = examples::with_json_file(fs::path(model_dir) / "config.json",
+                                                  [](const json& j) { return j.at("heads").get<std::size_t>(); });
       return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(model_dir, texts); });
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data

@@ -1,6 +1,8 @@
 // The IMDb sentiment classifier: token + learned position embeddings, one multi-head self-attention
-// block (residual, LayerNorm, optional feed-forward), masked mean+max pooling, a hashed-bigram
-// bag feature, and a linear head. Heads is a template argument: each head count is its own type.
+// block (residual, LayerNorm, optional feed-forward) over the first and last --max-len/2 tokens,
+// masked mean+max pooling, a hashed unigram+bigram bag over the whole review, and a linear head.
+// Heads is a template argument: each head count is its own type. The token and n-gram tables
+// have row-sparse gradients (only the rows a batch uses are updated).
 #pragma once
 #include <attn/attn.hpp>
 
@@ -14,24 +16,53 @@ using attn::Shape;
 using attn::Tensor;
 
 inline constexpr std::size_t kDim = 128;       // model width
-inline constexpr std::size_t kNgramDim = 64;   // width of the bigram-bag feature
+inline constexpr std::size_t kNgramDim = 64;   // width of the n-gram bag feature
+
+/// Which tokens of a review longer than max_len the attention sees.
+enum class Truncate { head, tail, head_tail };
+
+inline Truncate parse_truncate(const std::string& s) {
+  if (s == "head") return Truncate::head;
+  if (s == "tail") return Truncate::tail;
+  if (s == "head+tail") return Truncate::head_tail;
+  throw attn::ArgumentError("truncate: unknown mode '" + s + "' (expected head, tail or head+tail)");
+}
+inline std::string to_string(Truncate t) { return t == Truncate::head ? "head" : t == Truncate::tail ? "tail" : "head+tail"; }
+
+/// Source positions kept from a review of n tokens: all of them when n <= max_len; else the first
+/// max_len, the last max_len, or the first max_len/2 and the last max_len - max_len/2.
+inline std::vector<std::size_t> kept_positions(std::size_t n, std::size_t max_len, Truncate mode) {
+  std::vector<std::size_t> pos;
+  if (n <= max_len) {
+    for (std::size_t i = 0; i < n; ++i) pos.push_back(i);
+    return pos;
+  }
+  const std::size_t head = mode == Truncate::head ? max_len : mode == Truncate::tail ? 0 : max_len / 2;
+  for (std::size_t i = 0; i < head; ++i) pos.push_back(i);
+  for (std::size_t i = n - (max_len - head); i < n; ++i) pos.push_back(i);
+  return pos;
+}
 
 struct ModelConfig {
   std::size_t vocab = 0;
-  std::size_t max_len = 256;
-  std::size_t ngram_buckets = 0;  // 0: no bigram feature
+  std::size_t max_len = 256;       // tokens the attention sees
+  Truncate truncate = Truncate::head_tail;
+  std::size_t bag_max_len = 2048;  // tokens the n-gram bag sees
+  std::size_t ngram_buckets = 0;   // 0: no n-gram feature
   double dropout = 0.1;
   double attn_dropout = 0.1;
   bool ffn = true;
 
   nlohmann::json to_json() const {
-    return {{"vocab", vocab}, {"max_len", max_len}, {"ngram_buckets", ngram_buckets}, {"dropout", dropout},
-            {"attn_dropout", attn_dropout}, {"ffn", ffn}};
+    return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"bag_max_len", bag_max_len},
+            {"ngram_buckets", ngram_buckets}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"ffn", ffn}};
   }
   static ModelConfig from_json(const nlohmann::json& j) {
     ModelConfig c;
     c.vocab = j.at("vocab").get<std::size_t>();
     c.max_len = j.at("max_len").get<std::size_t>();
+    c.truncate = parse_truncate(j.at("truncate").get<std::string>());
+    c.bag_max_len = j.at("bag_max_len").get<std::size_t>();
     c.ngram_buckets = j.at("ngram_buckets").get<std::size_t>();
     c.dropout = j.at("dropout").get<double>();
     c.attn_dropout = j.at("attn_dropout").get<double>();
@@ -40,43 +71,55 @@ struct ModelConfig {
   }
 };
 
-/// One padded batch: ids, positions, bigram ids (B, T) and the mask (B, T), 1 = real token.
+/// One padded batch: ids, positions and the mask (B, T), 1 = real token, for the attention; the
+/// hashed n-gram ids and their mask (B, N) for the bag.
 struct Batch {
-  Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos, bigrams;
-  Tensor<float, Shape<dyn, dyn>> mask, bigram_mask;
+  Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos, ngrams;
+  Tensor<float, Shape<dyn, dyn>> mask, ngram_mask;
   Tensor<std::int64_t, Shape<dyn>> labels;
   std::size_t size() const { return ids.size(0); }
 };
 
-/// Hash of the bigram (a, b) into [1, buckets] (0 is padding).
-inline std::int32_t bigram_id(std::int32_t a, std::int32_t b, std::size_t buckets) {
+/// Hash of the bigram (a, b), or of the unigram a when b is -1, into [1, buckets] (0 is padding).
+inline std::int32_t ngram_id(std::int32_t a, std::int32_t b, std::size_t buckets) {
   const std::uint64_t h = (std::uint64_t(std::uint32_t(a)) * 0x9E3779B97F4A7C15ULL) ^ (std::uint64_t(std::uint32_t(b)) + 0x632BE59BD9B4E019ULL);
   return std::int32_t(1 + (h ^ (h >> 29)) % buckets);
 }
 
-/// Builds a batch from encoded sequences (already truncated to max_len) and labels.
+/// Builds a batch from whole encoded reviews and their labels (empty: zeros).
 inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seqs, const std::vector<int>& labels,
-                        std::size_t ngram_buckets) {
+                        const ModelConfig& cfg) {
   const std::size_t b = seqs.size();
-  std::size_t t = 1;
-  for (auto* s : seqs) t = std::max(t, s->size());
+  std::size_t t = 1, nb = 1;
+  for (auto* s : seqs) {
+    t = std::max(t, std::min(s->size(), cfg.max_len));
+    if (cfg.ngram_buckets) nb = std::max(nb, 2 * std::min(s->size(), cfg.bag_max_len));
+  }
   Batch out;
   out.ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
   out.pos = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
   out.mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});
-  const std::size_t tb = ngram_buckets ? t : 1;
-  out.bigrams = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, tb});
-  out.bigram_mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, tb});
+  out.ngrams = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, nb});
+  out.ngram_mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, nb});
   out.labels = Tensor<std::int64_t, Shape<dyn>>::zeros({b});
   for (std::size_t i = 0; i < b; ++i) {
     const auto& s = *seqs[i];
-    for (std::size_t j = 0; j < s.size(); ++j) {
-      out.ids(i, j) = s[j];
+    const auto kept = kept_positions(s.size(), cfg.max_len, cfg.truncate);
+    for (std::size_t j = 0; j < kept.size(); ++j) {
+      out.ids(i, j) = s[kept[j]];
       out.pos(i, j) = std::int32_t(j);
       out.mask(i, j) = 1.0f;
-      if (ngram_buckets && j + 1 < s.size()) {
-        out.bigrams(i, j) = bigram_id(s[j], s[j + 1], ngram_buckets);
-        out.bigram_mask(i, j) = 1.0f;
+    }
+    if (cfg.ngram_buckets) {
+      const std::size_t n = std::min(s.size(), cfg.bag_max_len);
+      std::size_t k = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        out.ngrams(i, k) = ngram_id(s[j], -1, cfg.ngram_buckets);
+        out.ngram_mask(i, k++) = 1.0f;
+        if (j + 1 < n) {
+          out.ngrams(i, k) = ngram_id(s[j], s[j + 1], cfg.ngram_buckets);
+          out.ngram_mask(i, k++) = 1.0f;
+        }
       }
     }
     out.labels(i) = labels.empty() ? 0 : labels[i];
@@ -88,14 +131,14 @@ template <std::size_t Heads>
 struct ImdbClassifier : nn::Module {
   explicit ImdbClassifier(const ModelConfig& c)
       : cfg(c),
-        tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1}),
+        tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
         positions(this, "pos", c.max_len, {.init_std = 0.02}),
         attention(this, "attn", {.dropout = c.attn_dropout}),
         norm1(this, "norm1"),
         ff1(this, "ff1", {.xavier = true}),
         ff2(this, "ff2", {.xavier = true}),
         norm2(this, "norm2"),
-        ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1}),
+        ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
         head(this, "head", {.xavier = true}) {}
 
   /// Logits (B, 2). When weights is given, the attention weights (B, Heads, T, T) are stored there.
@@ -116,11 +159,11 @@ struct ImdbClassifier : nn::Module {
     if (cfg.ffn) h = norm2(ctx, h + nn::dropout(ctx, ff2(ctx, attn::gelu(ctx, ff1(ctx, h))), cfg.dropout, tr));
     std::vector<attn::Var<float>> feats{nn::masked_mean(ctx, h, b.mask).erased(), nn::masked_max(ctx, h, b.mask).erased()};
     if (cfg.ngram_buckets) {
-      feats.push_back(nn::masked_mean(ctx, ngrams(ctx, b.bigrams), b.bigram_mask).erased());
+      feats.push_back(nn::masked_mean(ctx, ngrams(ctx, b.ngrams), b.ngram_mask).erased());
     } else {
       feats.push_back(attn::Var<float>(Tensor<float>::zeros({b.size(), kNgramDim})));
     }
-    auto pooled = attn::concat(ctx, feats, 1);                                // (B, 2 Dim + NgramDim)
+    auto pooled = attn::concat(ctx, feats, 1);                               // (B, 2 Dim + NgramDim)
     return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));             // (B, 2)
   }
 

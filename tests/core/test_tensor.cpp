@@ -100,3 +100,15 @@ TEST_CASE("dispatch: a run-time value selects a compile-time instantiation; othe
   CHECK_THROWS_WITH((attn::dispatch<1, 2, 4, 8, 16>(3, "--heads", twice)),
                     Catch::Contains("--heads: unsupported value 3") && Catch::Contains("supported: 1, 2, 4, 8, 16"));
 }
+
+TEST_CASE("cpu::set_threads: ATTN_NUM_THREADS must be a positive integer") {
+  ::setenv("ATTN_NUM_THREADS", "abc", 1);
+  CHECK_THROWS_WITH(attn::cpu::set_threads(0), Catch::Matchers::Contains("ATTN_NUM_THREADS: 'abc'"));
+  ::setenv("ATTN_NUM_THREADS", "0", 1);
+  CHECK_THROWS_AS(attn::cpu::set_threads(0), attn::ArgumentError);
+  ::setenv("ATTN_NUM_THREADS", "1", 1);
+  attn::cpu::set_threads(0);
+  CHECK(attn::cpu::threads() == 1);
+  ::unsetenv("ATTN_NUM_THREADS");
+  attn::cpu::set_threads(0);
+}

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "temp_dir.hpp"
 
 using attn::data::TokenCounts;
@@ -161,4 +163,12 @@ TEST_CASE("vocab: randomly corrupted files load or throw attn::FormatError, noth
   }
   CHECK(ok > 0);
   CHECK(errors > 0);
+}
+
+TEST_CASE("read_file and Vocab::load reject a FIFO instead of waiting for a writer") {
+  TempDir tmp;
+  const auto fifo = tmp.path() / "vocab.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(attn::data::read_file(fifo, 1 << 20), Catch::Matchers::Contains("vocab.fifo: is a pipe or socket"));
+  CHECK_THROWS_AS(Vocab::load(fifo), attn::IoError);
 }

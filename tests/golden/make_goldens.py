@@ -538,6 +538,35 @@ def case_optimizer(out_dir: Path, written: list[Path], kind: str, seed: int) -> 
     write(out_dir, f"{kind}.safetensors", t, meta(kind, seed, steps=3, **hp), written)
 
 
+def case_sparse_adam(out_dir: Path, written: list[Path], seed: int) -> None:
+    """nn.Embedding(6, 3, padding_idx=0, sparse=True) + torch.optim.SparseAdam over three steps;
+    each step's loss is sum(emb(ids) * upstream), with repeated ids and padding."""
+    torch.manual_seed(seed)
+    lr, betas, eps = 0.01, (0.9, 0.999), 1e-8
+    emb = nn.Embedding(6, 3, padding_idx=0, sparse=True)
+    with torch.no_grad():
+        emb.weight.copy_(randn32(6, 3))
+    t = {"weight_init": f32(emb.weight.detach())}
+    ids = [torch.tensor([[1, 2, 2], [0, 4, 1]]), torch.tensor([[5, 5, 0], [0, 0, 0]]), torch.tensor([[2, 3, 4], [1, 0, 3]])]
+    opt = torch.optim.SparseAdam(emb.parameters(), lr=lr, betas=betas, eps=eps)
+    for k, idk in enumerate(ids, start=1):
+        up = randn32(2, 3, 3)
+        opt.zero_grad()
+        (emb(idk) * up).sum().backward()
+        assert emb.weight.grad.is_sparse
+        opt.step()
+        t[f"ids_step{k}"] = i64(idk)
+        t[f"upstream_step{k}"] = f32(up)
+        t[f"weight_step{k}"] = f32(emb.weight.detach())
+        t[f"exp_avg_step{k}"] = f32(opt.state[emb.weight]["exp_avg"])
+        t[f"exp_avg_sq_step{k}"] = f32(opt.state[emb.weight]["exp_avg_sq"])
+    untouched = t["weight_step3"][5] - t["weight_step2"][5]
+    assert float(untouched.abs().max()) == 0.0, "row 5 is not looked up in step 3"
+    write(out_dir, "sparse_adam.safetensors", t,
+          meta("sparse_adam", seed, steps=3, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, padding_idx=0,
+               update="SparseAdam: looked-up rows only, eps added to sqrt(exp_avg_sq)"), written)
+
+
 # ----------------------------------------------------------------------------------------------
 # 8. Weight round trip
 
@@ -630,6 +659,7 @@ def generate(out_dir: Path) -> list[Path]:
     case_optimizer(out_dir, written, "adam", seed=71)
     case_optimizer(out_dir, written, "adamw", seed=72)
     case_optimizer(out_dir, written, "sgd_momentum", seed=73)
+    case_sparse_adam(out_dir, written, seed=74)
     case_roundtrip(out_dir, written)
     return written
 

@@ -59,6 +59,68 @@ TEST_CASE("clip_grad_norm scales the joint norm down to max_norm and reports the
   CHECK(ps[1].grad()[0] == Approx(4.0 / 5));
   CHECK(optim::clip_grad_norm(ps, 10.0) == Approx(1.0).epsilon(1e-5));
   CHECK(ps[1].grad()[0] == Approx(4.0 / 5));
+  // max_norm 0 only measures.
+  CHECK(optim::clip_grad_norm(ps, 0.0) == Approx(1.0).epsilon(1e-5));
+  CHECK(ps[1].grad()[0] == Approx(4.0 / 5));
+}
+
+namespace {
+optim::NamedParams<float, attn::cpu> three_params() {
+  optim::NamedParams<float, attn::cpu> p;
+  for (const char* n : {"embed.weight", "attn.qkv.weight", "head.bias"}) {
+    p.names.push_back(n);
+    p.vars.emplace_back(Tensor<float>::from({2}, {1, 2}), true);
+    p.vars.back().data()->grad = Tensor<float>::from({2}, {0.5f, -0.5f});
+  }
+  return p;
+}
+}  // namespace
+
+TEST_CASE("non-finite guard: stop names the step and the first parameter with a non-finite gradient") {
+  auto p = three_params();
+  optim::NonFiniteGuard guard(optim::OnNonFinite::stop);
+  CHECK(guard.check(0.7, optim::clip_grad_norm(p.vars, 10.0), p, 0));
+  p.vars[1].data()->grad[1] = std::numeric_limits<float>::quiet_NaN();
+  p.vars[2].data()->grad[0] = std::numeric_limits<float>::infinity();
+  const double norm = optim::clip_grad_norm(p.vars, 1.0);
+  CHECK(std::isnan(norm));
+  CHECK(p.vars[0].grad()[0] == 0.5f);  // a NaN norm scales nothing
+  CHECK_THROWS_WITH(guard.check(0.7, norm, p, 41),
+                    Catch::Matchers::Contains("non-finite gradient at step 41") &&
+                        Catch::Matchers::Contains("'attn.qkv.weight'"));
+  CHECK_THROWS_AS(guard.check(std::numeric_limits<double>::infinity(), norm, p, 42), attn::NumericalError);
+  CHECK_THROWS_WITH(guard.check(std::nan(""), norm, p, 43), Catch::Matchers::Contains("non-finite loss (nan) at step 43"));
+}
+
+TEST_CASE("non-finite guard: skip counts the step, leaves weights and Adam state untouched, and gives up after a run of skips") {
+  auto p = three_params();
+  optim::Adam<float> opt(p, {.lr = 0.1});
+  optim::NonFiniteGuard guard(optim::OnNonFinite::skip, 3);
+  auto step = [&](long long s) {
+    const double norm = optim::clip_grad_norm(opt.params(), 1.0);
+    const bool ok = guard.check(0.5, norm, opt.named_params(), s);
+    if (ok) opt.step();
+    return ok;
+  };
+  REQUIRE(step(0));
+  const auto before = opt.params()[0].value().clone();
+  const auto m_before = opt.exp_avg(0).clone();
+  opt.params()[0].data()->grad[0] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_FALSE(step(1));
+  CHECK_FALSE(step(2));
+  CHECK(guard.skipped() == 2);
+  CHECK(opt.params()[0].value()[0] == before[0]);
+  CHECK(opt.exp_avg(0)[0] == m_before[0]);
+  CHECK_THAT(guard.last(), Catch::Matchers::Contains("'embed.weight'"));
+  CHECK_THROWS_WITH(step(3), Catch::Matchers::Contains("3 consecutive steps skipped"));
+  // A finite step resets the run.
+  optim::NonFiniteGuard g2(optim::OnNonFinite::skip, 2);
+  CHECK_FALSE(g2.check(std::nan(""), 1.0, p, 0));
+  CHECK(g2.check(0.5, 1.0, p, 1));
+  CHECK_FALSE(g2.check(std::nan(""), 1.0, p, 2));
+  CHECK(g2.skipped() == 2);
+  CHECK(optim::parse_on_non_finite("skip") == optim::OnNonFinite::skip);
+  CHECK_THROWS_AS(optim::parse_on_non_finite("ignore"), attn::ArgumentError);
 }
 
 TEST_CASE("schedules: linear warm-up then cosine or linear decay") {
@@ -71,4 +133,77 @@ TEST_CASE("schedules: linear warm-up then cosine or linear decay") {
   CHECK(s(500) == Approx(0.1));
   s.decay = optim::WarmupSchedule::Decay::linear;
   CHECK(s(35) == Approx(0.1 + 0.9 * 0.75));
+}
+
+TEST_CASE("golden: a sparse Embedding with Adam matches nn.Embedding(sparse=True) + torch.optim.SparseAdam") {
+  auto f = golden::load("sparse_adam");
+  attn::nn::Embedding<3> emb(nullptr, "emb", 6, {.padding_idx = 0, .sparse = true});
+  {
+    auto w = golden::tensor<float>(f, "weight_init");
+    REQUIRE(w.dims() == emb.weight.dims());
+    std::copy_n(w.data(), w.numel(), const_cast<float*>(emb.weight.raw().data()));
+  }
+  optim::Adam<float> opt(emb, {.lr = 0.01});
+  for (int s = 1; s <= 3; ++s) {
+    const auto k = std::to_string(s);
+    auto ids = golden::tensor<std::int64_t>(f, "ids_step" + k);
+    attn::Tape tape;
+    auto x = emb(tape, ids);
+    tape.backward(x, golden::tensor<float>(f, "upstream_step" + k));
+    REQUIRE(emb.weight.data()->grad_is_row_sparse());
+    for (auto r : emb.weight.data()->grad_rows) CHECK(r != 0);  // never the padding row
+    opt.step();
+    opt.zero_grad();
+    golden::expect_close(f, "weight_step" + k, emb.weight.value(), 1e-6);
+    golden::expect_close(f, "exp_avg_step" + k, opt.exp_avg(0), 1e-6);
+    golden::expect_close(f, "exp_avg_sq_step" + k, opt.exp_avg_sq(0), 1e-6);
+  }
+}
+
+TEST_CASE("sparse Embedding gradients: recorded rows, clipping, zero_grad, and dense fallback") {
+  attn::nn::Embedding<4> emb(nullptr, "emb", 10, {.padding_idx = 0, .sparse = true});
+  auto ids = Tensor<std::int32_t>::from({5}, {3, 7, 3, 0, 9});
+  attn::Tape tape;
+  auto x = emb(tape, ids);
+  tape.backward(attn::sum(tape, attn::mul(tape, x, x)));
+  auto& d = *emb.weight.data();
+  REQUIRE(d.grad_is_row_sparse());
+  std::vector<std::size_t> rows = d.grad_rows;
+  std::sort(rows.begin(), rows.end());
+  CHECK(rows == std::vector<std::size_t>{3, 7, 9});
+  // The norm over the recorded rows is the norm of the whole gradient.
+  double want = 0;
+  for (std::size_t i = 0; i < d.grad.numel(); ++i) want += double(d.grad[i]) * d.grad[i];
+  auto params = optim::NamedParams<float, attn::cpu>::of(emb);
+  CHECK(optim::clip_grad_norm(params.vars, 1e-3) == Approx(std::sqrt(want)));
+  double after = 0;
+  for (std::size_t i = 0; i < d.grad.numel(); ++i) after += double(d.grad[i]) * d.grad[i];
+  CHECK(std::sqrt(after) == Approx(1e-3).epsilon(1e-4));
+  emb.zero_grad();
+  CHECK_FALSE(d.grad.empty());  // the buffer is kept
+  for (std::size_t i = 0; i < d.grad.numel(); ++i) CHECK(d.grad[i] == 0.0f);
+  CHECK(d.grad_rows.empty());
+  // Untouched rows do not move under Adam; touched ones do.
+  optim::Adam<float> opt(emb, {.lr = 0.1, .weight_decay = 0.5, .decoupled = true});
+  const auto before = emb.weight.value().clone();
+  {
+    attn::Tape t2;
+    t2.backward(attn::sum(t2, emb(t2, Tensor<std::int32_t>::from({2}, {2, 5}))));
+  }
+  opt.step();
+  for (std::size_t r = 0; r < 10; ++r) {
+    const bool moved = emb.weight.value()(r, 0) != before(r, 0);
+    CHECK(moved == (r == 2 || r == 5));
+  }
+  opt.zero_grad();
+  // Any dense accumulation (the table used as a matrix) makes the gradient dense.
+  {
+    attn::Tape t3;
+    auto y = emb(t3, Tensor<std::int32_t>::from({1}, {4}));
+    auto z = attn::matmul_nt(t3, y, emb.weight);  // (1, 4) x (10, 4)^T
+    t3.backward(attn::sum(t3, z));
+  }
+  CHECK_FALSE(d.grad_is_row_sparse());
+  emb.zero_grad();
+  CHECK(d.grad.empty());
 }

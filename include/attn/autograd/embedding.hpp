@@ -24,7 +24,8 @@ auto embedding(C& ctx, const Var<T, SW, B>& table, const Tensor<I, SI, B>& ids, 
   if (rg) {
     tape->push(o.data(), [td = table.data(), od_ = o.data(), ids = ids.erased(), dim, padding_idx] {
       if (od_->grad.empty() || !td->requires_grad) return;
-      kernels::scatter_add_rows(B{}, td->grad_ref().data(), dim, ids.data(), ids.numel(), od_->grad.data(), padding_idx);
+      auto& g = td->grad_ref_rows(ids.data(), ids.numel(), padding_idx);
+      kernels::scatter_add_rows(B{}, g.data(), dim, ids.data(), ids.numel(), od_->grad.data(), padding_idx);
     });
   }
   return o;

@@ -2,6 +2,8 @@
 // NoGrad (records nothing). One model definition runs under either context.
 //   attn::Tape tape; auto y = attn::tanh(tape, x); tape.backward(attn::sum(tape, y)); x.grad();
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,10 +25,74 @@ struct VarData {
   Tensor<T, AnyShape, B> grad;  // empty until something accumulates into it
   bool requires_grad = false;
 
-  /// The gradient, allocated as zeros on first use.
+  /// Row-sparse gradients (a (rows, dim) table looked up by ids, nn::Embedding with .sparse):
+  /// while only row scatters have accumulated into grad since the last zero_grad(), grad_rows
+  /// lists the rows that may be non-zero and every other row is zero, so optimizers, clipping
+  /// and zero_grad() touch those rows only. Any other accumulation makes the gradient dense.
+  bool sparse_rows = false;
+  bool grad_dense = false;
+  std::vector<std::size_t> grad_rows;
+  std::vector<std::uint8_t> row_marked;
+
+  /// The gradient, allocated as zeros on first use. The caller may write anywhere in it.
   Tensor<T, AnyShape, B>& grad_ref() {
     if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
+    grad_dense = true;
     return grad;
+  }
+
+  /// The gradient for a scatter into the rows named by ids (padding_idx excluded); with
+  /// sparse_rows, records them.
+  template <class I>
+  Tensor<T, AnyShape, B>& grad_ref_rows(const I* ids, std::size_t n, long long padding_idx) {
+    if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
+    if constexpr (B::host_accessible) {
+      if (sparse_rows && !grad_dense && value.rank() == 2) {
+        const std::size_t rows = value.dims()[0];
+        if (row_marked.size() != rows) row_marked.assign(rows, 0);
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto r = static_cast<std::size_t>(ids[i]);
+          if (static_cast<long long>(ids[i]) == padding_idx || r >= rows || row_marked[r]) continue;
+          row_marked[r] = 1;
+          grad_rows.push_back(r);
+        }
+        return grad;
+      }
+    }
+    grad_dense = true;
+    return grad;
+  }
+
+  /// True when grad is allocated and zero outside grad_rows.
+  bool grad_is_row_sparse() const noexcept { return sparse_rows && !grad_dense && !grad.empty(); }
+
+  /// Calls f(offset, count) for the spans of grad that may be non-zero: the recorded rows of a
+  /// row-sparse gradient, otherwise the whole buffer (nothing when grad is empty).
+  template <class F>
+  void for_each_grad_span(F&& f) const {
+    if (grad.empty()) return;
+    if (grad_is_row_sparse()) {
+      const std::size_t dim = value.dims()[1];
+      for (auto r : grad_rows) f(r * dim, dim);
+    } else {
+      f(std::size_t{0}, grad.numel());
+    }
+  }
+
+  /// Clears the gradient. A row-sparse one keeps its buffer and zeroes only its recorded rows.
+  void zero_grad() {
+    if (grad_is_row_sparse()) {
+      const std::size_t dim = value.dims()[1];
+      for (auto r : grad_rows) {
+        B::template fill<T>(grad.data() + r * dim, dim, T(0));
+        row_marked[r] = 0;
+      }
+    } else {
+      grad = {};
+      std::fill(row_marked.begin(), row_marked.end(), std::uint8_t{0});
+    }
+    grad_rows.clear();
+    grad_dense = false;
   }
 };
 

@@ -122,7 +122,13 @@ struct cpu {
   static void set_threads(int n) {
 #if defined(_OPENMP)
     if (n <= 0) {
-      if (const char* e = std::getenv("ATTN_NUM_THREADS")) n = std::atoi(e);
+      if (const char* e = std::getenv("ATTN_NUM_THREADS"); e && *e) {
+        char* end = nullptr;
+        const long v = std::strtol(e, &end, 10);
+        if (*end != '\0' || v <= 0 || v > 4096)
+          throw ArgumentError(std::string("ATTN_NUM_THREADS: '") + e + "' is not a thread count (a positive integer up to 4096)");
+        n = int(v);
+      }
     }
     if (n <= 0) {
       if (const char* e = std::getenv("OMP_NUM_THREADS")) n = std::atoi(e);

@@ -50,4 +50,10 @@ struct ArgumentError : Error {
   using Error::Error;
 };
 
+/// Training produced a non-finite value (NaN or infinity) in the loss or a gradient; the message
+/// names the step and the first parameter affected.
+struct NumericalError : Error {
+  using Error::Error;
+};
+
 }  // namespace attn

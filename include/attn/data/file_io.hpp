@@ -38,11 +38,14 @@ struct Fd {
 /// not a regular file, or holds more than `max_bytes` bytes (checked while reading, so a file
 /// that grows, or a device such as /dev/zero, cannot exhaust memory).
 inline std::string read_file(const fs::path& path, std::uintmax_t max_bytes) {
-  detail::Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected below.
+  detail::Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) throw IoError(path.string(), "cannot open: " + detail::errno_text(errno));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw IoError(path.string(), "cannot stat: " + detail::errno_text(errno));
   if (S_ISDIR(st.st_mode)) throw IoError(path.string(), "is a directory, expected a file");
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) throw IoError(path.string(), "is a pipe or socket, expected a regular file");
+  if (const int fl = ::fcntl(f.fd, F_GETFL); fl >= 0) ::fcntl(f.fd, F_SETFL, fl & ~O_NONBLOCK);
   const auto too_big = [&] {
     return IoError(path.string(), "file is larger than the limit of " + std::to_string(max_bytes) + " bytes");
   };

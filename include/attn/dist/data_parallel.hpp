@@ -2,6 +2,7 @@
 // (rank 0's parameters broadcast, gradients in flat buckets averaged across ranks without copies).
 //   attn::dist::DataParallel<float> ddp(model, comm);  ddp.zero_grad(); ...; ddp.backward(tape, loss); opt.step();
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -110,7 +111,15 @@ class DataParallel {
   DataParallel& operator=(DataParallel&&) noexcept = default;
 
   /// Zeroes the gradients in place (the buckets), keeping them where the all-reduce expects them.
-  void zero_grad() { buckets_.zero(); }
+  void zero_grad() {
+    buckets_.zero();
+    for (auto& v : params_) {  // row-sparse bookkeeping starts over with the zeroed buckets
+      auto& d = *v.data();
+      d.grad_rows.clear();
+      std::fill(d.row_marked.begin(), d.row_marked.end(), std::uint8_t{0});
+      d.grad_dense = false;
+    }
+  }
 
   /// Replaces every rank's gradients by their mean over all ranks, in place.
   void all_reduce_gradients() {
@@ -121,6 +130,9 @@ class DataParallel {
                                   std::to_string(buckets_.bytes()) + " bytes)");
     for (auto& b : buckets_.buckets()) comm_->start_all_reduce(b.data(), b.numel(), ReduceOp::mean, pending);
     pending.wait();
+    // The mean holds every rank's rows: a row-sparse gradient's local row list no longer covers
+    // it, so it is dense from here (optimizers take their dense path, identically on every rank).
+    for (auto& v : params_) v.data()->grad_dense = true;
     stats_.bytes = buckets_.bytes();
     stats_.buckets = buckets_.size();
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -769,6 +769,8 @@ inline SafetensorsFile parse_safetensors(std::span<const std::byte> file, std::s
 /// FormatError (with the byte offset) when its content is malformed.
 inline SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   const std::string name = path.string();
+  // Checked before opening too: fopen on a FIFO would wait for a writer.
+  if (struct stat pre {}; ::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode)) throw IoError(name, "not a regular file");
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw IoError(name, std::string("cannot open for reading: ") + std::strerror(errno));
   struct Closer {

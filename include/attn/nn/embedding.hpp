@@ -14,6 +14,11 @@ struct EmbeddingOptions {
   long long padding_idx = -1;
   /// Standard deviation of the N(0, std) initialisation (PyTorch: 1).
   double init_std = 1.0;
+  /// Row-sparse gradient (PyTorch's sparse=True): backward records the rows it touched, and
+  /// zero_grad, clipping and the optimizers visit those rows only; Adam then applies
+  /// torch.optim.SparseAdam's lazy update to this table. For large tables (word or n-gram
+  /// vocabularies) where a batch uses a small fraction of the rows.
+  bool sparse = false;
 };
 
 template <std::size_t Dim, class T = float, class B = cpu>
@@ -28,6 +33,7 @@ class Embedding : public Module {
       throw ArgumentError("nn::Embedding '" + this->name() + "': padding_idx " + std::to_string(opt.padding_idx) +
                           " outside the table of " + std::to_string(num_embeddings));
     weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
+    weight.data()->sparse_rows = opt.sparse;
     Rng rng(name_seed(this->name()));
     reset_parameters(rng);
   }

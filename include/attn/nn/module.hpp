@@ -52,7 +52,7 @@ class TypedParameter final : public ParameterSlot {
   void copy_from_host(const void* src) override {
     B::template from_host<T>(const_cast<T*>(var.raw().data()), static_cast<const T*>(src), numel());
   }
-  void zero_grad() override { var.data()->grad = {}; }
+  void zero_grad() override { var.data()->zero_grad(); }
   Var<T, AnyShape, B> var;
 };
 

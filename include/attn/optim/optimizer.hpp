@@ -26,28 +26,34 @@ struct NamedParams {
 };
 
 /// Scales all gradients so that their joint L2 norm is at most max_norm (PyTorch's
-/// clip_grad_norm_, with its 1e-6 guard). Returns the norm before clipping.
+/// clip_grad_norm_, with its 1e-6 guard). Returns the norm before clipping; a max_norm of 0 or
+/// less only measures it. A NaN or infinite norm leaves the gradients as they are.
 template <class T, class B>
 double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max_norm) {
   static_assert(B::host_accessible, "clip_grad_norm: this backend provides its own kernel");
   double total = 0;
   for (auto& p : params) {
-    const auto& g = p.data()->grad;
-    const long long n = static_cast<long long>(g.numel());
-    const T* q = g.data();
-    double part = 0;
+    const auto& d = *p.data();
+    const T* q = d.grad.data();
+    d.for_each_grad_span([&](std::size_t off, std::size_t count) {
+      const long long n = static_cast<long long>(count);
+      double part = 0;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) reduction(+ : part) if (n > (1 << 16))
 #endif
-    for (long long i = 0; i < n; ++i) part += double(q[i]) * double(q[i]);
-    total += part;
+      for (long long i = 0; i < n; ++i) part += double(q[off + i]) * double(q[off + i]);
+      total += part;
+    });
   }
   total = std::sqrt(total);
   const double coef = max_norm / (total + 1e-6);
-  if (coef < 1) {
+  if (max_norm > 0 && coef < 1) {
     for (auto& p : params) {
-      auto& g = p.data()->grad;
-      if (!g.empty()) g *= T(coef);
+      auto& d = *p.data();
+      T* q = d.grad.data();
+      d.for_each_grad_span([&](std::size_t off, std::size_t count) {
+        for (std::size_t i = 0; i < count; ++i) q[off + i] *= T(coef);
+      });
     }
   }
   return total;
@@ -57,12 +63,16 @@ double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max
 template <class T, class B>
 bool grads_finite(const NamedParams<T, B>& p, std::string* first_bad = nullptr) {
   for (std::size_t k = 0; k < p.vars.size(); ++k) {
-    const auto& g = p.vars[k].data()->grad;
-    for (std::size_t i = 0; i < g.numel(); ++i)
-      if (!std::isfinite(double(g[i]))) {
-        if (first_bad) *first_bad = p.names[k];
-        return false;
-      }
+    const auto& d = *p.vars[k].data();
+    const T* q = d.grad.data();
+    bool ok = true;
+    d.for_each_grad_span([&](std::size_t off, std::size_t count) {
+      for (std::size_t i = 0; i < count && ok; ++i) ok = std::isfinite(double(q[off + i]));
+    });
+    if (!ok) {
+      if (first_bad) *first_bad = p.names[k];
+      return false;
+    }
   }
   return true;
 }
@@ -77,7 +87,9 @@ struct AdamOptions {
   bool decoupled = false;
 };
 
-/// Adam / AdamW, bit-for-bit PyTorch's (non-fused, non-amsgrad) update order.
+/// Adam / AdamW, bit-for-bit PyTorch's (non-fused, non-amsgrad) update order. Parameters with
+/// row-sparse gradients (nn::Embedding with .sparse = true) get torch.optim.SparseAdam's lazy
+/// update instead: only the rows looked up in the step move, without weight decay.
 template <class T = float, class B = cpu>
 class Adam {
  public:
@@ -106,6 +118,27 @@ class Adam {
       const T* g = d.grad.data();
       T* m = m_[k].data();
       T* v = v_[k].data();
+      if (d.grad_is_row_sparse()) {
+        // torch.optim.SparseAdam: only the looked-up rows move (their moments too); no weight
+        // decay; eps is added to sqrt(v) before the bias correction is folded into the step.
+        const T sparse_step = T(opt_.lr * std::sqrt(bc2) / bc1);
+        const std::size_t dim = d.value.dims()[1];
+        const auto& rows = d.grad_rows;
+        const long long nr = static_cast<long long>(rows.size());
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (nr * static_cast<long long>(dim) > (1 << 15))
+#endif
+        for (long long r = 0; r < nr; ++r) {
+          const std::size_t base = rows[std::size_t(r)] * dim;
+          for (std::size_t j = base; j < base + dim; ++j) {
+            const T gi = g[j];
+            m[j] += (gi - m[j]) * omb1;
+            v[j] += (gi * gi - v[j]) * omb2;
+            p[j] -= sparse_step * (m[j] / (std::sqrt(v[j]) + eps));
+          }
+        }
+        continue;
+      }
       const long long n = static_cast<long long>(d.value.numel());
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
@@ -122,7 +155,7 @@ class Adam {
     }
   }
   void zero_grad() {
-    for (auto& v : p_.vars) v.data()->grad = {};
+    for (auto& v : p_.vars) v.data()->zero_grad();
   }
   void set_lr(double lr) { opt_.lr = lr; }
   double lr() const { return opt_.lr; }
@@ -187,7 +220,7 @@ class Sgd {
     }
   }
   void zero_grad() {
-    for (auto& v : p_.vars) v.data()->grad = {};
+    for (auto& v : p_.vars) v.data()->zero_grad();
   }
   void set_lr(double lr) { opt_.lr = lr; }
   const std::vector<Var<T, AnyShape, B>>& params() const { return p_.vars; }
