@@ -19,6 +19,7 @@
 #include <fstream>
 
 #include "../common/json_files.hpp"
+#include "../common/parallel.hpp"
 #include "../common/progress.hpp"
 #include "../common/report.hpp"
 #include "bench.hpp"
@@ -167,7 +168,7 @@ inline void write_test_predictions(const fs::path& path, const Prepared& p, cons
 }
 
 template <std::size_t Heads>
-RunResult train_variant(const Options& o, const Prepared& p) {
+RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par) {
   const fs::path dir = fs::path(o.out) / fmt::format("h{}", Heads);
   fs::create_directories(dir);
   ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
@@ -175,7 +176,8 @@ RunResult train_variant(const Options& o, const Prepared& p) {
   TnewsClassifier<Heads> model(cfg);
   model.init(o.seed);
   attn::optim::Adam<float> opt(model, {.lr = o.lr, .weight_decay = o.weight_decay, .decoupled = true});
-  const std::size_t steps_per_epoch = (p.train.size() + o.batch - 1) / o.batch;
+  const std::size_t global_batch = o.batch * std::size_t(par.world());  // --batch per process
+  const std::size_t steps_per_epoch = (p.train.size() + global_batch - 1) / global_batch;
   attn::optim::WarmupSchedule sched{.base_lr = o.lr, .warmup = (long long)(o.warmup * double(steps_per_epoch * o.epochs)),
                                     .total = (long long)(steps_per_epoch * o.epochs), .min_lr = o.lr * 0.02};
   RunResult res;
@@ -190,10 +192,13 @@ RunResult train_variant(const Options& o, const Prepared& p) {
                  {"keywords", o.data.keywords}, {"seed", o.seed}, {"epochs", o.epochs}, {"batch", o.batch}, {"lr", o.lr},
                  {"weight_decay", o.weight_decay}, {"label_smoothing", o.label_smoothing}, {"min_freq", o.data.min_freq},
                  {"valid_fraction", o.data.valid_fraction}, {"data", o.data.dir}};
-  p.vocab.save(dir / "vocab.txt");
-  data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+  if (par.main()) {
+    p.vocab.save(dir / "vocab.txt");
+    data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+  }
 
   std::size_t start_epoch = 0, stale = 0, skipped_before = 0;
+  bool have_best = false;  // a model.safetensors of this run exists
   long long step = 0;
   if (o.resume && fs::exists(dir / "state.json")) {
     examples::with_json_file(dir / "state.json", [&](const json& st) {
@@ -209,12 +214,14 @@ RunResult train_variant(const Options& o, const Prepared& p) {
     attn::io::load(model, dir / "last.safetensors");
     attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
     for (auto& e : res.history) res.train_seconds += e.seconds;
+    have_best = start_epoch > 0;
     fmt::print("resumed after epoch {} (best validation accuracy {:.2f}%)\n", start_epoch, 100 * res.valid_acc);
   } else {
     std::error_code ec;
     fs::remove(dir / "metrics.jsonl", ec);
   }
 
+  par.attach(model);  // data-parallel: rank 0's weights everywhere, averaged gradients
   std::vector<std::size_t> lengths;
   for (auto& x : p.train.ids) lengths.push_back(x.size());
   attn::optim::NonFiniteGuard guard(attn::optim::parse_on_non_finite(o.on_non_finite));
@@ -225,11 +232,13 @@ RunResult train_variant(const Options& o, const Prepared& p) {
     }
     model.train();
     attn::Rng order_rng(o.seed * 1000003ULL + epoch);
-    auto batches = data::bucketed_batches(lengths, {.batch_size = o.batch, .shuffle = true}, order_rng);
+    auto batches = data::bucketed_batches(lengths, {.batch_size = global_batch, .shuffle = true}, order_rng);
     examples::Progress bar(fmt::format("epoch {}/{}", epoch + 1, o.epochs), p.train.size());
     double loss_sum = 0;
     std::size_t seen = 0, counted = 0;
-    for (auto& idx : batches) {
+    for (auto& global : batches) {
+      if (par.skip_batch(global.size())) continue;  // fewer samples than processes
+      const auto idx = par.shard(global);
       std::vector<const std::vector<std::int32_t>*> seqs;
       std::vector<int> lab;
       for (auto i : idx) {
@@ -237,9 +246,10 @@ RunResult train_variant(const Options& o, const Prepared& p) {
         lab.push_back(p.train.labels[i]);
       }
       auto b = make_batch(seqs, lab);
-      attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step));
+      // Dropout stream per (seed, step, process).
+      attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step) + std::uint64_t(par.rank()) * 0x9E3779B97F4A7C15ULL);
       auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
-      tape.backward(loss);
+      par.backward(tape, loss);  // and, data-parallel, the mean gradient of all processes
       const double norm = attn::optim::clip_grad_norm(opt.params(), o.clip);
       const double l = loss.value()[0];
       if (guard.check(l, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
@@ -248,9 +258,9 @@ RunResult train_variant(const Options& o, const Prepared& p) {
         loss_sum += l * double(idx.size());
         counted += idx.size();
       }
-      opt.zero_grad();
+      par.zero_grad(opt);
       ++step;
-      seen += idx.size();
+      seen += global.size();
       bar.update(seen, counted ? loss_sum / double(counted) : 0.0);
     }
     const double train_loss = counted ? loss_sum / double(counted) : std::nan("");
@@ -263,18 +273,23 @@ RunResult train_variant(const Options& o, const Prepared& p) {
     fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.2f}%, macro-F1 {:.2f}% ({:.0f}s, {:.0f} samples/s)\n",
                epoch + 1, train_loss, ev.loss, 100 * acc, 100 * f1, secs, double(seen) / secs);
     if (guard.skipped()) fmt::print("non-finite steps skipped so far: {} (last: {})\n", skipped_before + guard.skipped(), guard.last());
-    examples::append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"lr", sched(step - 1)},
-                                            {"train_loss", train_loss}, {"valid_loss", ev.loss}, {"valid_accuracy", acc},
-                                            {"valid_macro_f1", f1}, {"seconds", secs},
-                                            {"skipped_steps", skipped_before + guard.skipped()}}
-                                           .dump());
-    if (acc > res.valid_acc || !fs::exists(dir / "model.safetensors")) {
+    if (par.main())
+      examples::append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"lr", sched(step - 1)},
+                                                        {"train_loss", train_loss}, {"valid_loss", ev.loss}, {"valid_accuracy", acc},
+                                                        {"valid_macro_f1", f1}, {"seconds", secs},
+                                                        {"skipped_steps", skipped_before + guard.skipped()}}
+                                                       .dump());
+    // Every process evaluates the same validation set, so all take the same early-stopping path.
+    if (acc > res.valid_acc || !have_best) {
       res.valid_acc = acc;
       stale = 0;
-      attn::io::save(model, dir / "model.safetensors", {{"heads", std::to_string(Heads)}, {"epoch", std::to_string(epoch + 1)}});
+      have_best = true;
+      if (par.main())
+        attn::io::save(model, dir / "model.safetensors", {{"heads", std::to_string(Heads)}, {"epoch", std::to_string(epoch + 1)}});
     } else {
       ++stale;
     }
+    if (!par.main()) continue;
     // Resumable state: the last weights, the optimizer, and the loop counters.
     attn::io::save(model, dir / "last.safetensors");
     attn::io::save_optimizer(opt, dir / "optimizer.safetensors");
@@ -286,6 +301,8 @@ RunResult train_variant(const Options& o, const Prepared& p) {
                                                     .dump() + "\n");
   }
   if (stale >= o.patience) fmt::print("early stop: no validation improvement in {} epochs\n", o.patience);
+  par.detach();
+  if (!par.main()) return res;  // the final evaluation and the report are rank 0's
 
   // Final numbers come from the best checkpoint.
   attn::io::load(model, dir / "model.safetensors");
@@ -479,6 +496,13 @@ void run_bench(const Options& o) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // results line by line, also into a pipe or a log file
   using namespace clue;
+  std::optional<examples::Parallel> par;  // data-parallel under mpirun (built with MPI)
+  try {
+    par.emplace(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "clue: error: %s\n", e.what());
+    return 1;
+  }
   Options o;
   CLI::App app{"CLUE TNEWS news-title classification with a BiLSTM and single- or multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
@@ -537,7 +561,8 @@ int main(int argc, char** argv) {
     std::size_t heads = o.heads;
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
     if (!o.sweep) attn::dispatch<1, 2, 4, 8>(heads, "--heads", []<std::size_t>() {});  // validate before loading data
-    fmt::print("attn CLUE TNEWS example: {} thread(s)\n", attn::cpu::threads());
+    fmt::print("attn CLUE TNEWS example: {} thread(s){}\n", attn::cpu::threads(),
+               par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.batch * std::size_t(par->world())) : "");
     if (attn::cpu::threads() > 1 && !std::getenv("OMP_WAIT_POLICY"))
       fmt::print("hint: on a machine shared with other jobs, OMP_WAIT_POLICY=PASSIVE keeps idle threads from spinning\n");
     if (o.bench) {
@@ -547,14 +572,15 @@ int main(int argc, char** argv) {
     auto p = prepare(o.data);
     std::vector<RunResult> runs;
     if (o.sweep) {
-      runs.push_back(train_variant<1>(o, p));
-      runs.push_back(train_variant<2>(o, p));
-      runs.push_back(train_variant<4>(o, p));
-      runs.push_back(train_variant<8>(o, p));
+      runs.push_back(train_variant<1>(o, p, *par));
+      runs.push_back(train_variant<2>(o, p, *par));
+      runs.push_back(train_variant<4>(o, p, *par));
+      runs.push_back(train_variant<8>(o, p, *par));
       fmt::print("\n{}", sweep_table(runs));
     } else {
-      attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { runs.push_back(train_variant<H>(o, p)); });
+      attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { runs.push_back(train_variant<H>(o, p, *par)); });
     }
+    if (!par->main()) return 0;
     fs::create_directories(o.out);
     json sj = json::array();
     for (auto& r : runs)
@@ -572,7 +598,7 @@ int main(int argc, char** argv) {
                                   .dump());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clue: error: %s\n", e.what());
-    return 1;
+    return par->fail(1, e.what());  // a data-parallel job ends on every process
   }
   return 0;
 }

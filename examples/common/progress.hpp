@@ -11,10 +11,17 @@ namespace examples {
 
 class Progress {
  public:
+  /// Off on every process but the main one of a data-parallel job.
+  static bool& enabled() {
+    static bool on = true;
+    return on;
+  }
+
   Progress(std::string label, std::size_t total)
       : label_(std::move(label)), total_(total), start_(clock::now()), tty_(::isatty(2) != 0) {}
 
   void update(std::size_t done, double loss) {
+    if (!enabled()) return;
     const double secs = std::chrono::duration<double>(clock::now() - start_).count();
     const double rate = secs > 0 ? double(done) / secs : 0;
     const double eta = rate > 0 ? double(total_ - done) / rate : 0;
@@ -32,7 +39,7 @@ class Progress {
   }
   /// Ends the line; returns the elapsed seconds.
   double finish() {
-    if (tty_) std::fputc('\n', stderr);
+    if (tty_ && enabled()) std::fputc('\n', stderr);
     return std::chrono::duration<double>(clock::now() - start_).count();
   }
 

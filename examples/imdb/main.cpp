@@ -17,6 +17,7 @@
 #include <iostream>
 
 #include "../common/json_files.hpp"
+#include "../common/parallel.hpp"
 #include "../common/progress.hpp"
 #include "../common/report.hpp"
 #include "model.hpp"
@@ -34,9 +35,9 @@ struct Options {
   std::string out = "runs/imdb";
   std::size_t heads = 8;
   bool sweep = false;
-  std::size_t epochs = 6, batch = 32, max_len = 256, min_freq = 2, max_vocab = 30000, patience = 2, threads = 0;
+  std::size_t epochs = 2, batch = 32, max_len = 256, min_freq = 2, max_vocab = 30000, patience = 2, threads = 0;
   std::size_t ngram_buckets = 1 << 18;
-  double lr = 2e-3, weight_decay = 0.01, warmup = 0.06, dropout = 0.1, attn_dropout = 0.1, clip = 1.0;
+  double lr = 2e-3, weight_decay = 0.01, warmup = 0.06, dropout = 0.3, attn_dropout = 0.1, clip = 1.0;
   double valid_fraction = 0.1;
   std::uint64_t seed = 42;
   bool ffn = true, resume = false;
@@ -207,7 +208,7 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
 }
 
 template <std::size_t Heads>
-RunResult train_variant(const Options& o, const Prepared& p) {
+RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par) {
   const fs::path dir = fs::path(o.out) / fmt::format("h{}", Heads);
   fs::create_directories(dir);
   ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.max_len, .truncate = parse_truncate(o.truncate), .bag_max_len = o.bag_max_len,
@@ -215,8 +216,10 @@ RunResult train_variant(const Options& o, const Prepared& p) {
                   .attn_dropout = o.attn_dropout, .ffn = o.ffn};
   ImdbClassifier<Heads> model(cfg);
   model.init(o.seed);
+  if (cfg.ngram_buckets) model.set_nb_ratios(nb_ratios(p.train, p.train_y, cfg));  // from the training portion only
   attn::optim::Adam<float> opt(model, {.lr = o.lr, .weight_decay = o.weight_decay, .decoupled = true});
-  const std::size_t steps_per_epoch = (p.train.size() + o.batch - 1) / o.batch;
+  const std::size_t global_batch = o.batch * std::size_t(par.world());  // --batch per process
+  const std::size_t steps_per_epoch = (p.train.size() + global_batch - 1) / global_batch;
   attn::optim::WarmupSchedule sched{.base_lr = o.lr, .warmup = (long long)(o.warmup * double(steps_per_epoch * o.epochs)),
                                     .total = (long long)(steps_per_epoch * o.epochs), .min_lr = o.lr * 0.02};
   RunResult res;
@@ -226,8 +229,10 @@ RunResult train_variant(const Options& o, const Prepared& p) {
 
   json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.seed}, {"epochs", o.epochs},
                  {"batch", o.batch}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};
-  p.vocab.save(dir / "vocab.txt");
-  data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+  if (par.main()) {
+    p.vocab.save(dir / "vocab.txt");
+    data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+  }
 
   std::size_t start_epoch = 0, stale = 0, skipped_before = 0;
   long long step = 0;
@@ -251,6 +256,7 @@ RunResult train_variant(const Options& o, const Prepared& p) {
     fs::remove(dir / "metrics.jsonl", ec);
   }
 
+  par.attach(model);  // data-parallel: rank 0's weights everywhere, averaged gradients
   std::vector<std::size_t> lengths;
   for (auto& x : p.train) lengths.push_back(x.size());
   attn::optim::NonFiniteGuard guard(attn::optim::parse_on_non_finite(o.on_non_finite));
@@ -261,11 +267,13 @@ RunResult train_variant(const Options& o, const Prepared& p) {
     }
     model.train();
     attn::Rng order_rng(o.seed * 1000003ULL + epoch);
-    auto batches = data::bucketed_batches(lengths, {.batch_size = o.batch, .shuffle = true}, order_rng);
+    auto batches = data::bucketed_batches(lengths, {.batch_size = global_batch, .shuffle = true}, order_rng);
     examples::Progress bar(fmt::format("epoch {}/{}", epoch + 1, o.epochs), p.train.size());
     double loss_sum = 0;
     std::size_t seen = 0, counted = 0;
-    for (auto& idx : batches) {
+    for (auto& global : batches) {
+      if (par.skip_batch(global.size())) continue;  // fewer samples than processes
+      const auto idx = par.shard(global);
       std::vector<const std::vector<std::int32_t>*> seqs;
       std::vector<int> lab;
       for (auto i : idx) {
@@ -273,9 +281,10 @@ RunResult train_variant(const Options& o, const Prepared& p) {
         lab.push_back(p.train_y[i]);
       }
       auto b = make_batch(seqs, lab, cfg);
-      attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step));
+      // Dropout stream per (seed, step, process).
+      attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step) + std::uint64_t(par.rank()) * 0x9E3779B97F4A7C15ULL);
       auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels);
-      tape.backward(loss);
+      par.backward(tape, loss);  // and, data-parallel, the mean gradient of all processes
       const double norm = attn::optim::clip_grad_norm(opt.params(), o.clip);
       const double l = loss.value()[0];
       if (guard.check(l, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
@@ -284,9 +293,9 @@ RunResult train_variant(const Options& o, const Prepared& p) {
         loss_sum += l * double(idx.size());
         counted += idx.size();
       }
-      opt.zero_grad();
+      par.zero_grad(opt);
       ++step;
-      seen += idx.size();
+      seen += global.size();
       bar.update(seen, counted ? loss_sum / double(counted) : 0.0);
     }
     const double train_loss = counted ? loss_sum / double(counted) : std::nan("");
@@ -298,17 +307,21 @@ RunResult train_variant(const Options& o, const Prepared& p) {
     fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, validation accuracy {:.2f}% ({:.0f}s, {:.0f} samples/s)\n",
                epoch + 1, train_loss, ev.loss, 100 * ev.accuracy, secs, double(seen) / secs);
     if (guard.skipped()) fmt::print("non-finite steps skipped so far: {} (last: {})\n", skipped_before + guard.skipped(), guard.last());
-    examples::append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"train_loss", train_loss},
-                                            {"valid_loss", ev.loss}, {"valid_accuracy", ev.accuracy}, {"seconds", secs},
-                                            {"skipped_steps", skipped_before + guard.skipped()}}
-                                           .dump());
+    if (par.main())
+      examples::append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"train_loss", train_loss},
+                                                        {"valid_loss", ev.loss}, {"valid_accuracy", ev.accuracy}, {"seconds", secs},
+                                                        {"skipped_steps", skipped_before + guard.skipped()}}
+                                                       .dump());
+    // Every process evaluates the same validation set, so all take the same early-stopping path.
     if (ev.accuracy > res.best_valid) {
       res.best_valid = ev.accuracy;
       stale = 0;
-      attn::io::save(model, dir / "model.safetensors", {{"heads", std::to_string(Heads)}, {"epoch", std::to_string(epoch + 1)}});
+      if (par.main())
+        attn::io::save(model, dir / "model.safetensors", {{"heads", std::to_string(Heads)}, {"epoch", std::to_string(epoch + 1)}});
     } else {
       ++stale;
     }
+    if (!par.main()) continue;
     // Resumable state: the last weights, the optimizer, and the loop counters.
     attn::io::save(model, dir / "last.safetensors");
     attn::io::save_optimizer(opt, dir / "optimizer.safetensors");
@@ -320,6 +333,8 @@ RunResult train_variant(const Options& o, const Prepared& p) {
                                                     .dump() + "\n");
   }
   if (stale >= o.patience) fmt::print("early stop: no validation improvement in {} epochs\n", o.patience);
+  par.detach();
+  if (!par.main()) return res;  // the final evaluation and the report are rank 0's
 
   // Final numbers come from the best checkpoint.
   attn::io::load(model, dir / "model.safetensors");
@@ -445,6 +460,13 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // results line by line, also into a pipe or a log file
   using namespace imdb;
+  std::optional<examples::Parallel> par;  // data-parallel under mpirun (built with MPI)
+  try {
+    par.emplace(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "imdb: error: %s\n", e.what());
+    return 1;
+  }
   Options o;
   CLI::App app{"IMDb sentiment classification with single- and multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
@@ -493,19 +515,21 @@ int main(int argc, char** argv) {
       return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(model_dir, texts); });
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
-    fmt::print("attn IMDb example: {} thread(s)\n", attn::cpu::threads());
+    fmt::print("attn IMDb example: {} thread(s){}\n", attn::cpu::threads(),
+               par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.batch * std::size_t(par->world())) : "");
     auto p = prepare(o);
     std::vector<RunResult> runs;
     if (o.sweep) {
-      runs.push_back(train_variant<1>(o, p));
-      runs.push_back(train_variant<2>(o, p));
-      runs.push_back(train_variant<4>(o, p));
-      runs.push_back(train_variant<8>(o, p));
-      runs.push_back(train_variant<16>(o, p));
+      runs.push_back(train_variant<1>(o, p, *par));
+      runs.push_back(train_variant<2>(o, p, *par));
+      runs.push_back(train_variant<4>(o, p, *par));
+      runs.push_back(train_variant<8>(o, p, *par));
+      runs.push_back(train_variant<16>(o, p, *par));
       print_sweep(runs);
     } else {
-      attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", [&]<std::size_t H>() { runs.push_back(train_variant<H>(o, p)); });
+      attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", [&]<std::size_t H>() { runs.push_back(train_variant<H>(o, p, *par)); });
     }
+    if (!par->main()) return 0;
     fs::create_directories(o.out);
     json sj = json::array();
     for (auto& r : runs)
@@ -513,12 +537,9 @@ int main(int argc, char** argv) {
                     {"parameters", r.params}, {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}});
     data::write_file_atomic(fs::path(o.out) / "summary.json", sj.dump(2) + "\n");
     write_report(o, runs);
-  } catch (const attn::Error& e) {
-    std::fprintf(stderr, "imdb: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "imdb: error: %s\n", e.what());
-    return 1;
+    return par->fail(1, e.what());  // a data-parallel job ends on every process
   }
   return 0;
 }

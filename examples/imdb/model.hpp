@@ -1,6 +1,7 @@
 // The IMDb sentiment classifier: token + learned position embeddings, one multi-head self-attention
 // block (residual, LayerNorm, optional feed-forward) over the first and last --max-len/2 tokens,
-// masked mean+max pooling, a hashed unigram+bigram bag over the whole review, and a linear head.
+// masked mean+max pooling, a hashed unigram+bigram bag over the whole review, an NBSVM-style score
+// (naive-Bayes log-count ratios of the n-grams times learned weights), and a linear head.
 // Heads is a template argument: each head count is its own type. The token and n-gram tables
 // have row-sparse gradients (only the rows a batch uses are updated).
 #pragma once
@@ -86,6 +87,39 @@ inline std::int32_t ngram_id(std::int32_t a, std::int32_t b, std::size_t buckets
   return std::int32_t(1 + (h ^ (h >> 29)) % buckets);
 }
 
+/// Calls f(id) for every hashed n-gram (unigrams and bigrams) of the first cfg.bag_max_len tokens.
+template <class F>
+void for_each_ngram(const std::vector<std::int32_t>& s, const ModelConfig& cfg, F&& f) {
+  const std::size_t n = std::min(s.size(), cfg.bag_max_len);
+  for (std::size_t j = 0; j < n; ++j) {
+    f(ngram_id(s[j], -1, cfg.ngram_buckets));
+    if (j + 1 < n) f(ngram_id(s[j], s[j + 1], cfg.ngram_buckets));
+  }
+}
+
+/// Naive-Bayes log-count ratios per n-gram bucket (Wang and Manning's NBSVM, binarized counts,
+/// smoothing alpha): r = log((p + alpha) / |p + alpha|_1) - log((q + alpha) / |q + alpha|_1) with p and
+/// q the numbers of positive and negative reviews holding the n-gram. Bucket 0 (padding) gets 0.
+inline std::vector<float> nb_ratios(const std::vector<std::vector<std::int32_t>>& docs, const std::vector<int>& labels,
+                                    const ModelConfig& cfg, double alpha = 1.0) {
+  const std::size_t rows = std::max<std::size_t>(cfg.ngram_buckets + 1, 2);
+  std::vector<double> p(rows, alpha), q(rows, alpha);
+  std::vector<std::size_t> last(rows, std::size_t(-1));
+  for (std::size_t d = 0; d < docs.size(); ++d) {
+    auto& c = labels[d] == 1 ? p : q;
+    for_each_ngram(docs[d], cfg, [&](std::int32_t id) {
+      if (last[std::size_t(id)] == d) return;  // binarized: once per review
+      last[std::size_t(id)] = d;
+      c[std::size_t(id)] += 1;
+    });
+  }
+  double sp = 0, sq = 0;
+  for (std::size_t i = 1; i < rows; ++i) sp += p[i], sq += q[i];
+  std::vector<float> r(rows, 0.0f);
+  for (std::size_t i = 1; i < rows; ++i) r[i] = float(std::log(p[i] / sp) - std::log(q[i] / sq));
+  return r;
+}
+
 /// Builds a batch from whole encoded reviews and their labels (empty: zeros).
 inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seqs, const std::vector<int>& labels,
                         const ModelConfig& cfg) {
@@ -111,16 +145,11 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
       out.mask(i, j) = 1.0f;
     }
     if (cfg.ngram_buckets) {
-      const std::size_t n = std::min(s.size(), cfg.bag_max_len);
       std::size_t k = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        out.ngrams(i, k) = ngram_id(s[j], -1, cfg.ngram_buckets);
+      for_each_ngram(s, cfg, [&](std::int32_t id) {
+        out.ngrams(i, k) = id;
         out.ngram_mask(i, k++) = 1.0f;
-        if (j + 1 < n) {
-          out.ngrams(i, k) = ngram_id(s[j], s[j + 1], cfg.ngram_buckets);
-          out.ngram_mask(i, k++) = 1.0f;
-        }
-      }
+      });
     }
     out.labels(i) = labels.empty() ? 0 : labels[i];
   }
@@ -139,7 +168,22 @@ struct ImdbClassifier : nn::Module {
         ff2(this, "ff2", {.xavier = true}),
         norm2(this, "norm2"),
         ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
-        head(this, "head", {.xavier = true}) {}
+        head(this, "head", {.xavier = true}) {
+    const std::size_t rows = std::max<std::size_t>(c.ngram_buckets + 1, 2);
+    nb_ratio = register_parameter<float, Shape<dyn, 1>>("nb.ratio", {rows, 1});
+    nb_ratio.data()->requires_grad = false;  // fixed: set from the training counts (set_nb_ratios)
+    nb_weight = register_parameter<float, Shape<dyn, 1>>("nb.weight", {rows, 1});
+    nb_weight.data()->sparse_rows = true;
+    attn::nn::init::constant(nb_weight, 1.0f);
+  }
+
+  void reset_parameters(attn::Rng&) override { attn::nn::init::constant(nb_weight, 1.0f); }
+
+  /// The naive-Bayes log-count ratio of every n-gram bucket (index 0: padding, ratio 0).
+  void set_nb_ratios(const std::vector<float>& r) {
+    if (r.size() != nb_ratio.size(0)) throw attn::ArgumentError("set_nb_ratios: expected " + std::to_string(nb_ratio.size(0)) + " ratios");
+    std::copy(r.begin(), r.end(), const_cast<float*>(nb_ratio.raw().data()));
+  }
 
   /// Logits (B, 2). When weights is given, the attention weights (B, Heads, T, T) are stored there.
   template <attn::Context C>
@@ -158,13 +202,18 @@ struct ImdbClassifier : nn::Module {
     auto h = norm1(ctx, x + nn::dropout(ctx, a, cfg.dropout, tr));
     if (cfg.ffn) h = norm2(ctx, h + nn::dropout(ctx, ff2(ctx, attn::gelu(ctx, ff1(ctx, h))), cfg.dropout, tr));
     std::vector<attn::Var<float>> feats{nn::masked_mean(ctx, h, b.mask).erased(), nn::masked_max(ctx, h, b.mask).erased()};
+    attn::Var<float> nb;
     if (cfg.ngram_buckets) {
       feats.push_back(nn::masked_mean(ctx, ngrams(ctx, b.ngrams), b.ngram_mask).erased());
+      // NBSVM-style score: the mean over the review's n-grams of ratio * learned weight.
+      auto rw = attn::mul(ctx, attn::embedding(ctx, nb_ratio, b.ngrams, 0), attn::embedding(ctx, nb_weight, b.ngrams, 0));
+      nb = nn::masked_mean(ctx, rw, b.ngram_mask).erased();                  // (B, 1)
     } else {
       feats.push_back(attn::Var<float>(Tensor<float>::zeros({b.size(), kNgramDim})));
+      nb = attn::Var<float>(Tensor<float>::zeros({b.size(), 1}));
     }
-    auto pooled = attn::concat(ctx, feats, 1);                               // (B, 2 Dim + NgramDim)
-    return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));             // (B, 2)
+    auto pooled = nn::dropout(ctx, attn::concat(ctx, feats, 1), cfg.dropout, tr);  // (B, 2 Dim + NgramDim)
+    return head(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
   }
 
   ModelConfig cfg;
@@ -175,7 +224,8 @@ struct ImdbClassifier : nn::Module {
   nn::Linear<2 * kDim, kDim> ff2;
   nn::LayerNorm<kDim> norm2;
   nn::Embedding<kNgramDim> ngrams;
-  nn::Linear<2 * kDim + kNgramDim, 2> head;
+  nn::Linear<2 * kDim + kNgramDim + 1, 2> head;
+  attn::Var<float, Shape<dyn, 1>> nb_ratio, nb_weight;
 };
 
 }  // namespace imdb

@@ -22,7 +22,7 @@
 
 namespace attn::dist {
 
-enum class ReduceOp { sum, mean };
+enum class ReduceOp { sum, mean, max };
 
 namespace detail {
 
@@ -130,13 +130,15 @@ class Communicator {
   /// An empty batch of non-blocking operations; `what` names them in timeout messages.
   Pending pending(std::string what) const { return Pending(*this, std::move(what)); }
 
-  /// Starts an in-place all-reduce of data[0, n) (sum; mean divides by size() on completion).
+  /// Starts an in-place all-reduce of data[0, n) (sum or max; mean divides the sum by size() on
+  /// completion).
   template <class T>
   void start_all_reduce(T* data, std::size_t n, ReduceOp op, Pending& into) const {
     for (std::size_t off = 0; off < n; off += opt_.max_message_elements) {
       const int cnt = static_cast<int>(std::min(opt_.max_message_elements, n - off));
       MPI_Request r = MPI_REQUEST_NULL;
-      detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + off, cnt, detail::mpi_type<T>(), MPI_SUM, comm_, &r), "MPI_Iallreduce");
+      detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data + off, cnt, detail::mpi_type<T>(), op == ReduceOp::max ? MPI_MAX : MPI_SUM, comm_, &r),
+                        "MPI_Iallreduce");
       into.reqs_.push_back(r);
     }
     into.bytes_ += n * sizeof(T);

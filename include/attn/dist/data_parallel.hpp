@@ -129,10 +129,32 @@ class DataParallel {
     auto pending = comm_->pending("gradient all-reduce of " + std::to_string(buckets_.size()) + " buckets (" +
                                   std::to_string(buckets_.bytes()) + " bytes)");
     for (auto& b : buckets_.buckets()) comm_->start_all_reduce(b.data(), b.numel(), ReduceOp::mean, pending);
+    // Row-sparse gradients (nn::Embedding{.sparse = true}): the mean holds every rank's rows, so
+    // the row lists become their union (max of the per-row marks), and the optimizers' lazy
+    // update touches exactly the rows one process on the global batch would have touched.
+    std::vector<VarData<T, B>*> sparse;
+    std::vector<std::uint8_t> dense_flags;
+    if constexpr (B::host_accessible) {
+      for (auto& v : params_) {
+        auto& d = *v.data();
+        if (!d.sparse_rows || d.value.rank() != 2) continue;
+        d.row_marked.resize(d.value.dims()[0], 0);
+        sparse.push_back(&d);
+        dense_flags.push_back(d.grad_dense ? 1 : 0);
+      }
+      for (auto* d : sparse) comm_->start_all_reduce(d->row_marked.data(), d->row_marked.size(), ReduceOp::max, pending);
+      if (!sparse.empty()) comm_->start_all_reduce(dense_flags.data(), dense_flags.size(), ReduceOp::max, pending);
+    }
     pending.wait();
-    // The mean holds every rank's rows: a row-sparse gradient's local row list no longer covers
-    // it, so it is dense from here (optimizers take their dense path, identically on every rank).
     for (auto& v : params_) v.data()->grad_dense = true;
+    for (std::size_t k = 0; k < sparse.size(); ++k) {
+      auto& d = *sparse[k];
+      if (dense_flags[k]) continue;  // some rank accumulated densely: dense everywhere
+      d.grad_dense = false;
+      d.grad_rows.clear();
+      for (std::size_t r = 0; r < d.row_marked.size(); ++r)
+        if (d.row_marked[r]) d.grad_rows.push_back(r);
+    }
     stats_.bytes = buckets_.bytes();
     stats_.buckets = buckets_.size();
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -129,7 +129,7 @@ class NcclCommunicator {
   template <class T>
   void start_all_reduce(T* data, std::size_t n, ReduceOp op, NcclPending& into) const {
     enter("start_all_reduce");
-    detail::check_nccl(ncclAllReduce(data, data, n, detail::nccl_type<T>(), op == ReduceOp::mean ? ncclAvg : ncclSum, comm_, cuda::stream()),
+    detail::check_nccl(ncclAllReduce(data, data, n, detail::nccl_type<T>(), op == ReduceOp::mean ? ncclAvg : op == ReduceOp::max ? ncclMax : ncclSum, comm_, cuda::stream()),
                        "ncclAllReduce");
     ++into.ops_;
     into.bytes_ += n * sizeof(T);
