@@ -32,8 +32,9 @@ med = {k: statistics.median(r["samples_per_s"] for r in v) for k, v in runs.item
 for k in sorted(med):
     v = runs[k]
     print(f"{k[0]} rank(s) x {k[1]} thread(s): {med[k]:8.2f} samples/s  "
-          f"(step {statistics.median(r['step_ms'] for r in v):.1f} ms, all-reduce in step "
-          f"{statistics.median(r['allreduce_ms_in_step'] for r in v):.2f} ms, "
+          f"(step {statistics.median(r['step_ms'] for r in v):.1f} ms, all-reduce exposed after backward "
+          f"{statistics.median(r['allreduce_ms_exposed'] for r in v):.2f} ms, "
+          f"{v[0]['buckets_started_during_backward']}/{v[0]['buckets']} buckets started during backward, "
           f"{v[0]['allreduce_MB_per_step']:.2f} MB/step)")
 if (2, 1) in med and (1, 2) in med:
     print(f"ratio 2x1 / 1x2: {med[(2, 1)] / med[(1, 2)]:.3f}")

@@ -137,7 +137,13 @@ TEST_CASE("data parallel: N ranks on half batches match one process on whole bat
     return ddp.last_stats();
   };
   SECTION("Adam, default buckets") { run(adam, {}, false, true); }
-  SECTION("SGD with momentum, many small buckets") { run(sgd, {.bucket_cap_bytes = 2048, .first_bucket_cap_bytes = 128}, false, false); }
+  SECTION("SGD with momentum, many small buckets, started while backward runs") {
+    auto stats = run(sgd, {.bucket_cap_bytes = 2048, .first_bucket_cap_bytes = 128}, false, false);
+    INFO(stats.buckets << " buckets, " << stats.overlapped << " started before the last backward step");
+    CHECK(stats.buckets > 3);
+    CHECK(stats.overlapped > 0);              // the output layer's buckets start early ...
+    CHECK(stats.overlapped < stats.buckets);  // ... the embedding's only after the last step
+  }
   SECTION("Adam with the optimizer's zero_grad: still right, by copying into the buckets") {
     auto stats = run(adam, {}, true, true);
     CHECK(stats.reattached == TinyClassifier<>().named_parameters().size());
@@ -166,4 +172,72 @@ TEST_CASE("data parallel: frozen parameters are not reduced, and bad options are
     for (const auto& e : b.entries) CHECK(e.name != "embed.weight");
   CHECK_THROWS_AS(dist::DataParallel<float>(model, comm, {.root = comm.size()}), attn::ArgumentError);
   CHECK_THROWS_AS(dist::DataParallel<double>(model, comm), attn::ArgumentError);  // float model
+}
+
+TEST_CASE("data parallel: a backward step that does not list the Var it writes is caught") {
+  dist::Communicator comm;
+  TinyClassifier<> model;
+  dist::DataParallel<float> ddp(model, comm, {.bucket_cap_bytes = 2048, .first_bucket_cap_bytes = 128});
+  const Dataset data(8);
+  auto b = data.gather({0, 1, 2, 3});
+  attn::Tape tape;
+  ddp.zero_grad();
+  // A step recorded first (so it runs last) that adds to the output layer's weight without naming
+  // it: that parameter's bucket has started by then.
+  const auto& w = ddp.params().back().data();
+  auto x = attn::Var<float>(attn::Tensor<float>::zeros({1}), true);
+  tape.push(x.data(), {}, [w] { w->grad_ref().fill(1.f); });
+  auto loss = attn::cross_entropy(tape, model.forward(tape, b.ids, b.mask), b.labels);
+  CHECK_THROWS_WITH(ddp.backward(tape, loss), Catch::Contains("without listing that Var"));
+}
+
+namespace {
+/// TinyClassifier's layers registered in the reverse of the order they run in, so the default
+/// bucket layout (reverse registration order) puts the embedding, completed last, in bucket 0.
+struct Reordered : attn::nn::Module {
+  attn::nn::Linear<dist_test::dim, dist_test::classes> head{this, "head"};
+  attn::nn::Attention<2, dist_test::dim> attention{this, "attn"};
+  attn::nn::Embedding<dist_test::dim> tokens{this, "embed", dist_test::vocab, {.padding_idx = 0, .init_std = 0.5}};
+  template <class Ctx>
+  auto forward(Ctx& ctx, const attn::Tensor<std::int32_t>& ids, const attn::Tensor<float>& mask) {
+    auto x = tokens(ctx, ids);
+    auto y = attention(ctx, attn::Var<float, attn::Shape<attn::dyn, attn::dyn, dist_test::dim>>(x), mask);
+    return head(ctx, attn::nn::masked_mean(ctx, y, mask));
+  }
+};
+}  // namespace
+
+TEST_CASE("data parallel: after the first step the buckets follow the order backward completes them") {
+  dist::Communicator comm;
+  const Dataset data(global_batch * steps);
+  Reordered single, parallel;
+  if (comm.rank() != 0) parallel.init(99);
+  dist::DataParallel<float> ddp(parallel, comm, {.bucket_cap_bytes = 2048, .first_bucket_cap_bytes = 128});
+  optim::Sgd<float> opt_single(single, {.lr = 0.2, .momentum = 0.9}), opt(parallel, {.lr = 0.2, .momentum = 0.9});
+  const auto order = dist::DistributedSampler(data.n, 1, 0, {.seed = sampler_seed}).indices();
+  const std::size_t local = global_batch / std::size_t(comm.size());
+  std::vector<std::size_t> overlapped;
+  for (std::size_t k = 0; k < steps; ++k) {
+    {
+      auto b = data.gather({order.begin() + k * global_batch, order.begin() + (k + 1) * global_batch});
+      attn::Tape tape;
+      tape.backward(attn::cross_entropy(tape, single.forward(tape, b.ids, b.mask), b.labels));
+      opt_single.step();
+      opt_single.zero_grad();
+    }
+    const auto mine = dist::DistributedSampler(data.n, comm.size(), comm.rank(), {.seed = sampler_seed}).indices();
+    auto b = data.gather({mine.begin() + k * local, mine.begin() + (k + 1) * local});
+    attn::Tape tape;
+    ddp.zero_grad();
+    ddp.backward(tape, attn::cross_entropy(tape, parallel.forward(tape, b.ids, b.mask), b.labels));
+    opt.step();
+    overlapped.push_back(ddp.last_stats().overlapped);
+  }
+  INFO("buckets started during backward per step: " << overlapped[0] << ", " << overlapped[1] << ", ...");
+  CHECK(ddp.buckets_rebuilt());
+  CHECK(overlapped[0] == 0);  // the embedding's bucket, first in line, is complete only at the end
+  CHECK(overlapped[1] > 0);
+  CHECK(ddp.buckets().buckets().front().entries.front().name.rfind("head.", 0) == 0);  // complete first
+  INFO("max |difference| per parameter:\n" << dist_test::param_diff_report(parallel, single));
+  CHECK(dist_test::max_param_diff(parallel, single) < 1e-5);  // the rebuild moved the gradients intact
 }

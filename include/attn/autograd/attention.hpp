@@ -581,7 +581,7 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   const bool rg = detail::needs_grad(tape, qkv);
   auto o = detail::make_out<SO>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [qd = qkv.data(), od = o.data(), p, naive, saved, km = a.key_mask, am = a.attn_mask, stats = a.stats] {
+    tape->push(o.data(), {qkv.data().get()}, [qd = qkv.data(), od = o.data(), p, naive, saved, km = a.key_mask, am = a.attn_mask, stats = a.stats] {
       if (od->grad.empty() || !qd->requires_grad) return;
       auto q = p;  // the pointers of the problem, re-read from the captured tensors
       q.qkv = qd->value.data();

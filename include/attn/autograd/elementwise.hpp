@@ -52,7 +52,7 @@ auto binary(Tape* tape, const Var<T, SA, B>& a, const Var<T, SB, B>& b) {
   const bool rg = needs_grad(tape, a, b);
   auto o = make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [ad = a.data(), bd = b.data(), od = o.data()] {
+    tape->push(o.data(), {a.data().get(), b.data().get()}, [ad = a.data(), bd = b.data(), od = o.data()] {
       if (od->grad.empty()) return;
       const auto& g = od->grad;
       const Dims& d = g.dims();
@@ -82,7 +82,7 @@ Var<T, S, B> unary(Tape* tape, const Var<T, S, B>& x) {
   const bool rg = needs_grad(tape, x);
   auto o = make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data()] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data()] {
       if (od->grad.empty()) return;
       const auto& saved = UsesOutput ? od->value : xd->value;
       accumulate(*xd, apply<Grad>(saved, od->grad), od->grad.dims());
@@ -98,7 +98,7 @@ Var<T, S, B> affine_scalar(Tape* tape, const Var<T, S, B>& x, T s, T c) {
   const bool rg = needs_grad(tape, x);
   auto o = make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data(), s] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), s] {
       if (od->grad.empty()) return;
       accumulate(*xd, od->grad * s, od->grad.dims());
     });

@@ -22,7 +22,7 @@ auto embedding(C& ctx, const Var<T, SW, B>& table, const Tensor<I, SI, B>& ids, 
   const bool rg = detail::needs_grad(tape, table);
   auto o = detail::make_out<R>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [td = table.data(), od_ = o.data(), ids = ids.erased(), dim, padding_idx] {
+    tape->push(o.data(), {table.data().get()}, [td = table.data(), od_ = o.data(), ids = ids.erased(), dim, padding_idx] {
       if (od_->grad.empty() || !td->requires_grad) return;
       auto& g = td->grad_ref_rows(ids.data(), ids.numel(), padding_idx);
       kernels::scatter_add_rows(B{}, g.data(), dim, ids.data(), ids.numel(), od_->grad.data(), padding_idx);

@@ -42,7 +42,7 @@ Var<T, Shape<>, B> cross_entropy(C& ctx, const Var<T, S, B>& logits, const Tenso
   const bool rg = detail::needs_grad(tape, logits);
   auto o = detail::make_out<Shape<>>(tape, std::move(out), rg);
   if (rg && count) {
-    tape->push(o.data(), [ld = logits.data(), od = o.data(), logp, tg = targets.erased(), opt, n, c, count] {
+    tape->push(o.data(), {logits.data().get()}, [ld = logits.data(), od = o.data(), logp, tg = targets.erased(), opt, n, c, count] {
       if (od->grad.empty() || !ld->requires_grad) return;
       // d/dlogits = (softmax - q) / count, q = (1 - eps) onehot + eps / C.
       kernels::cross_entropy_backward(B{}, logp.data(), tg.data(), n, c, opt.ignore_index, T(opt.label_smoothing), od->grad.data(),

@@ -71,7 +71,7 @@ Var<T, S, B> matmul_impl(Tape* tape, const Var<T, SA, B>& a, const Var<T, SB, B>
   const bool rg = needs_grad(tape, a, b);
   auto o = make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [ad = a.data(), bd = b.data(), od = o.data(), g, tb] {
+    tape->push(o.data(), {a.data().get(), b.data().get()}, [ad = a.data(), bd = b.data(), od = o.data(), g, tb] {
       if (od->grad.empty()) return;
       const int m = int(g.m), n = int(g.n), k = int(g.k);
       const int ldb = tb ? k : n;

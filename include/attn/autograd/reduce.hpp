@@ -24,7 +24,7 @@ Var<T, S, B> reduce_axis(Tape* tape, const Var<T, S0, B>& x, std::size_t axis, T
   const bool rg = needs_grad(tape, x);
   auto o = make_out<S>(tape, out.reshape(od), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od_ = o.data(), kd, scale] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od_ = o.data(), kd, scale] {
       if (od_->grad.empty() || !xd->requires_grad) return;
       auto& gx = xd->grad_ref();
       gx += od_->grad.reshape(kd) * scale;
@@ -41,7 +41,7 @@ Var<T, Shape<>, B> reduce_all(Tape* tape, const Var<T, S0, B>& x, T scale) {
   const bool rg = needs_grad(tape, x);
   auto o = make_out<Shape<>>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od_ = o.data(), scale] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od_ = o.data(), scale] {
       if (od_->grad.empty() || !xd->requires_grad) return;
       auto& gx = xd->grad_ref();
       gx += od_->grad * scale;

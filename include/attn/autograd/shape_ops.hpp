@@ -41,7 +41,7 @@ Var<T, S, B> permute_impl(Tape* tape, const Var<T, S0, B>& x, std::array<std::si
   const bool rg = needs_grad(tape, x);
   auto o = make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data(), perm, n] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), perm, n] {
       if (od->grad.empty() || !xd->requires_grad) return;
       std::array<std::size_t, max_rank> inv{};
       for (std::size_t i = 0; i < n; ++i) inv[perm[i]] = i;
@@ -64,7 +64,7 @@ Var<T, S2, B> reshape(C& ctx, const Var<T, S, B>& x, const Dims& d) {
   const bool rg = detail::needs_grad(tape, x);
   auto o = detail::make_out<S2>(tape, x.raw().reshape(d), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data()] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data()] {
       if (od->grad.empty() || !xd->requires_grad) return;
       auto& gx = xd->grad_ref();
       auto g = od->grad.reshape(gx.dims());
@@ -126,7 +126,7 @@ Var<T, AnyShape, B> slice(C& ctx, const Var<T, S, B>& x, std::size_t axis, std::
   const bool rg = detail::needs_grad(tape, x);
   auto o = detail::make_out<AnyShape>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od_ = o.data(), axis, start] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od_ = o.data(), axis, start] {
       if (od_->grad.empty() || !xd->requires_grad) return;
       auto& gx = xd->grad_ref();
       const Dims cs = contiguous_strides(gx.dims());
@@ -166,8 +166,12 @@ Var<T, AnyShape, B> concat(C& ctx, const std::vector<Var<T, S, B>>& xs, std::siz
   auto o = detail::make_out<AnyShape>(tape, std::move(out), rg);
   if (rg) {
     std::vector<std::shared_ptr<VarData<T, B>>> ins;
-    for (const auto& x : xs) ins.push_back(x.data());
-    tape->push(o.data(), [ins, starts, od_ = o.data(), axis] {
+    std::vector<const void*> inputs;
+    for (const auto& x : xs) {
+      ins.push_back(x.data());
+      inputs.push_back(x.data().get());
+    }
+    tape->push(o.data(), inputs, [ins, starts, od_ = o.data(), axis] {
       if (od_->grad.empty()) return;
       const Dims cs = contiguous_strides(od_->grad.dims());
       for (std::size_t i = 0; i < ins.size(); ++i) {

@@ -17,7 +17,7 @@ Var<T, S, B> softmax_impl(Tape* tape, const Var<T, S, B>& x, bool log) {
   const bool rg = needs_grad(tape, x);
   auto o = make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data(), rows, cols, log] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), rows, cols, log] {
       if (od->grad.empty() || !xd->requires_grad) return;
       kernels::softmax_rows_backward(B{}, od->value.data(), od->grad.data(), xd->grad_ref().data(), rows, cols, log);
     });
@@ -49,7 +49,7 @@ Var<T, S, B> masked_fill(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& 
   const bool rg = detail::needs_grad(tape, x);
   auto o = detail::make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data(), m = mask.erased()] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), m = mask.erased()] {
       if (od->grad.empty() || !xd->requires_grad) return;
       detail::accumulate(*xd, apply<detail::MaskGrad>(od->grad, m), od->grad.dims());
     });

@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../core/expr.hpp"
@@ -33,11 +37,16 @@ struct VarData {
   bool grad_dense = false;
   std::vector<std::size_t> grad_rows;
   std::vector<std::uint8_t> row_marked;
+  /// Counts the accesses through grad_ref() and grad_ref_rows(), the ways backward steps write
+  /// gradients (dist::DataParallel checks with it that no step touches a gradient it has already
+  /// started to all-reduce).
+  std::uint64_t grad_writes = 0;
 
   /// The gradient, allocated as zeros on first use. The caller may write anywhere in it.
   Tensor<T, AnyShape, B>& grad_ref() {
     if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
     grad_dense = true;
+    ++grad_writes;
     return grad;
   }
 
@@ -46,6 +55,7 @@ struct VarData {
   template <class I>
   Tensor<T, AnyShape, B>& grad_ref_rows(const I* ids, std::size_t n, long long padding_idx) {
     if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
+    ++grad_writes;
     if constexpr (B::host_accessible) {
       if (sparse_rows && !grad_dense && value.rank() == 2) {
         const std::size_t rows = value.dims()[0];
@@ -151,6 +161,20 @@ class Var {
   Tape* tape_ = nullptr;
 };
 
+/// Told, during Tape::backward(loss, leaves, observer), when each watched leaf's gradient is
+/// complete and after each step (dist::DataParallel starts its bucket all-reduces from here,
+/// overlapping the rest of the backward pass).
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  /// leaves[k]'s gradient is final: every step that lists it as an input has run. Leaves that no
+  /// recorded step reads are reported before the first step runs.
+  virtual void leaf_ready(std::size_t k) = 0;
+  /// Step `index` (counted in recording order) has run; `index` steps remain. Called before the
+  /// leaves that this step completed are reported.
+  virtual void step_done(std::size_t /*index*/) {}
+};
+
 /// Records the backward step of every op run under it; backward() replays them in reverse.
 /// Not thread-safe: one tape per training thread.
 class Tape {
@@ -160,13 +184,23 @@ class Tape {
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 
-  /// Appends one op's backward step. After the step has run, backward() releases the gradient of
-  /// the op's output `out`: every consumer of it was recorded later, so it is complete and no
-  /// longer needed. A second backward() therefore starts from fresh intermediate gradients,
-  /// while leaves (parameters) accumulate.
+  /// Appends one op's backward step. `inputs` are the VarData (of any element type) whose
+  /// gradients the step may accumulate into; null entries are ignored. A step must list every
+  /// one of them: backward's observers rely on the list to know when a gradient is final.
+  /// After the step has run, backward() releases the gradient of the op's output `out`: every
+  /// consumer of it was recorded later, so it is complete and no longer needed. A second
+  /// backward() therefore starts from fresh intermediate gradients, while leaves (parameters)
+  /// accumulate.
   template <class D>
-  void push(const std::shared_ptr<D>& out, std::function<void()> step) {
-    steps_.push_back({std::move(step), out, [](void* p) { static_cast<D*>(p)->grad = {}; }});
+  void push(const std::shared_ptr<D>& out, std::span<const void* const> inputs, std::function<void()> step) {
+    const auto begin = static_cast<std::uint32_t>(inputs_.size());
+    for (const void* p : inputs)
+      if (p) inputs_.push_back(p);
+    steps_.push_back({std::move(step), out, [](void* p) { static_cast<D*>(p)->grad = {}; }, begin, static_cast<std::uint32_t>(inputs_.size())});
+  }
+  template <class D>
+  void push(const std::shared_ptr<D>& out, std::initializer_list<const void*> inputs, std::function<void()> step) {
+    push(out, std::span<const void* const>(inputs.begin(), inputs.size()), std::move(step));
   }
   std::size_t size() const noexcept { return steps_.size(); }
   /// The random stream of ops run under this tape (dropout).
@@ -175,7 +209,7 @@ class Tape {
   /// Seeds d(loss)/d(loss) = 1 (loss must have one element) and runs the recorded steps in reverse.
   template <class T, class S, class B>
   void backward(const Var<T, S, B>& loss) {
-    if (loss.numel() != 1) throw ShapeError("Tape::backward: loss must have one element, got shape " + loss.dims().str());
+    check_scalar(loss.dims());
     backward(loss, Tensor<T, AnyShape, B>::full(loss.dims(), T(1)));
   }
   /// Backward from `out` with an explicit upstream gradient of out's shape.
@@ -184,14 +218,21 @@ class Tape {
     if (!(seed.dims() == out.dims())) shape_mismatch("Tape::backward", "seed gradient shape differs from output", seed.dims(), out.dims());
     auto& g = out.data()->grad_ref();
     g += seed.erased();
-    for (std::size_t i = steps_.size(); i-- > 0;) {
-      steps_[i].run();
-      steps_[i].release(steps_[i].out.get());
-    }
+    run_steps({}, nullptr);
+  }
+  /// backward(loss), telling `observer` when the gradient of each of `leaves` (VarData pointers,
+  /// usually parameters) is complete, as early as the recorded steps allow.
+  template <class T, class S, class B>
+  void backward(const Var<T, S, B>& loss, std::span<const void* const> leaves, BackwardObserver& observer) {
+    check_scalar(loss.dims());
+    auto& g = loss.data()->grad_ref();
+    g += Tensor<T, AnyShape, B>::full(loss.dims(), T(1));
+    run_steps(leaves, &observer);
   }
   /// Drops every recorded step (and with them the intermediate values they kept alive).
   void clear() noexcept {
     steps_.clear();
+    inputs_.clear();
   }
 
  private:
@@ -199,8 +240,50 @@ class Tape {
     std::function<void()> run;
     std::shared_ptr<void> out;
     void (*release)(void*);
+    std::uint32_t in_begin, in_end;  // this step's inputs in inputs_
   };
+
+  static void check_scalar(const Dims& d) {
+    if (d.numel() != 1) throw ShapeError("Tape::backward: loss must have one element, got shape " + d.str());
+  }
+
+  void run_steps(std::span<const void* const> leaves, BackwardObserver* obs) {
+    constexpr std::size_t unused = std::numeric_limits<std::size_t>::max();
+    // Each watched leaf is final after the earliest recorded step that reads it has run.
+    order_.clear();
+    if (obs) {
+      sorted_.clear();
+      for (std::size_t k = 0; k < leaves.size(); ++k) sorted_.push_back({leaves[k], k});
+      std::sort(sorted_.begin(), sorted_.end());
+      first_use_.assign(leaves.size(), unused);
+      for (std::size_t i = 0; i < steps_.size(); ++i)
+        for (std::uint32_t j = steps_[i].in_begin; j < steps_[i].in_end; ++j) {
+          auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::pair<const void*, std::size_t>{inputs_[j], 0});
+          for (; it != sorted_.end() && it->first == inputs_[j]; ++it)
+            if (first_use_[it->second] == unused) first_use_[it->second] = i;
+        }
+      for (std::size_t k = 0; k < leaves.size(); ++k) order_.push_back(k);
+      // Latest first; the unused ones (largest key) lead.
+      std::stable_sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) { return first_use_[a] > first_use_[b]; });
+    }
+    std::size_t next = 0;
+    if (obs)
+      for (; next < order_.size() && first_use_[order_[next]] == unused; ++next) obs->leaf_ready(order_[next]);
+    for (std::size_t i = steps_.size(); i-- > 0;) {
+      steps_[i].run();
+      steps_[i].release(steps_[i].out.get());
+      if (obs) {
+        obs->step_done(i);
+        for (; next < order_.size() && first_use_[order_[next]] == i; ++next) obs->leaf_ready(order_[next]);
+      }
+    }
+  }
+
   std::vector<Step> steps_;
+  std::vector<const void*> inputs_;
+  // Scratch of run_steps, kept to reuse its memory.
+  std::vector<std::pair<const void*, std::size_t>> sorted_;
+  std::vector<std::size_t> first_use_, order_;
   Rng rng_;
 };
 

@@ -80,6 +80,10 @@ class Pending {
   /// Waits for every operation. Past the communicator's timeout the job is aborted (abort_job):
   /// a peer that died or stopped issuing collectives can never complete them.
   void wait() { wait_impl(true); }
+  /// Lets MPI advance the operations in flight without blocking (Open MPI moves non-blocking
+  /// collectives forward only inside MPI calls). True when all of them have completed; wait()
+  /// is still required to finish them.
+  bool progress();
   bool empty() const noexcept { return reqs_.empty() && after_.empty(); }
   std::size_t size() const noexcept { return reqs_.size(); }
   /// Bytes sent by this rank's operations (the volume counted in the performance notes).
@@ -211,6 +215,19 @@ class Communicator {
 /// libnbc moves a large buffer as many fragments, each needing a call), so the loop calls in
 /// continuously, yielding the core between calls, for the first second; a wait that lasts longer
 /// is waiting on a slow or dead peer, and then sleeps between polls until the watchdog fires.
+inline bool Pending::progress() {
+  if (reqs_.empty()) return true;
+  int done = 0;
+  const int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &done, MPI_STATUSES_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    reqs_.clear();
+    after_.clear();
+    detail::check_mpi(rc, what_ + " (MPI_Testall)");
+  }
+  if (done) reqs_.clear();
+  return done != 0;
+}
+
 inline void Pending::wait_impl(bool may_throw) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -43,6 +45,11 @@ struct DataParallelOptions {
   /// Copy the root's parameters to every rank at construction.
   bool broadcast_parameters = true;
   int root = 0;
+  /// After the first backward(tape, loss), lay the buckets out again in the order in which that
+  /// pass completed the gradients (PyTorch DDP's bucket rebuild), so that a bucket's all-reduce can
+  /// start as early as its gradients allow, whatever the modules' registration order. Done only
+  /// when every rank saw the same order.
+  bool rebuild_buckets = true;
 };
 
 /// Measurements of the last all_reduce_gradients().
@@ -51,6 +58,8 @@ struct ReduceStats {
   std::size_t bytes = 0;       // bucket bytes this rank contributed (padding included)
   std::size_t buckets = 0;
   std::size_t reattached = 0;  // gradients found outside their bucket and copied back in
+  std::size_t overlapped = 0;  // buckets whose all-reduce started while backward was still running
+  double backward_seconds = 0; // backward(tape, loss): the tape's backward pass alone
 };
 
 /// Wraps a model's parameters of element type T on backend B (all of the model's parameters must
@@ -77,9 +86,14 @@ struct ReduceStats {
 /// where no rank's loss reached it), where one process would leave it empty and the optimizers
 /// would skip it. Models whose every parameter takes part in the loss behave identically.
 ///
-/// Overlap: the all-reduces start after the whole backward pass, one per bucket, the output layer's
-/// first, and are then waited on together; they do not yet overlap with backward, which would need
-/// a per-step hook in attn::Tape.
+/// Overlap: backward(tape, loss) starts each bucket's all-reduce as soon as the tape has run the
+/// last step that can add to any of its gradients (Tape::backward with a BackwardObserver; each
+/// recorded step lists the Vars it writes gradients into), while the backward pass goes on. Buckets
+/// start strictly in bucket order, the same on every rank, as collectives must; bucket 0 holds the
+/// output layer, whose gradients are complete first. Between steps the communicator is given a
+/// chance to progress (MPI_Testall). ReduceStats::overlapped counts the buckets started before the
+/// last backward step. A step that writes a gradient after its bucket has started would be a bug in
+/// that op's recording; it is detected (VarData::grad_writes) and thrown as an attn::Error.
 template <class T = float, class B = cpu, class Comm = Communicator>
   requires Collectives<Comm, T>
 class DataParallel {
@@ -99,10 +113,15 @@ class DataParallel {
       if (!d->requires_grad || !seen.insert(d.get()).second) continue;
       list.push_back({named[k].first, d});
       params_.push_back(vars[k]);
+      names_.push_back(named[k].first);
+      leaves_.push_back(d.get());
+      index_.push_back({d.get(), params_.size() - 1});
     }
+    std::sort(index_.begin(), index_.end());
     check_same_model(list);
     if (opt_.broadcast_parameters) broadcast_parameters(opt_.root);
     buckets_ = GradBuckets<T, B>(list, opt_.bucket_cap_bytes, opt_.first_bucket_cap_bytes);
+    map_buckets();
   }
 
   DataParallel(const DataParallel&) = delete;  // two wrappers would fight over the gradients
@@ -111,61 +130,64 @@ class DataParallel {
   DataParallel& operator=(DataParallel&&) noexcept = default;
 
   /// Zeroes the gradients in place (the buckets), keeping them where the all-reduce expects them.
+  /// A row-sparse gradient (the union of every rank's rows after the last all-reduce) has only its
+  /// recorded rows zeroed, not its whole slice.
   void zero_grad() {
-    buckets_.zero();
+    buckets_.zero([](const VarData<T, B>& d) { return d.grad_is_row_sparse(); });
     for (auto& v : params_) {  // row-sparse bookkeeping starts over with the zeroed buckets
       auto& d = *v.data();
+      if (d.grad_is_row_sparse()) {
+        const std::size_t dim = d.value.dims()[1];
+        for (auto r : d.grad_rows) {
+          B::template fill<T>(d.grad.data() + r * dim, dim, T(0));
+          d.row_marked[r] = 0;
+        }
+      } else {
+        std::fill(d.row_marked.begin(), d.row_marked.end(), std::uint8_t{0});
+      }
       d.grad_rows.clear();
-      std::fill(d.row_marked.begin(), d.row_marked.end(), std::uint8_t{0});
       d.grad_dense = false;
     }
   }
 
-  /// Replaces every rank's gradients by their mean over all ranks, in place.
+  /// Replaces every rank's gradients by their mean over all ranks, in place (after one or more
+  /// tape.backward calls; no overlap).
   void all_reduce_gradients() {
     const auto t0 = std::chrono::steady_clock::now();
     stats_ = {};
     stats_.reattached = buckets_.attach(true);
-    auto pending = comm_->pending("gradient all-reduce of " + std::to_string(buckets_.size()) + " buckets (" +
-                                  std::to_string(buckets_.bytes()) + " bytes)");
+    auto pending = start_pending();
     for (auto& b : buckets_.buckets()) comm_->start_all_reduce(b.data(), b.numel(), ReduceOp::mean, pending);
-    // Row-sparse gradients (nn::Embedding{.sparse = true}): the mean holds every rank's rows, so
-    // the row lists become their union (max of the per-row marks), and the optimizers' lazy
-    // update touches exactly the rows one process on the global batch would have touched.
-    std::vector<VarData<T, B>*> sparse;
-    std::vector<std::uint8_t> dense_flags;
-    if constexpr (B::host_accessible) {
-      for (auto& v : params_) {
-        auto& d = *v.data();
-        if (!d.sparse_rows || d.value.rank() != 2) continue;
-        d.row_marked.resize(d.value.dims()[0], 0);
-        sparse.push_back(&d);
-        dense_flags.push_back(d.grad_dense ? 1 : 0);
-      }
-      for (auto* d : sparse) comm_->start_all_reduce(d->row_marked.data(), d->row_marked.size(), ReduceOp::max, pending);
-      if (!sparse.empty()) comm_->start_all_reduce(dense_flags.data(), dense_flags.size(), ReduceOp::max, pending);
-    }
-    pending.wait();
-    for (auto& v : params_) v.data()->grad_dense = true;
-    for (std::size_t k = 0; k < sparse.size(); ++k) {
-      auto& d = *sparse[k];
-      if (dense_flags[k]) continue;  // some rank accumulated densely: dense everywhere
-      d.grad_dense = false;
-      d.grad_rows.clear();
-      for (std::size_t r = 0; r < d.row_marked.size(); ++r)
-        if (d.row_marked[r]) d.grad_rows.push_back(r);
-    }
-    stats_.bytes = buckets_.bytes();
-    stats_.buckets = buckets_.size();
-    stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    finish(pending, t0);
   }
 
-  /// tape.backward(loss), then all_reduce_gradients().
+  /// tape.backward(loss) with each bucket's all-reduce started as soon as its gradients are
+  /// complete, then waits for them: afterwards every rank holds the mean gradient.
   template <class S>
   void backward(Tape& tape, const Var<T, S, B>& loss) {
-    tape.backward(loss);
-    all_reduce_gradients();
+    const auto t0 = std::chrono::steady_clock::now();
+    stats_ = {};
+    stats_.reattached = buckets_.attach(true);  // backward then accumulates into the buckets
+    auto pending = start_pending();
+    Overlap ov(*this, pending);
+    tape.backward(loss, std::span<const void* const>(leaves_), ov);
+    stats_.backward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ov.launch_ready(true);  // anything left (none when every step lists its inputs)
+    for (std::size_t k = 0; k < params_.size(); ++k)
+      if (params_[k].data()->grad_writes != ov.writes_at_start[k])
+        throw Error("dist::DataParallel: the gradient of '" + names_[k] +
+                    "' was written after its bucket's all-reduce had started; an op recorded a backward step "
+                    "without listing that Var among its inputs (Tape::push)");
+    finish(pending, t0);
+    if (opt_.rebuild_buckets && !layout_settled_) {
+      layout_settled_ = true;
+      rebuild_buckets(ov.ready_order);
+    }
   }
+
+  /// True once the buckets follow the gradients' completion order (see
+  /// DataParallelOptions::rebuild_buckets).
+  bool buckets_rebuilt() const noexcept { return rebuilt_; }
 
   /// Overwrites every rank's parameter values with the root's.
   void broadcast_parameters(int root = 0) {
@@ -206,9 +228,122 @@ class DataParallel {
                     "); every rank must build the same model");
   }
 
+  typename Comm::pending_type start_pending() const {
+    return comm_->pending("gradient all-reduce of " + std::to_string(buckets_.size()) + " buckets (" + std::to_string(buckets_.bytes()) +
+                          " bytes)");
+  }
+
+  /// Starts the row-mark reductions, waits for everything, and rebuilds the row-sparse lists.
+  void finish(typename Comm::pending_type& pending, std::chrono::steady_clock::time_point t0) {
+    // Row-sparse gradients (nn::Embedding{.sparse = true}): the mean holds every rank's rows, so
+    // the row lists become their union (max of the per-row marks), and the optimizers' lazy
+    // update touches exactly the rows one process on the global batch would have touched.
+    std::vector<VarData<T, B>*> sparse;
+    std::vector<std::uint8_t> dense_flags;
+    if constexpr (B::host_accessible) {
+      for (auto& v : params_) {
+        auto& d = *v.data();
+        if (!d.sparse_rows || d.value.rank() != 2) continue;
+        d.row_marked.resize(d.value.dims()[0], 0);
+        sparse.push_back(&d);
+        dense_flags.push_back(d.grad_dense ? 1 : 0);
+      }
+      for (auto* d : sparse) comm_->start_all_reduce(d->row_marked.data(), d->row_marked.size(), ReduceOp::max, pending);
+      if (!sparse.empty()) comm_->start_all_reduce(dense_flags.data(), dense_flags.size(), ReduceOp::max, pending);
+    }
+    pending.wait();
+    for (auto& v : params_) v.data()->grad_dense = true;
+    for (std::size_t k = 0; k < sparse.size(); ++k) {
+      auto& d = *sparse[k];
+      if (dense_flags[k]) continue;  // some rank accumulated densely: dense everywhere
+      d.grad_dense = false;
+      d.grad_rows.clear();
+      for (std::size_t r = 0; r < d.row_marked.size(); ++r)
+        if (d.row_marked[r]) d.grad_rows.push_back(r);
+    }
+    stats_.bytes = buckets_.bytes();
+    stats_.buckets = buckets_.size();
+    stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// Rebuilds the buckets so that bucket 0 holds the first gradients completed by the observed
+  /// pass, when all ranks observed the same order (a collective: every rank calls it together).
+  /// The current gradients, already averaged, move into the new buckets.
+  void rebuild_buckets(const std::vector<std::size_t>& ready_order) {
+    std::uint64_t h = 1469598103934665603ULL;
+    for (auto k : ready_order) h = (h ^ (k + 1)) * 1099511628211ULL;
+    if (ready_order.size() != params_.size()) h = 0;
+    const auto all = comm_->template all_gather<std::uint64_t>(h);
+    for (auto x : all)
+      if (x != all[0] || x == 0) return;  // the ranks disagree (data-dependent graphs): keep the layout
+    std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>> list;  // GradBuckets fills from the end
+    for (auto it = ready_order.rbegin(); it != ready_order.rend(); ++it) list.push_back({names_[*it], params_[*it].data()});
+    buckets_ = GradBuckets<T, B>(list, opt_.bucket_cap_bytes, opt_.first_bucket_cap_bytes);
+    map_buckets();
+    rebuilt_ = true;
+  }
+
+  void map_buckets() {
+    bucket_of_.assign(params_.size(), std::size_t(-1));  // no elements, no bucket: never waited for
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      for (auto& e : buckets_.buckets()[b].entries) bucket_of_[index_of(e.var.get())] = b;
+  }
+
+  /// Starts bucket all-reduces, in bucket order, as the tape reports their gradients complete.
+  struct Overlap final : BackwardObserver {
+    Overlap(DataParallel& dp, typename Comm::pending_type& pending) : dp(dp), pending(pending) {
+      left.resize(dp.buckets_.size());
+      for (std::size_t b = 0; b < left.size(); ++b) left[b] = dp.buckets_.buckets()[b].entries.size();
+      writes_at_start.resize(dp.params_.size());
+      for (std::size_t k = 0; k < dp.params_.size(); ++k) writes_at_start[k] = dp.params_[k].data()->grad_writes;
+    }
+    void leaf_ready(std::size_t k) override {
+      ready_order.push_back(k);
+      const std::size_t b = dp.bucket_of_[k];
+      if (b < left.size()) --left[b];
+      launch_ready(false);
+    }
+    void step_done(std::size_t index) override {
+      remaining = index;
+      if (index > 0 && next > 0) {
+        if constexpr (requires { pending.progress(); }) pending.progress();
+      }
+    }
+    /// Starts every bucket, in order, whose gradients are all complete (all of them with force).
+    void launch_ready(bool force) {
+      auto& bs = dp.buckets_.buckets();
+      for (; next < bs.size() && (force || left[next] == 0); ++next) {
+        if (remaining > 0) ++dp.stats_.overlapped;
+        // From here on the bucket's gradients must not change: their writes are frozen.
+        for (auto& e : bs[next].entries) {
+          const std::size_t k = dp.index_of(e.var.get());
+          writes_at_start[k] = e.var->grad_writes;
+        }
+        dp.comm_->start_all_reduce(bs[next].data(), bs[next].numel(), ReduceOp::mean, pending);
+      }
+    }
+    DataParallel& dp;
+    typename Comm::pending_type& pending;
+    std::vector<std::size_t> left;  // per bucket: gradients not yet complete
+    std::vector<std::uint64_t> writes_at_start;
+    std::vector<std::size_t> ready_order;  // parameters in the order the tape completed them
+    std::size_t next = 0;                                   // first bucket not yet started
+    std::size_t remaining = std::numeric_limits<std::size_t>::max();  // backward steps still to run
+  };
+
+  std::size_t index_of(const void* p) const {
+    auto it = std::lower_bound(index_.begin(), index_.end(), std::pair<const void*, std::size_t>{p, 0});
+    return it->second;
+  }
+
   const Comm* comm_;
   DataParallelOptions opt_;
   std::vector<Var<T, AnyShape, B>> params_;
+  std::vector<std::string> names_;
+  std::vector<const void*> leaves_;                         // params_' VarData, for the tape
+  std::vector<std::pair<const void*, std::size_t>> index_;  // VarData -> index in params_, sorted
+  std::vector<std::size_t> bucket_of_;                      // index in params_ -> bucket
+  bool layout_settled_ = false, rebuilt_ = false;
   GradBuckets<T, B> buckets_;
   ReduceStats stats_;
 };

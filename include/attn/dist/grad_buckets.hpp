@@ -116,6 +116,17 @@ class GradBuckets {
     attach(false);
     for (auto& b : buckets_) B::template fill<T>(b.storage.data(), b.numel(), T(0));
   }
+  /// Zeroes every slice except those whose gradient still aliases it and for which
+  /// leave(var_data) is true (the caller zeroes those itself, for example only the rows a
+  /// row-sparse gradient used), and re-attaches every gradient. Padding is never written, so it
+  /// stays zero.
+  template <class Leave>
+  void zero(Leave&& leave) {
+    for (auto& b : buckets_)
+      for (auto& e : b.entries)
+        if (!(attached(b, e) && leave(static_cast<const var_data&>(*e.var)))) B::template fill<T>(b.storage.data() + e.offset, e.numel, T(0));
+    attach(false);
+  }
 
  private:
   std::vector<Bucket> buckets_;

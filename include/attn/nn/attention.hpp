@@ -101,7 +101,7 @@ Var<T, SO, B> affine_nt(Tape* tape, const Var<T, S, B>& x, const Var<T, SW, B>& 
   const bool rg = attn::detail::needs_grad(tape, x, w, bias);
   auto o = attn::detail::make_out<SO>(tape, std::move(y), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), wd = w.data(), bd = has_bias ? bias.data() : nullptr, od = o.data(), rows, in, out_w] {
+    tape->push(o.data(), {x.data().get(), w.data().get(), has_bias ? bias.data().get() : nullptr}, [xd = x.data(), wd = w.data(), bd = has_bias ? bias.data() : nullptr, od = o.data(), rows, in, out_w] {
       if (od->grad.empty()) return;
       const T* g = od->grad.data();
       if (xd->requires_grad) gemm_rows<B>(Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(1), xd->grad_ref().data());

@@ -35,7 +35,7 @@ Var<T, S, B> dropout(C& ctx, const Var<T, S, B>& x, double p, bool training) {
   const bool rg = attn::detail::needs_grad(tape, x);
   auto o = attn::detail::make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data(), mask] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), mask] {
       if (od->grad.empty() || !xd->requires_grad) return;
       auto& gx = xd->grad_ref();
       gx += od->grad * mask;
@@ -60,7 +60,7 @@ Var<T, S, B> layer_norm(C& ctx, const Var<T, S, B>& x, const Var<T, SG, B>& gamm
   const bool rg = attn::detail::needs_grad(tape, x, gamma, beta);
   auto o = attn::detail::make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), gd = gamma.data(), bd = beta.data(), od = o.data(), xhat, rstd, rows, d] {
+    tape->push(o.data(), {x.data().get(), gamma.data().get(), beta.data().get()}, [xd = x.data(), gd = gamma.data(), bd = beta.data(), od = o.data(), xhat, rstd, rows, d] {
       if (od->grad.empty()) return;
       // dgamma = sum_rows gy * xhat; dbeta = sum_rows gy;
       // dx = rstd * (gy*gamma - mean(gy*gamma) - xhat * mean(gy*gamma*xhat)).
@@ -93,7 +93,7 @@ auto masked_mean(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& mask) {
   const bool rg = attn::detail::needs_grad(tape, x);
   auto o = attn::detail::make_out<R>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data(), m = mask.erased(), inv, b, t, d] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), m = mask.erased(), inv, b, t, d] {
       if (od->grad.empty() || !xd->requires_grad) return;
       kernels::masked_mean_backward(B{}, od->grad.data(), m.data(), inv.data(), b, t, d, xd->grad_ref().data());
     });
@@ -115,7 +115,7 @@ auto masked_max(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& mask) {
   const bool rg = attn::detail::needs_grad(tape, x);
   auto o = attn::detail::make_out<R>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), [xd = x.data(), od = o.data(), arg, b, t, d] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), arg, b, t, d] {
       if (od->grad.empty() || !xd->requires_grad) return;
       kernels::masked_max_backward(B{}, od->grad.data(), arg.data(), b, t, d, xd->grad_ref().data());
     });
