@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     json rows = json::array();
     for (auto& c : cases) {
       auto a = bench::run_json(fmt::format("{} --case {} --iters {}", self, c, iters));
-      json p;
+      json p = json::object();  // stays empty without a peer
       if (!peer.empty()) p = bench::run_json(fmt::format("{} --case {} --mode {} --json --iters {}", peer, c,
                                                          a.value("mode", "train") == "infer" ? "infer" : "train", iters));
       const double as = a.value("samples_per_s", 0.0), ps = p.value("samples_per_s", 0.0);

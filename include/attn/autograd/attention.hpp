@@ -218,21 +218,45 @@ inline double exp_shift_sum(double* x, std::size_t n, double m) {
   return s;
 }
 
-/// Key-padding and attn_mask summaries shared by the kernels.
+/// Working memory of the calling thread, kept between calls (a thread's buffer in `slot` grows to
+/// the largest n asked for and is reused), so the kernels allocate nothing once warmed up. The
+/// contents are uninitialised. Slots 0-2 hold the masks below, 3-5 the per-thread tiles.
+template <class T>
+class Scratch {
+ public:
+  Scratch(std::size_t slot, std::size_t n) {
+    thread_local std::vector<T> bufs[6];
+    auto& v = bufs[slot];
+    if (v.size() < n) v.resize(n);
+    p_ = v.data();
+    n_ = n;
+  }
+  T* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+  T& operator[](std::size_t i) const noexcept { return p_[i]; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+/// Key-padding and attn_mask summaries shared by the kernels (in the calling thread's scratch).
 template <class T>
 struct Masks {
-  std::vector<T> key_bias;            // (B, T): 0 for a real key, -inf for padding; empty without key mask
-  std::vector<unsigned char> kblock;  // (B, nkb): 0 all padding, 1 mixed, 2 all real
-  std::vector<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry
+  Scratch<T> key_bias;            // (B, T): 0 for a real key, -inf for padding; size 0 without key mask
+  Scratch<unsigned char> kblock;  // (B, nkb): 0 all padding, 1 mixed, 2 all real
+  Scratch<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry
   std::size_t nqb = 0, nkb = 0;
 
-  Masks(const MhaProblem<T>& p, std::size_t bq, std::size_t bk) {
+  Masks(const MhaProblem<T>& p, std::size_t bq, std::size_t bk)
+      : key_bias(0, p.key_mask ? p.batch * p.time : 0),
+        kblock(1, p.batch * ((p.time + bk - 1) / bk)),
+        ablock(2, ((p.time + bq - 1) / bq) * ((p.time + bk - 1) / bk)) {
     const std::size_t n = p.time;
     nqb = (n + bq - 1) / bq;
     nkb = (n + bk - 1) / bk;
-    kblock.assign(p.batch * nkb, 2);
+    std::fill_n(kblock.data(), kblock.size(), static_cast<unsigned char>(2));
     if (p.key_mask) {
-      key_bias.resize(p.batch * n);
       for (std::size_t b = 0; b < p.batch; ++b)
         for (std::size_t kb = 0; kb < nkb; ++kb) {
           std::size_t real = 0, j1 = std::min(n, (kb + 1) * bk);
@@ -244,7 +268,7 @@ struct Masks {
           kblock[b * nkb + kb] = real == 0 ? 0 : real == j1 - kb * bk ? 2 : 1;
         }
     }
-    ablock.assign(nqb * nkb, 1);
+    std::fill_n(ablock.data(), ablock.size(), static_cast<unsigned char>(1));
     if (p.attn_mask)
       for (std::size_t qb = 0; qb < nqb; ++qb)
         for (std::size_t kb = 0; kb < nkb; ++kb) {
@@ -302,7 +326,7 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   const DropMask<T> drop(p.dropout, p.seed);
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
-    std::vector<T> s(block_q * block_k), m(block_q), l(block_q);
+    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q);
 ATTN_MHA_OMP("omp for schedule(dynamic)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / (H * nqb), h = std::size_t(task) / nqb % H, qb = std::size_t(task) % nqb;
@@ -372,7 +396,7 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   const DropMask<T> drop(p.dropout, p.seed);
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
-    std::vector<T> pt(block_q * block_k), dp(block_q * block_k), Dv(n);
+    const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
 ATTN_MHA_OMP("omp for schedule(dynamic)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;

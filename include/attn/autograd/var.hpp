@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <limits>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -118,7 +119,7 @@ class Var {
   Var() = default;
   /// A leaf holding `value`; requires_grad makes backward fill its gradient.
   template <class S2>
-  explicit Var(const Tensor<T, S2, B>& value, bool requires_grad = false) : d_(std::make_shared<data_type>()) {
+  explicit Var(const Tensor<T, S2, B>& value, bool requires_grad = false) : d_(std::allocate_shared<data_type>(detail::PoolAllocator<data_type>{})) {
     check_dims<S>("Var", value.dims());
     d_->value = value.erased();
     d_->requires_grad = requires_grad;
@@ -191,17 +192,32 @@ class Tape {
   /// consumer of it was recorded later, so it is complete and no longer needed. A second
   /// backward() therefore starts from fresh intermediate gradients, while leaves (parameters)
   /// accumulate.
-  template <class D>
-  void push(const std::shared_ptr<D>& out, std::span<const void* const> inputs, std::function<void()> step) {
+  ///
+  /// The step (any callable) is moved into memory the tape owns and reuses after clear(), so a
+  /// training loop records without heap allocations once its first step has sized that memory.
+  template <class D, class F>
+  void push(const std::shared_ptr<D>& out, std::span<const void* const> inputs, F&& step) {
+    using Fn = std::decay_t<F>;
+    static_assert(std::is_invocable_v<Fn&>, "Tape::push: the step must be callable without arguments");
+    void* mem = arena_.take(sizeof(Fn), alignof(Fn));
+    Fn* fn = ::new (mem) Fn(std::forward<F>(step));
     const auto begin = static_cast<std::uint32_t>(inputs_.size());
-    for (const void* p : inputs)
-      if (p) inputs_.push_back(p);
-    steps_.push_back({std::move(step), out, [](void* p) { static_cast<D*>(p)->grad = {}; }, begin, static_cast<std::uint32_t>(inputs_.size())});
+    try {
+      for (const void* p : inputs)
+        if (p) inputs_.push_back(p);
+      steps_.push_back({fn, [](void* f) { (*static_cast<Fn*>(f))(); }, [](void* f) { static_cast<Fn*>(f)->~Fn(); }, out,
+                        [](void* p) { static_cast<D*>(p)->grad = {}; }, begin, static_cast<std::uint32_t>(inputs_.size())});
+    } catch (...) {
+      fn->~Fn();
+      inputs_.resize(begin);
+      throw;
+    }
   }
-  template <class D>
-  void push(const std::shared_ptr<D>& out, std::initializer_list<const void*> inputs, std::function<void()> step) {
-    push(out, std::span<const void* const>(inputs.begin(), inputs.size()), std::move(step));
+  template <class D, class F>
+  void push(const std::shared_ptr<D>& out, std::initializer_list<const void*> inputs, F&& step) {
+    push(out, std::span<const void* const>(inputs.begin(), inputs.size()), std::forward<F>(step));
   }
+  ~Tape() { clear(); }
   std::size_t size() const noexcept { return steps_.size(); }
   /// The random stream of ops run under this tape (dropout).
   Rng& rng() noexcept { return rng_; }
@@ -231,16 +247,64 @@ class Tape {
   }
   /// Drops every recorded step (and with them the intermediate values they kept alive).
   void clear() noexcept {
+    for (std::size_t i = steps_.size(); i-- > 0;) steps_[i].destroy(steps_[i].fn);
     steps_.clear();
     inputs_.clear();
+    arena_.reset();
   }
 
  private:
   struct Step {
-    std::function<void()> run;
+    void* fn;  // the callable, in arena_
+    void (*call)(void*);
+    void (*destroy)(void*);
     std::shared_ptr<void> out;
     void (*release)(void*);
     std::uint32_t in_begin, in_end;  // this step's inputs in inputs_
+    void run() const { call(fn); }
+  };
+
+  /// Bump allocation in blocks kept across clear(): the recorded steps' closures live here.
+  class Arena {
+   public:
+    Arena() = default;
+    Arena(const Arena&) = delete;
+    Arena& operator=(const Arena&) = delete;
+    ~Arena() {
+      for (auto& b : blocks_) ::operator delete(b.mem, std::align_val_t(align));
+    }
+    void* take(std::size_t bytes, std::size_t a) {
+      if (a > align) throw ArgumentError("Tape: a step's closure needs alignment " + std::to_string(a) + " (at most 64 supported)");
+      bytes = (bytes + align - 1) / align * align;
+      while (cur_ < blocks_.size()) {
+        if (off_ + bytes <= blocks_[cur_].size) {
+          void* p = static_cast<std::byte*>(blocks_[cur_].mem) + off_;
+          off_ += bytes;
+          return p;
+        }
+        ++cur_;
+        off_ = 0;
+      }
+      const std::size_t size = std::max<std::size_t>(bytes, blocks_.empty() ? (std::size_t(16) << 10) : blocks_.back().size * 2);
+      blocks_.reserve(blocks_.size() + 1);
+      blocks_.push_back({::operator new(size, std::align_val_t(align)), size});
+      cur_ = blocks_.size() - 1;
+      off_ = bytes;
+      return blocks_.back().mem;
+    }
+    void reset() noexcept {
+      cur_ = 0;
+      off_ = 0;
+    }
+
+   private:
+    static constexpr std::size_t align = 64;
+    struct Block {
+      void* mem;
+      std::size_t size;
+    };
+    std::vector<Block> blocks_;
+    std::size_t cur_ = 0, off_ = 0;
   };
 
   static void check_scalar(const Dims& d) {
@@ -279,6 +343,7 @@ class Tape {
     }
   }
 
+  Arena arena_;  // declared first, destroyed last: clear() has ended every closure by then
   std::vector<Step> steps_;
   std::vector<const void*> inputs_;
   // Scratch of run_steps, kept to reuse its memory.
@@ -315,7 +380,7 @@ bool needs_grad(Tape* tape, const V&... v) {
 /// Makes the output Var of an op from its computed value.
 template <class S, class T, class B, class S2>
 Var<T, S, B> make_out(Tape* tape, Tensor<T, S2, B> value, bool requires_grad) {
-  auto d = std::make_shared<VarData<T, B>>();
+  auto d = std::allocate_shared<VarData<T, B>>(PoolAllocator<VarData<T, B>>{});
   d->value = value.erased();
   d->requires_grad = requires_grad;
   return Var<T, S, B>(std::move(d), tape);

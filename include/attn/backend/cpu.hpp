@@ -15,6 +15,7 @@
 #endif
 
 #include "../core/error.hpp"
+#include "../core/pool.hpp"
 #include "concept.hpp"
 
 namespace attn {
@@ -35,18 +36,21 @@ struct cpu {
   static T* allocate(std::size_t n) {
     if (n == 0) n = 1;
     if (n > (std::size_t(1) << 40) / sizeof(T)) throw Error("cpu::allocate: request of " + std::to_string(n) + " elements is too large");
-    std::size_t bytes = (n * sizeof(T) + alignment - 1) / alignment * alignment;
-    void* p = std::aligned_alloc(alignment, bytes);
-    if (!p) throw std::bad_alloc();
+    void* p = detail::HostPool::get().allocate(n * sizeof(T));
     detail::cpu_allocation_counter().fetch_add(1, std::memory_order_relaxed);
     return static_cast<T*>(p);
   }
   template <class T>
-  static void deallocate(T* p, std::size_t) noexcept {
-    std::free(p);
+  static void deallocate(T* p, std::size_t n) noexcept {
+    detail::HostPool::get().deallocate(p, (n == 0 ? 1 : n) * sizeof(T));
   }
   /// Number of tensor allocations made by this backend since the program started.
   static std::uint64_t allocations() noexcept { return detail::cpu_allocation_counter().load(std::memory_order_relaxed); }
+  /// The host pool that serves tensor buffers, their control blocks and VarData: how many
+  /// requests it served and how many of them reached the system allocator.
+  static PoolStats pool_stats() { return detail::HostPool::get().stats(); }
+  /// Returns every cached free block of the host pool to the system.
+  static void empty_cache() noexcept { detail::HostPool::get().release(); }
 
   template <class T>
   static void copy(T* dst, const T* src, std::size_t n) {

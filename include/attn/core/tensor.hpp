@@ -11,6 +11,7 @@
 
 #include "../backend/concept.hpp"
 #include "error.hpp"
+#include "pool.hpp"
 #include "shape.hpp"
 
 namespace attn {
@@ -35,7 +36,8 @@ class Tensor {
     check_dims<S>("Tensor", d);
     std::size_t n = d.numel();
     T* p = B::template allocate<T>(n);
-    data_ = std::shared_ptr<T>(p, [n](T* q) { B::template deallocate<T>(q, n); });
+    // The control block comes from the host pool too (if that throws, the deleter frees p).
+    data_ = std::shared_ptr<T>(p, [n](T* q) { B::template deallocate<T>(q, n); }, detail::PoolAllocator<T>{});
   }
 
   static Tensor zeros(const Dims& d) { return full(d, T(0)); }

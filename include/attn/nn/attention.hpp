@@ -69,7 +69,7 @@ void gemm_tn_accumulate(std::size_t m, std::size_t n, std::size_t k, const T* A,
     B::template gemm<T>(Trans::yes, Trans::no, int(m), int(n), int(k), T(1), A, int(m), Bm, int(n), T(1), C, int(n));
     return;
   }
-  std::vector<T> part(std::size_t(nt - 1) * m * n);
+  Tensor<T, AnyShape, cpu> part(Dims{std::size_t(nt - 1) * m * n});  // from the host pool
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(nt) schedule(static)
 #endif

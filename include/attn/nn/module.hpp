@@ -119,7 +119,7 @@ class Module {
   /// Creates a parameter of dims, owned by this module, and returns a Var sharing its storage.
   template <class T, class S = AnyShape, class B = cpu>
   Var<T, S, B> register_parameter(std::string name, const Dims& dims) {
-    auto d = std::make_shared<VarData<T, B>>();
+    auto d = std::allocate_shared<VarData<T, B>>(attn::detail::PoolAllocator<VarData<T, B>>{});
     d->value = Tensor<T, AnyShape, B>::zeros(dims);
     d->requires_grad = true;
     Var<T, AnyShape, B> v(d, nullptr);

@@ -1,0 +1,164 @@
+// attn's caching allocator for host memory: tensor buffers of the cpu backend, the control blocks
+// of tensor storage, and VarData. Freed blocks are kept in size classes and handed out again, so
+// a training or inference loop whose shapes repeat stops calling the system allocator after its
+// first step.
+//   attn::cpu::pool_stats().system_allocations;  attn::cpu::empty_cache();
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace attn {
+
+/// Counters of the host pool (attn::cpu::pool_stats()).
+struct PoolStats {
+  std::uint64_t requests = 0;            // blocks handed out
+  std::uint64_t system_allocations = 0;  // of those, blocks the system allocator had to provide
+  std::size_t cached_bytes = 0;          // free blocks kept for reuse
+  std::size_t limit_bytes = 0;           // at most this much is kept; beyond it blocks are freed
+  bool enabled = false;                  // false: every request goes to the system allocator
+};
+
+namespace detail {
+
+/// Size classes: multiples of 64 bytes up to 1 KiB, then eight classes per power of two (a block
+/// is at most 12.5 % larger than asked for). Each class keeps a list of free blocks. All blocks
+/// are 64-byte aligned. Thread-safe (one mutex; the lists are touched a few hundred times per
+/// training step, not per element).
+///
+/// The limit on cached bytes is ATTN_CPU_POOL_MB (default 2048; 0 turns caching off). Under
+/// AddressSanitizer caching is off by default, so that use-after-free stays detectable.
+class HostPool {
+ public:
+  static constexpr std::size_t alignment = 64;
+
+  /// The process-wide pool. Never destroyed: tensors with static storage duration may be freed
+  /// after every other static object.
+  static HostPool& get() {
+    static HostPool* pool = new HostPool();
+    return *pool;
+  }
+
+  void* allocate(std::size_t bytes) {
+    std::size_t cls = 0;
+    const std::size_t r = round(bytes, cls);
+    if (enabled_) {
+      std::lock_guard<std::mutex> lock(m_);
+      ++requests_;
+      auto& list = free_[cls];
+      if (!list.empty()) {
+        void* p = list.back();
+        list.pop_back();
+        cached_ -= r;
+        return p;
+      }
+      ++system_;
+    } else {
+      std::lock_guard<std::mutex> lock(m_);
+      ++requests_;
+      ++system_;
+    }
+    void* p = std::aligned_alloc(alignment, r);
+    if (!p) {
+      release();  // give the cache back and try once more
+      p = std::aligned_alloc(alignment, r);
+      if (!p) throw std::bad_alloc();
+    }
+    return p;
+  }
+
+  void deallocate(void* p, std::size_t bytes) noexcept {
+    if (!p) return;
+    std::size_t cls = 0;
+    const std::size_t r = round(bytes, cls);
+    if (enabled_) {
+      std::lock_guard<std::mutex> lock(m_);
+      if (cached_ + r <= limit_) {
+        try {
+          free_[cls].push_back(p);
+          cached_ += r;
+          return;
+        } catch (...) {  // the list could not grow: free the block instead
+        }
+      }
+    }
+    std::free(p);
+  }
+
+  /// Frees every cached block.
+  void release() noexcept {
+    std::lock_guard<std::mutex> lock(m_);
+    for (auto& list : free_) {
+      for (void* p : list) std::free(p);
+      list.clear();
+      list.shrink_to_fit();
+    }
+    cached_ = 0;
+  }
+
+  PoolStats stats() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return {requests_, system_, cached_, limit_, enabled_};
+  }
+
+  /// The block size a request of `bytes` gets, and its class.
+  static std::size_t round(std::size_t bytes, std::size_t& cls) noexcept {
+    if (bytes <= 1024) {
+      const std::size_t r = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+      cls = r / 64 - 1;  // 0 .. 15
+      return r;
+    }
+    const int e = 63 - __builtin_clzll(static_cast<unsigned long long>(bytes - 1));  // bytes in (2^e, 2^(e+1)]
+    const std::size_t step = std::size_t(1) << (e - 3);
+    const std::size_t r = (bytes + step - 1) / step * step;
+    cls = 16 + std::size_t(e - 10) * 8 + (r / step - 9);
+    return r;
+  }
+
+ private:
+  HostPool() {
+#if defined(__SANITIZE_ADDRESS__)
+    std::size_t mb = 0;
+#else
+    std::size_t mb = 2048;
+#endif
+    if (const char* s = std::getenv("ATTN_CPU_POOL_MB"); s && *s) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(s, &end, 10);
+      if (end && *end == '\0') mb = static_cast<std::size_t>(v);  // ill-formed values keep the default
+    }
+    limit_ = mb << 20;
+    enabled_ = mb > 0;
+  }
+
+  static constexpr std::size_t classes = 16 + 54 * 8;  // up to 2^64 bytes
+  mutable std::mutex m_;
+  std::array<std::vector<void*>, classes> free_{};
+  std::size_t cached_ = 0, limit_ = 0;
+  std::uint64_t requests_ = 0, system_ = 0;
+  bool enabled_ = true;
+};
+
+/// A standard allocator over HostPool, for control blocks and VarData (std::allocate_shared).
+template <class T>
+struct PoolAllocator {
+  static_assert(alignof(T) <= HostPool::alignment, "attn::detail::PoolAllocator: over-aligned type");
+  using value_type = T;
+  PoolAllocator() noexcept = default;
+  template <class U>
+  PoolAllocator(const PoolAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(HostPool::get().allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { HostPool::get().deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const PoolAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace detail
+}  // namespace attn

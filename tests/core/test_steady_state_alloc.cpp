@@ -1,0 +1,163 @@
+// Steady state: once a training or inference loop has run its first steps, attn allocates nothing
+// more. Tensor buffers, their control blocks and VarData come back from the host pool, the tape
+// keeps its closures in memory it reuses, and the kernels keep per-thread scratch. This program
+// replaces the global operator new to count every C++ heap allocation (std::vector, std::function,
+// std::string, make_shared, ...), and reads the pool's count of system allocations.
+// (Eigen's GEMM packing buffers and libgomp's team structures come from malloc, not from operator
+// new; they are third-party and outside this count.)
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include <attn/attn.hpp>
+
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> news{0};
+void* counted(std::size_t n, std::size_t align = 0) {
+  if (counting.load(std::memory_order_relaxed)) news.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  void* p = align ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted(n); }
+void* operator new[](std::size_t n) { return counted(n); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted(n, std::size_t(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted(n, std::size_t(a)); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace {
+
+namespace nn = attn::nn;
+using attn::dyn;
+using attn::Shape;
+using attn::Tensor;
+
+/// R1 in small: tokens + learned positions, Attention<4, 32> (flash path, key padding, dropout),
+/// masked mean, Linear.
+struct Classifier : nn::Module {
+  nn::Embedding<32> tokens{this, "tokens", 500};
+  nn::Embedding<32> positions{this, "positions", 64};
+  nn::Attention<4, 32> attention{this, "attn", {.dropout = 0.1}};
+  nn::Linear<32, 3> head{this, "head"};
+  template <attn::Context C>
+  auto forward(C& ctx, const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& pos, const Tensor<float>& mask) const {
+    auto x = tokens(ctx, ids) + positions(ctx, pos);
+    auto y = attention(ctx, attn::Var<float, Shape<dyn, dyn, 32>>(x), mask);
+    return head(ctx, nn::masked_mean(ctx, y, mask));
+  }
+};
+
+struct Counts {
+  long news;
+  std::uint64_t system;
+};
+Counts now() { return {news.load(), attn::cpu::pool_stats().system_allocations}; }
+
+}  // namespace
+
+TEST_CASE("steady state: a training loop and an inference loop allocate nothing after warm-up") {
+  const std::size_t b = 8, t = 48;
+  attn::Rng rng(3);
+  auto ids = Tensor<std::int32_t>::zeros({b, t});
+  auto pos = Tensor<std::int32_t>::zeros({b, t});
+  auto mask = Tensor<float>::zeros({b, t});
+  auto labels = Tensor<std::int32_t>::zeros({b});
+  for (std::size_t i = 0; i < b; ++i) {
+    const std::size_t len = t / 2 + rng.below(t / 2 + 1);  // ragged: key padding in play
+    for (std::size_t j = 0; j < len; ++j) {
+      ids(i, j) = std::int32_t(1 + rng.below(499));
+      pos(i, j) = std::int32_t(j);
+      mask(i, j) = 1;
+    }
+    labels(i) = std::int32_t(rng.below(3));
+  }
+  Classifier model;
+  model.train();
+  attn::optim::Adam<float> opt(model, {.lr = 1e-3, .weight_decay = 0.01, .decoupled = true});
+  attn::Tape tape;
+  float first_loss = 0, last_loss = 0;
+  auto step = [&] {
+    tape.clear();
+    opt.zero_grad();
+    auto loss = attn::cross_entropy(tape, model.forward(tape, ids, pos, mask), labels);
+    tape.backward(loss);
+    attn::optim::clip_grad_norm(opt.params(), 1.0);
+    opt.step();
+    return loss.value().data()[0];
+  };
+  first_loss = step();
+  for (int s = 0; s < 2; ++s) step();  // warm-up: pool, tape memory, scratch
+  counting = true;
+  const Counts before = now();
+  for (int s = 0; s < 20; ++s) last_loss = step();
+  const Counts after = now();
+  counting = false;
+  INFO("operator new calls in 20 training steps: " << after.news - before.news);
+  CHECK(after.news - before.news == 0);
+  if (attn::cpu::pool_stats().enabled) {
+    INFO("system allocations by the host pool in 20 training steps: " << after.system - before.system);
+    CHECK(after.system - before.system == 0);
+  }
+  CHECK(last_loss < first_loss);  // it trained
+
+  model.eval();
+  auto infer = [&] {
+    attn::NoGrad ng;
+    auto logits = model.forward(ng, ids, pos, mask);
+    return logits.value().data()[0];
+  };
+  for (int s = 0; s < 2; ++s) infer();
+  counting = true;
+  const Counts b2 = now();
+  float sum = 0;
+  for (int s = 0; s < 5; ++s) sum += infer();
+  const Counts a2 = now();
+  counting = false;
+  INFO("operator new calls in 5 inference batches: " << a2.news - b2.news);
+  CHECK(a2.news - b2.news == 0);
+  if (attn::cpu::pool_stats().enabled) CHECK(a2.system - b2.system == 0);
+  CHECK(std::isfinite(sum));
+}
+
+TEST_CASE("steady state: the host pool serves repeated shapes from its cache") {
+  const auto s0 = attn::cpu::pool_stats();
+  if (!s0.enabled) {
+    WARN("the host pool is off (ATTN_CPU_POOL_MB=0 or a sanitizer build): nothing to check");
+    return;
+  }
+  { auto a = Tensor<float>::zeros({1000, 37}); }
+  const auto s1 = attn::cpu::pool_stats();
+  for (int i = 0; i < 10; ++i) {
+    auto a = Tensor<float>::zeros({1000, 37});
+    auto c = Tensor<float>::zeros({990, 37});  // the same size class (12.5 % steps): another block
+  }
+  const auto s2 = attn::cpu::pool_stats();
+  CHECK(s2.requests - s1.requests == 40);  // 20 buffers + 20 control blocks
+  CHECK(s2.system_allocations - s1.system_allocations <= 2);
+  attn::cpu::empty_cache();
+  CHECK(attn::cpu::pool_stats().cached_bytes == 0);
+  std::size_t cls = 0;
+  CHECK(attn::detail::HostPool::round(1, cls) == 64);
+  CHECK(attn::detail::HostPool::round(1025, cls) == 1152);
+  CHECK(attn::detail::HostPool::round(148000, cls) == 163840);  // in (2^17, 2^18]: steps of 2^14
+}
