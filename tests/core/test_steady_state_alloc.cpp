@@ -67,6 +67,21 @@ struct Classifier : nn::Module {
   }
 };
 
+/// R2 in small: Embedding, BiLSTM over ragged lengths, Attention<2, 32>, masked mean, Linear.
+struct LstmClassifier : nn::Module {
+  nn::Embedding<16> tokens{this, "tokens", 500, {.padding_idx = 0}};
+  nn::BiLSTM<16, 16> lstm{this, "lstm"};
+  nn::Attention<2, 32> attention{this, "attn"};
+  nn::Linear<32, 3> head{this, "head"};
+  template <attn::Context C>
+  auto forward(C& ctx, const Tensor<std::int32_t>& ids, const Tensor<std::int64_t>& lengths, const Tensor<float>& mask) const {
+    auto x = tokens(ctx, ids);
+    auto out = lstm(ctx, attn::Var<float, Shape<dyn, dyn, 16>>(x), lengths).out;
+    auto y = attention(ctx, out, mask);
+    return head(ctx, nn::masked_mean(ctx, y, mask));
+  }
+};
+
 struct Counts {
   long news;
   std::uint64_t system;
@@ -160,4 +175,62 @@ TEST_CASE("steady state: the host pool serves repeated shapes from its cache") {
   CHECK(attn::detail::HostPool::round(1, cls) == 64);
   CHECK(attn::detail::HostPool::round(1025, cls) == 1152);
   CHECK(attn::detail::HostPool::round(148000, cls) == 163840);  // in (2^17, 2^18]: steps of 2^14
+}
+
+TEST_CASE("steady state: a BiLSTM classifier trains and infers without allocating after warm-up") {
+  const std::size_t b = 6, t = 20;
+  attn::Rng rng(5);
+  auto ids = Tensor<std::int32_t>::zeros({b, t});
+  auto mask = Tensor<float>::zeros({b, t});
+  auto lengths = Tensor<std::int64_t>::zeros({b});
+  auto labels = Tensor<std::int32_t>::zeros({b});
+  for (std::size_t i = 0; i < b; ++i) {
+    const std::size_t len = 3 + rng.below(t - 2);  // ragged, unsorted
+    lengths(i) = std::int64_t(len);
+    for (std::size_t j = 0; j < len; ++j) {
+      ids(i, j) = std::int32_t(1 + rng.below(499));
+      mask(i, j) = 1;
+    }
+    labels(i) = std::int32_t(rng.below(3));
+  }
+  LstmClassifier model;
+  attn::optim::Adam<float> opt(model, {.lr = 3e-3});
+  attn::Tape tape;
+  auto step = [&] {
+    tape.clear();
+    opt.zero_grad();
+    auto loss = attn::cross_entropy(tape, model.forward(tape, ids, lengths, mask), labels);
+    tape.backward(loss);
+    opt.step();
+    return loss.value().data()[0];
+  };
+  const float first = step();
+  for (int s = 0; s < 2; ++s) step();
+  counting = true;
+  const Counts before = now();
+  float last = 0;
+  for (int s = 0; s < 20; ++s) last = step();
+  const Counts after = now();
+  counting = false;
+  INFO("operator new calls in 20 training steps: " << after.news - before.news);
+  CHECK(after.news - before.news == 0);
+  if (attn::cpu::pool_stats().enabled) CHECK(after.system - before.system == 0);
+  CHECK(last < first);
+
+  model.eval();
+  for (int s = 0; s < 2; ++s) {
+    attn::NoGrad ng;
+    model.forward(ng, ids, lengths, mask);
+  }
+  counting = true;
+  const Counts b2 = now();
+  for (int s = 0; s < 5; ++s) {
+    attn::NoGrad ng;
+    model.forward(ng, ids, lengths, mask);
+  }
+  const Counts a2 = now();
+  counting = false;
+  INFO("operator new calls in 5 inference batches: " << a2.news - b2.news);
+  CHECK(a2.news - b2.news == 0);
+  if (attn::cpu::pool_stats().enabled) CHECK(a2.system - b2.system == 0);
 }

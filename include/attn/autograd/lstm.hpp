@@ -96,10 +96,10 @@ namespace detail {
 /// step s holds the batch[s] samples still running, which are a prefix of `order`, so the
 /// recurrent GEMM at each step runs on a contiguous, shrinking block of rows.
 struct LstmPlan {
-  std::vector<std::size_t> order;   // sorted position j -> batch index (length descending, stable)
-  std::vector<std::size_t> len;     // len[j]: length of sample order[j]
-  std::vector<std::size_t> batch;   // batch[s]: samples running at step s
-  std::vector<std::size_t> offset;  // offset[s]: first packed row of step s; offset[steps] = total
+  PoolVector<std::size_t> order;   // sorted position j -> batch index (length descending, stable)
+  PoolVector<std::size_t> len;     // len[j]: length of sample order[j]
+  PoolVector<std::size_t> batch;   // batch[s]: samples running at step s
+  PoolVector<std::size_t> offset;  // offset[s]: first packed row of step s; offset[steps] = total
   std::size_t steps = 0, total = 0;
 
   /// Time index read at step s by sorted sample j: forward t = s, reverse t = len - 1 - s
@@ -118,7 +118,9 @@ inline LstmPlan lstm_plan(std::span<const int> lengths, const Dims& x) {
   LstmPlan p;
   p.order.resize(b);
   std::iota(p.order.begin(), p.order.end(), std::size_t(0));
-  std::stable_sort(p.order.begin(), p.order.end(), [&](std::size_t a, std::size_t c) { return lengths[a] > lengths[c]; });
+  // Length descending, ties in batch order (a stable order; std::stable_sort would allocate).
+  std::sort(p.order.begin(), p.order.end(),
+            [&](std::size_t a, std::size_t c) { return lengths[a] != lengths[c] ? lengths[a] > lengths[c] : a < c; });
   p.len.resize(b);
   for (std::size_t j = 0; j < b; ++j) p.len[j] = static_cast<std::size_t>(lengths[p.order[j]]);
   p.steps = b ? p.len[0] : 0;
@@ -139,23 +141,23 @@ inline LstmPlan lstm_plan(std::span<const int> lengths, const Dims& x) {
 template <class B>
 struct LstmMaps {
   using Index = Tensor<std::int64_t, AnyShape, B>;
-  std::vector<Index> rows;         // [dir] (total): packed row -> row b*T + t of a (B, T, .) tensor
-  std::vector<Index> prev;         // [dir] (total - batch[0]): packed row of step s >= 1 -> the row of step s-1's input
-  std::vector<Index> final_state;  // [dir] (B): sorted sample j -> row dir*B + order[j] of h_n, c_n (dirs*B, H)
+  PoolVector<Index> rows;         // [dir] (total): packed row -> row b*T + t of a (B, T, .) tensor
+  PoolVector<Index> prev;         // [dir] (total - batch[0]): packed row of step s >= 1 -> the row of step s-1's input
+  PoolVector<Index> final_state;  // [dir] (B): sorted sample j -> row dir*B + order[j] of h_n, c_n (dirs*B, H)
   Index last;                      // (B): sorted sample j -> the packed row of its last step
 };
 
 template <class B>
 LstmMaps<B> lstm_maps(const LstmPlan& p, int dirs, std::size_t t_ext) {
   using Index = typename LstmMaps<B>::Index;
-  auto upload = [](const std::vector<std::int64_t>& v) { return Index::from(Dims{v.size()}, std::span<const std::int64_t>(v)); };
+  auto upload = [](const PoolVector<std::int64_t>& v) { return Index::from(Dims{v.size()}, std::span<const std::int64_t>(v)); };
   const std::size_t bn = p.order.size(), first = p.steps ? p.batch[0] : 0;
   LstmMaps<B> m;
-  std::vector<std::int64_t> last(bn);
+  PoolVector<std::int64_t> last(bn);
   for (std::size_t j = 0; j < bn; ++j) last[j] = static_cast<std::int64_t>(p.offset[p.len[j] - 1] + j);
   m.last = upload(last);
   for (int d = 0; d < dirs; ++d) {
-    std::vector<std::int64_t> rows(p.total), prev(p.total - first), fin(bn);
+    PoolVector<std::int64_t> rows(p.total), prev(p.total - first), fin(bn);
     for (std::size_t s = 0; s < p.steps; ++s)
       for (std::size_t j = 0; j < p.batch[s]; ++j) {
         rows[p.offset[s] + j] = static_cast<std::int64_t>(p.order[j] * t_ext + p.time(d, j, s));
@@ -198,17 +200,17 @@ void lstm_for_directions(int dirs, bool parallel, F&& f) {
 
 template <class T, class B>
 void lstm_check_weights(const LstmWeights<T, B>& w, std::size_t in, std::size_t& hidden, int dir) {
-  const std::string who = std::string("lstm: direction ") + std::to_string(dir) + ": ";
+  auto who = [dir] { return std::string("lstm: direction ") + std::to_string(dir) + ": "; };  // built only for a message
   if (!w.w_ih.defined() || !w.w_hh.defined() || !w.b_ih.defined() || !w.b_hh.defined())
-    throw ArgumentError(who + "a weight or bias is undefined");
+    throw ArgumentError(who() + "a weight or bias is undefined");
   const Dims& hh = w.w_hh.dims();
-  if (hh.n != 2 || hh.v[0] == 0 || hh.v[0] != 4 * hh.v[1]) throw ShapeError(who + "weight_hh must be (4H, H), got " + hh.str());
+  if (hh.n != 2 || hh.v[0] == 0 || hh.v[0] != 4 * hh.v[1]) throw ShapeError(who() + "weight_hh must be (4H, H), got " + hh.str());
   if (dir == 0) hidden = hh.v[1];
   const std::size_t g = 4 * hidden;
   if (hh.v[1] != hidden) shape_mismatch("lstm", "the directions differ in hidden size (weight_hh)", hh, Dims{g, hidden});
-  if (!(w.w_ih.dims() == Dims{g, in})) shape_mismatch("lstm", who + "weight_ih must be (4H, input)", w.w_ih.dims(), Dims{g, in});
-  if (!(w.b_ih.dims() == Dims{g})) shape_mismatch("lstm", who + "bias_ih must be (4H)", w.b_ih.dims(), Dims{g});
-  if (!(w.b_hh.dims() == Dims{g})) shape_mismatch("lstm", who + "bias_hh must be (4H)", w.b_hh.dims(), Dims{g});
+  if (!(w.w_ih.dims() == Dims{g, in})) shape_mismatch("lstm", who() + "weight_ih must be (4H, input)", w.w_ih.dims(), Dims{g, in});
+  if (!(w.b_ih.dims() == Dims{g})) shape_mismatch("lstm", who() + "bias_ih must be (4H)", w.b_ih.dims(), Dims{g});
+  if (!(w.b_hh.dims() == Dims{g})) shape_mismatch("lstm", who() + "bias_hh must be (4H)", w.b_hh.dims(), Dims{g});
 }
 
 template <class T, class B>
@@ -227,7 +229,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   Ten h_n = Ten::zeros({std::size_t(dirs), bn, h}), c_n = Ten::zeros({std::size_t(dirs), bn, h});
   // Per direction: gate activations (N, 4H) and cells (N, H) are kept for backward; the packed
   // input (N, In), the hidden states (N, H) and the summed bias (4H) are scratch.
-  std::vector<Ten> act(dirs), cell(dirs), hid(dirs), xp(dirs), bias(dirs);
+  PoolVector<Ten> act(dirs), cell(dirs), hid(dirs), xp(dirs), bias(dirs);
   for (int d = 0; d < dirs; ++d) {
     act[d] = Ten({n_rows, g});
     cell[d] = Ten({n_rows, h});
@@ -275,9 +277,9 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
     Data w_ih, w_hh, b_ih, b_hh;
     Ten act, cell;
   };
-  std::vector<DirSaved> saved;
+  PoolVector<DirSaved> saved;
   for (int d = 0; d < dirs; ++d) saved.push_back({w[d].w_ih.data(), w[d].w_hh.data(), w[d].b_ih.data(), w[d].b_hh.data(), act[d], cell[d]});
-  std::vector<const void*> inputs{x.data().get()};
+  PoolVector<const void*> inputs{x.data().get()};
   for (const auto& sv : saved)
     for (const auto* p : {sv.w_ih.get(), sv.w_hh.get(), sv.b_ih.get(), sv.b_hh.get()}) inputs.push_back(p);
   tape->push(res.out.data(), inputs, [xd = x.data(), od = res.out.data(), hd = res.h_n.data(), cd = res.c_n.data(), plan = std::move(plan),
@@ -290,7 +292,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;
       Ten dh, dgates, dc, xp, hprev, dx;
     };
-    std::vector<DirGrads> gr(dirs);
+    PoolVector<DirGrads> gr(dirs);
     bool shared_weights = false;
     for (int d = 0; d < dirs; ++d) {
       const DirSaved& sv = saved[d];

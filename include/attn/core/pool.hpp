@@ -161,4 +161,10 @@ struct PoolAllocator {
 };
 
 }  // namespace detail
+
+/// A std::vector whose memory comes from the host pool: for per-call bookkeeping on hot paths
+/// (the LSTM's packing plan), so that it stops reaching the system allocator after warm-up.
+template <class T>
+using PoolVector = std::vector<T, detail::PoolAllocator<T>>;
+
 }  // namespace attn

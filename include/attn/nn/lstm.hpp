@@ -27,11 +27,17 @@ namespace lstm_detail {
 /// Lengths given as an integer tensor (B) (for example int64 from a data loader), copied to the
 /// host. Values outside [1, time] are rejected here, with their own value in the message.
 template <std::integral I, class S, class LB>
-std::vector<int> host_lengths(const Tensor<I, S, LB>& t, std::size_t time) {
+PoolVector<int> host_lengths(const Tensor<I, S, LB>& t, std::size_t time) {
   if (t.rank() != 1) throw ShapeError("nn::LSTM: lengths must be a vector (B), got " + t.dims().str());
-  const std::vector<I> v = t.to_vector();
-  std::vector<int> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
+  PoolVector<I> host;
+  const I* v = t.data();
+  if constexpr (!LB::host_accessible) {
+    host.resize(t.numel());
+    LB::template to_host<I>(host.data(), t.data(), t.numel());
+    v = host.data();
+  }
+  PoolVector<int> out(t.numel());
+  for (std::size_t i = 0; i < out.size(); ++i) {
     if (v[i] < I(1) || static_cast<unsigned long long>(v[i]) > time)
       throw ArgumentError("lstm: lengths[" + std::to_string(i) + "] = " + std::to_string(v[i]) + " is outside [1, " +
                           std::to_string(time) + "] (the time extent of x)");
@@ -91,7 +97,7 @@ class LSTM : public Module {
   template <Context C, class SX, std::integral I, class SL, class LB>
   Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
     lstm_detail::check_input<In, SX>(x.dims());
-    const std::vector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
+    const PoolVector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
     return (*this)(ctx, x, std::span<const int>(l));
   }
 
@@ -149,7 +155,7 @@ class BiLSTM : public Module {
   template <Context C, class SX, std::integral I, class SL, class LB>
   Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
     lstm_detail::check_input<In, SX>(x.dims());
-    const std::vector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
+    const PoolVector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
     return (*this)(ctx, x, std::span<const int>(l));
   }
 
