@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Builds attn's tests in Debug (assertions on, Eigen's included) at -O1 with AddressSanitizer +
-# UndefinedBehaviorSanitizer (ATTN_SANITIZE) and runs them with ctest. -O1 rather than -O0: Eigen
-# at -O0 is several times slower, and the example end-to-end runs dominated the stage. Any ASan/UBSan report fails the test that produced it (UBSan does not
+# Builds attn's tests in Debug with AddressSanitizer + UndefinedBehaviorSanitizer (ATTN_SANITIZE)
+# and runs them with ctest. Any ASan/UBSan report fails the test that produced it (UBSan does not
 # recover, leaks are checked; the only suppressions are in scripts/lsan.supp).
 #   scripts/sanitize.sh [build-dir]                      # every test area (default build-asan)
 #   ATTN_SANITIZE_AREAS="core autograd io data" scripts/sanitize.sh   # only these tests/<area>
@@ -12,7 +11,7 @@ root=$PWD
 build=${1:-build-asan}
 start=$(date +%s)
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DATTN_SANITIZE=ON -DATTN_WERROR=ON \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON -DATTN_WERROR=ON \
   -DATTN_BUILD_TESTS=ON -DATTN_BUILD_EXAMPLES=ON -DATTN_CUDA=OFF
 
 # Sanitizers only see compiled test programs; the compile-fail and installed-consumer tests run
