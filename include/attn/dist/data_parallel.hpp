@@ -137,14 +137,10 @@ class DataParallel {
     for (auto& v : params_) {  // row-sparse bookkeeping starts over with the zeroed buckets
       auto& d = *v.data();
       if (d.grad_is_row_sparse()) {
-        const std::size_t dim = d.value.dims()[1];
-        for (auto r : d.grad_rows) {
-          B::template fill<T>(d.grad.data() + r * dim, dim, T(0));
-          d.row_marked[r] = 0;
-        }
-      } else {
-        std::fill(d.row_marked.begin(), d.row_marked.end(), std::uint8_t{0});
+        d.zero_grad();  // zeroes the recorded rows in place; the gradient stays in its bucket
+        continue;
       }
+      std::fill(d.row_marked.begin(), d.row_marked.end(), std::uint8_t{0});
       d.grad_rows.clear();
       d.grad_dense = false;
     }
