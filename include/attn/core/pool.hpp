@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
-#include <string>
 #include <vector>
 
 namespace attn {
@@ -29,8 +28,8 @@ namespace detail {
 /// Size classes: multiples of 64 bytes up to 1 KiB, then eight classes per power of two (a block
 /// is at most 12.5 % larger than asked for). Each class keeps a singly linked list of its free
 /// blocks, threaded through the blocks themselves, so the pool never allocates bookkeeping of its
-/// own. All blocks are 64-byte aligned. Thread-safe (one mutex; the lists are touched a few hundred times per
-/// training step, not per element).
+/// own. All blocks are 64-byte aligned. Thread-safe (one mutex; the lists are touched a few
+/// hundred times per training step, not per element).
 ///
 /// The limit on cached bytes is ATTN_CPU_POOL_MB (default 2048; 0 turns caching off). Under
 /// AddressSanitizer caching is off by default, so that use-after-free stays detectable.
@@ -48,18 +47,14 @@ class HostPool {
   void* allocate(std::size_t bytes) {
     std::size_t cls = 0;
     const std::size_t r = round(bytes, cls);
-    if (enabled_) {
+    {
       std::lock_guard<std::mutex> lock(m_);
       ++requests_;
-      if (void* p = free_[cls]) {
+      if (void* p = free_[cls]) {  // always empty when caching is off
         free_[cls] = *static_cast<void**>(p);  // the next free block, stored in this one
         cached_ -= r;
         return p;
       }
-      ++system_;
-    } else {
-      std::lock_guard<std::mutex> lock(m_);
-      ++requests_;
       ++system_;
     }
     void* p = std::aligned_alloc(alignment, r);
