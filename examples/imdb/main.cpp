@@ -36,7 +36,9 @@ struct Options {
   std::size_t heads = 8;
   bool sweep = false;
   std::size_t epochs = 2, batch = 32, max_len = 256, min_freq = 2, max_vocab = 30000, patience = 2, threads = 0;
-  std::size_t ngram_buckets = 1 << 18;
+  std::size_t ngram_buckets = 0;  // the n-gram bag: off (the NB-LR score carries the n-grams)
+  std::size_t nblr_buckets = std::size_t(1) << 22, nblr_order = 3, nblr_folds = 5;
+  double nblr_c = 1.0;
   double lr = 2e-3, weight_decay = 0.01, warmup = 0.06, dropout = 0.3, attn_dropout = 0.1, clip = 1.0;
   double valid_fraction = 0.1;
   std::uint64_t seed = 42;
@@ -55,6 +57,11 @@ struct Prepared {
   std::vector<std::vector<std::int32_t>> train, valid, test;
   std::vector<int> train_y, valid_y, test_y;
   std::vector<std::size_t> valid_words, test_words;
+  // NB-LR: the fit on the whole training portion, and the log-odds of every review (training
+  // reviews: cross-fitted). Empty without NB-LR.
+  NbLr nblr;
+  std::vector<float> train_nb, valid_nb, test_nb;
+  double nblr_valid_acc = -1;  // NB-LR's own validation accuracy
 };
 
 /// Words of a review: tokens holding a letter or digit (punctuation is not a word).
@@ -74,6 +81,45 @@ inline std::vector<std::int32_t> encode(const data::Vocab& v, const std::vector<
   auto ids = v.encode(toks);
   if (ids.empty()) ids.push_back(1);  // an empty review becomes one UNK
   return ids;
+}
+
+inline NbLrConfig nblr_config(const Options& o) {
+  NbLrConfig c;
+  c.buckets = o.nblr_buckets, c.order = o.nblr_order, c.c = o.nblr_c, c.folds = o.nblr_folds;
+  c.max_tokens = ModelConfig{}.nblr_max_tokens;  // what the saved model scores with
+  return c;
+}
+
+/// Fits NB-LR on the training portion and scores every review (the training reviews by
+/// cross-fitting); prints NB-LR's own validation accuracy.
+inline void fit_nblr_scores(const Options& o, Prepared& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto c = nblr_config(o);
+  auto grams = [&](const std::vector<std::vector<std::int32_t>>& xs) {
+    std::vector<std::vector<std::int32_t>> g(xs.size());
+    for (std::size_t i = 0; i < xs.size(); ++i) g[i] = distinct_ngrams(xs[i], c);
+    return g;
+  };
+  auto scores = [](const NbLr& m, const std::vector<std::vector<std::int32_t>>& g) {
+    std::vector<float> z(g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) z[i] = m.logit(g[i]);
+    return z;
+  };
+  {
+    const auto tg = grams(p.train);
+    p.train_nb = cross_fit_nblr(tg, p.train_y, c, o.seed);
+    std::vector<std::size_t> all(tg.size());
+    std::iota(all.begin(), all.end(), 0);
+    p.nblr = fit_nblr(tg, p.train_y, all, c);
+  }
+  p.valid_nb = scores(p.nblr, grams(p.valid));
+  if (!p.test.empty()) p.test_nb = scores(p.nblr, grams(p.test));
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < p.valid.size(); ++i) ok += (p.valid_nb[i] > 0) == (p.valid_y[i] == 1);
+  p.nblr_valid_acc = p.valid.empty() ? 0.0 : double(ok) / double(p.valid.size());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("NB-LR ({}-grams, {} buckets, C {}): {:.2f}% validation accuracy on its own; {}-fold scores for training; {:.1f}s\n", c.order,
+             c.buckets, c.c, 100 * p.nblr_valid_acc, c.folds, secs);
 }
 
 inline Prepared prepare(const Options& o) {
@@ -121,6 +167,7 @@ inline Prepared prepare(const Options& o) {
              p.train.size(), p.valid.size(), 100 * o.valid_fraction, o.data,
              p.test.empty() ? "" : fmt::format(", {} test reviews", p.test.size()), p.vocab.size(), o.min_freq, secs);
   if (train_split.stats.invalid_utf8) fmt::print("data: {} invalid UTF-8 sequences replaced\n", train_split.stats.invalid_utf8);
+  if (o.nblr_buckets) fit_nblr_scores(o, p);
   return p;
 }
 
@@ -132,7 +179,7 @@ struct EvalResult {
 
 template <class Model>
 EvalResult evaluate(const Model& model, const std::vector<std::vector<std::int32_t>>& xs, const std::vector<int>& ys,
-                    const std::vector<std::size_t>& words, std::size_t batch) {
+                    const std::vector<float>& nb, const std::vector<std::size_t>& words, std::size_t batch) {
   EvalResult r;
   attn::NoGrad ctx;
   std::vector<std::size_t> lengths;
@@ -146,11 +193,13 @@ EvalResult evaluate(const Model& model, const std::vector<std::vector<std::int32
   for (std::size_t s = 0; s < order.size(); s += batch) {
     std::vector<const std::vector<std::int32_t>*> seqs;
     std::vector<int> lab;
+    std::vector<float> z;
     for (std::size_t k = s; k < std::min(order.size(), s + batch); ++k) {
       seqs.push_back(&xs[order[k]]);
       lab.push_back(ys[order[k]]);
+      if (!nb.empty()) z.push_back(nb[order[k]]);
     }
-    auto b = make_batch(seqs, lab, model.cfg);
+    auto b = make_batch(seqs, lab, z, model.cfg);
     auto logits = model.forward(ctx, b);
     loss += double(attn::cross_entropy(ctx, logits, b.labels).value()[0]) * double(seqs.size());
     auto pred = attn::argmax_rows(logits.value());
@@ -193,7 +242,7 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
   for (auto i : kept_positions(ids.size(), model.cfg.max_len, model.cfg.truncate)) shown.push_back(i < toks.size() ? toks[i] : "?");
   attn::NoGrad ctx;
   attn::Tensor<float> w;
-  auto b = make_batch({&ids}, {0}, model.cfg);
+  auto b = make_batch({&ids}, {0}, {model.nb_logit(ids)}, model.cfg);
   auto logits = model.forward(ctx, b, &w);
   auto pr = attn::softmax(ctx, logits).value();
   std::string html = fmt::format("<p><b>{}</b> &rarr; positive with probability {:.3f}</p><div>", examples::html_escape(text), pr(0, 1));
@@ -212,11 +261,11 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   const fs::path dir = fs::path(o.out) / fmt::format("h{}", Heads);
   fs::create_directories(dir);
   ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.max_len, .truncate = parse_truncate(o.truncate), .bag_max_len = o.bag_max_len,
-                  .ngram_buckets = o.ngram_buckets, .dropout = o.dropout,
+                  .ngram_buckets = o.ngram_buckets, .nblr_buckets = o.nblr_buckets, .nblr_order = o.nblr_order, .dropout = o.dropout,
                   .attn_dropout = o.attn_dropout, .ffn = o.ffn};
   ImdbClassifier<Heads> model(cfg);
   model.init(o.seed);
-  if (cfg.ngram_buckets) model.set_nb_ratios(nb_ratios(p.train, p.train_y, cfg));  // from the training portion only
+  if (cfg.nblr_buckets) model.set_nblr(p.nblr);  // fitted on the training portion only
   attn::optim::Adam<float> opt(model, {.lr = o.lr, .weight_decay = o.weight_decay, .decoupled = true});
   const std::size_t global_batch = o.batch * std::size_t(par.world());  // --batch per process
   const std::size_t steps_per_epoch = (p.train.size() + global_batch - 1) / global_batch;
@@ -228,7 +277,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   fmt::print("\n== {} head{} (Attention<{}, {}>), {} parameters\n", Heads, Heads > 1 ? "s" : "", Heads, kDim, res.params);
 
   json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.seed}, {"epochs", o.epochs},
-                 {"batch", o.batch}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};
+                 {"batch", o.batch}, {"lr", o.lr}, {"weight_decay", o.weight_decay}, {"nblr_c", o.nblr_c}, {"nblr_folds", o.nblr_folds}};
   if (par.main()) {
     p.vocab.save(dir / "vocab.txt");
     data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
@@ -276,11 +325,13 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
       const auto idx = par.shard(global);
       std::vector<const std::vector<std::int32_t>*> seqs;
       std::vector<int> lab;
+      std::vector<float> z;
       for (auto i : idx) {
         seqs.push_back(&p.train[i]);
         lab.push_back(p.train_y[i]);
+        if (!p.train_nb.empty()) z.push_back(p.train_nb[i]);
       }
-      auto b = make_batch(seqs, lab, cfg);
+      auto b = make_batch(seqs, lab, z, cfg);
       // Dropout stream per (seed, step, process).
       attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step) + std::uint64_t(par.rank()) * 0x9E3779B97F4A7C15ULL);
       auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels);
@@ -301,7 +352,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
     const double train_loss = counted ? loss_sum / double(counted) : std::nan("");
     const double secs = bar.finish();
     model.eval();
-    auto ev = evaluate(model, p.valid, p.valid_y, p.valid_words, 64);
+    auto ev = evaluate(model, p.valid, p.valid_y, p.valid_nb, p.valid_words, 64);
     res.train_seconds += secs;
     res.history.push_back({epoch + 1, train_loss, ev.loss, ev.accuracy, secs});
     fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, validation accuracy {:.2f}% ({:.0f}s, {:.0f} samples/s)\n",
@@ -339,7 +390,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   // Final numbers come from the best checkpoint.
   attn::io::load(model, dir / "model.safetensors");
   model.eval();
-  auto ev = evaluate(model, p.valid, p.valid_y, p.valid_words, 64);
+  auto ev = evaluate(model, p.valid, p.valid_y, p.valid_nb, p.valid_words, 64);
   for (std::size_t k = 0; k < ev.buckets.num_buckets(); ++k) {
     res.bucket_labels.push_back(ev.buckets.label(k));
     res.bucket_acc.push_back(ev.buckets.accuracy(k));
@@ -347,7 +398,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   }
   fmt::print("best validation accuracy {:.2f}%\n{}", 100 * ev.accuracy, ev.buckets.table());
   if (!p.test.empty()) {
-    auto te = evaluate(model, p.test, p.test_y, p.test_words, 64);
+    auto te = evaluate(model, p.test, p.test_y, p.test_nb, p.test_words, 64);
     res.test_acc = te.accuracy;
     fmt::print("test accuracy {:.2f}% ({} reviews)\n", 100 * te.accuracy, p.test.size());
   }
@@ -357,10 +408,13 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   return res;
 }
 
-inline void write_report(const Options& o, const std::vector<RunResult>& runs) {
+inline void write_report(const Options& o, const Prepared& p, const std::vector<RunResult>& runs) {
   examples::HtmlReport rep("attn: IMDb sentiment with single- and multi-head self-attention");
   rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}). Model width {}, max length {}.", o.data,
                             100 * o.valid_fraction, o.seed, kDim, o.max_len));
+  if (p.nblr_valid_acc >= 0)
+    rep.paragraph(fmt::format("The NB-LR score ({}-grams, {} buckets, C {}) alone: {:.2f}% validation accuracy.", o.nblr_order, o.nblr_buckets,
+                              o.nblr_c, 100 * p.nblr_valid_acc));
   std::string table = fmt::format("{:>6} {:>10} {:>10} {:>12} {:>12}\n", "heads", "valid acc", "test acc", "train time", "parameters");
   for (auto& r : runs)
     table += fmt::format("{:>6} {:>9.2f}% {:>10} {:>11.0f}s {:>12}\n", r.heads, 100 * r.best_valid,
@@ -432,7 +486,7 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts) {
     const auto kept = kept_positions(ids.size(), cfg.max_len, cfg.truncate);
     attn::NoGrad ctx;
     attn::Tensor<float> w;
-    auto b = make_batch({&ids}, {0}, cfg);
+    auto b = make_batch({&ids}, {0}, {model.nb_logit(ids)}, cfg);
     auto pr = attn::softmax(ctx, model.forward(ctx, b, &w)).value();
     const std::size_t t = kept.size();
     std::vector<std::pair<float, std::size_t>> recv(t);
@@ -487,7 +541,11 @@ int main(int argc, char** argv) {
   app.add_option("--bag-max-len", o.bag_max_len, "tokens of a review the n-gram bag sees")->check(CLI::PositiveNumber);
   app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary");
   app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included)");
-  app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the bigram-bag feature (0: off)");
+  app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the unigram+bigram bag feature (0: off)");
+  app.add_option("--nblr-buckets", o.nblr_buckets, "hash buckets of the NB-LR score's n-grams (0: no NB-LR)");
+  app.add_option("--nblr-order", o.nblr_order, "longest n-gram of the NB-LR score")->check(CLI::Range(1, 5));
+  app.add_option("--nblr-c", o.nblr_c, "NB-LR's inverse L2 regularisation strength (LIBLINEAR's C)")->check(CLI::PositiveNumber);
+  app.add_option("--nblr-folds", o.nblr_folds, "cross-fitting folds of the training reviews' NB-LR scores")->check(CLI::Range(2, 20));
   app.add_flag("!--no-ffn", o.ffn, "no feed-forward block after the attention");
   app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)")->check(CLI::Range(0.01, 0.9));
   app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement")->check(CLI::PositiveNumber);
@@ -533,10 +591,12 @@ int main(int argc, char** argv) {
     fs::create_directories(o.out);
     json sj = json::array();
     for (auto& r : runs)
-      sj.push_back({{"heads", r.heads}, {"valid_accuracy", r.best_valid}, {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds},
+      sj.push_back({{"heads", r.heads}, {"valid_accuracy", r.best_valid},
+                    {"nblr_valid_accuracy", p.nblr_valid_acc < 0 ? json(nullptr) : json(p.nblr_valid_acc)},
+                    {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds},
                     {"parameters", r.params}, {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}});
     data::write_file_atomic(fs::path(o.out) / "summary.json", sj.dump(2) + "\n");
-    write_report(o, runs);
+    write_report(o, p, runs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "imdb: error: %s\n", e.what());
     return par->fail(1, e.what());  // a data-parallel job ends on every process

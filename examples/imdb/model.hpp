@@ -1,13 +1,15 @@
 // The IMDb sentiment classifier: token + learned position embeddings, one multi-head self-attention
 // block (residual, LayerNorm, optional feed-forward) over the first and last --max-len/2 tokens,
-// masked mean+max pooling, a hashed unigram+bigram bag over the whole review, an NBSVM-style score
-// (naive-Bayes log-count ratios of the n-grams times learned weights), and a linear head.
+// masked mean+max pooling, an optional hashed unigram+bigram bag over the whole review, the log-odds
+// of an NB-LR model over the review's uni-, bi- and trigrams (nblr.hpp), and a linear head.
 // Heads is a template argument: each head count is its own type. The token and n-gram tables
 // have row-sparse gradients (only the rows a batch uses are updated).
 #pragma once
 #include <attn/attn.hpp>
 
 #include <nlohmann/json.hpp>
+
+#include "nblr.hpp"
 
 namespace imdb {
 
@@ -49,14 +51,18 @@ struct ModelConfig {
   std::size_t max_len = 256;       // tokens the attention sees
   Truncate truncate = Truncate::head_tail;
   std::size_t bag_max_len = 2048;  // tokens the n-gram bag sees
-  std::size_t ngram_buckets = 0;   // 0: no n-gram feature
+  std::size_t ngram_buckets = 0;   // buckets of the n-gram bag (0: no bag)
+  std::size_t nblr_buckets = 0;    // buckets of the NB-LR n-grams (0: no NB-LR score)
+  std::size_t nblr_order = 3;
+  std::size_t nblr_max_tokens = 4096;
   double dropout = 0.1;
   double attn_dropout = 0.1;
   bool ffn = true;
 
   nlohmann::json to_json() const {
     return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"bag_max_len", bag_max_len},
-            {"ngram_buckets", ngram_buckets}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"ffn", ffn}};
+            {"ngram_buckets", ngram_buckets}, {"nblr_buckets", nblr_buckets}, {"nblr_order", nblr_order},
+            {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"ffn", ffn}};
   }
   static ModelConfig from_json(const nlohmann::json& j) {
     ModelConfig c;
@@ -65,18 +71,28 @@ struct ModelConfig {
     c.truncate = parse_truncate(j.at("truncate").get<std::string>());
     c.bag_max_len = j.at("bag_max_len").get<std::size_t>();
     c.ngram_buckets = j.at("ngram_buckets").get<std::size_t>();
+    c.nblr_buckets = j.at("nblr_buckets").get<std::size_t>();
+    c.nblr_order = j.at("nblr_order").get<std::size_t>();
+    c.nblr_max_tokens = j.at("nblr_max_tokens").get<std::size_t>();
     c.dropout = j.at("dropout").get<double>();
     c.attn_dropout = j.at("attn_dropout").get<double>();
     c.ffn = j.at("ffn").get<bool>();
     return c;
   }
+  /// The n-gram settings of the NB-LR score (C and the folds only matter when fitting).
+  NbLrConfig nblr() const {
+    NbLrConfig n;
+    n.buckets = nblr_buckets, n.order = nblr_order, n.max_tokens = nblr_max_tokens;
+    return n;
+  }
 };
 
 /// One padded batch: ids, positions and the mask (B, T), 1 = real token, for the attention; the
-/// hashed n-gram ids and their mask (B, N) for the bag.
+/// hashed n-gram ids and their mask (B, N) for the bag; the NB-LR log-odds (B, 1).
 struct Batch {
   Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos, ngrams;
   Tensor<float, Shape<dyn, dyn>> mask, ngram_mask;
+  Tensor<float, Shape<dyn, 1>> nb;
   Tensor<std::int64_t, Shape<dyn>> labels;
   std::size_t size() const { return ids.size(0); }
 };
@@ -97,32 +113,9 @@ void for_each_ngram(const std::vector<std::int32_t>& s, const ModelConfig& cfg, 
   }
 }
 
-/// Naive-Bayes log-count ratios per n-gram bucket (Wang and Manning's NBSVM, binarized counts,
-/// smoothing alpha): r = log((p + alpha) / |p + alpha|_1) - log((q + alpha) / |q + alpha|_1) with p and
-/// q the numbers of positive and negative reviews holding the n-gram. Bucket 0 (padding) gets 0.
-inline std::vector<float> nb_ratios(const std::vector<std::vector<std::int32_t>>& docs, const std::vector<int>& labels,
-                                    const ModelConfig& cfg, double alpha = 1.0) {
-  const std::size_t rows = std::max<std::size_t>(cfg.ngram_buckets + 1, 2);
-  std::vector<double> p(rows, alpha), q(rows, alpha);
-  std::vector<std::size_t> last(rows, std::size_t(-1));
-  for (std::size_t d = 0; d < docs.size(); ++d) {
-    auto& c = labels[d] == 1 ? p : q;
-    for_each_ngram(docs[d], cfg, [&](std::int32_t id) {
-      if (last[std::size_t(id)] == d) return;  // binarized: once per review
-      last[std::size_t(id)] = d;
-      c[std::size_t(id)] += 1;
-    });
-  }
-  double sp = 0, sq = 0;
-  for (std::size_t i = 1; i < rows; ++i) sp += p[i], sq += q[i];
-  std::vector<float> r(rows, 0.0f);
-  for (std::size_t i = 1; i < rows; ++i) r[i] = float(std::log(p[i] / sp) - std::log(q[i] / sq));
-  return r;
-}
-
-/// Builds a batch from whole encoded reviews and their labels (empty: zeros).
+/// Builds a batch from whole encoded reviews, their labels and their NB-LR log-odds (empty: zeros).
 inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seqs, const std::vector<int>& labels,
-                        const ModelConfig& cfg) {
+                        const std::vector<float>& nb_logits, const ModelConfig& cfg) {
   const std::size_t b = seqs.size();
   std::size_t t = 1, nb = 1;
   for (auto* s : seqs) {
@@ -136,6 +129,7 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
   out.ngrams = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, nb});
   out.ngram_mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, nb});
   out.labels = Tensor<std::int64_t, Shape<dyn>>::zeros({b});
+  out.nb = Tensor<float, Shape<dyn, 1>>::zeros({b, 1});
   for (std::size_t i = 0; i < b; ++i) {
     const auto& s = *seqs[i];
     const auto kept = kept_positions(s.size(), cfg.max_len, cfg.truncate);
@@ -152,6 +146,7 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
       });
     }
     out.labels(i) = labels.empty() ? 0 : labels[i];
+    out.nb(i, 0) = nb_logits.empty() ? 0.0f : nb_logits[i];
   }
   return out;
 }
@@ -169,20 +164,38 @@ struct ImdbClassifier : nn::Module {
         norm2(this, "norm2"),
         ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
         head(this, "head", {.xavier = true}) {
-    const std::size_t rows = std::max<std::size_t>(c.ngram_buckets + 1, 2);
-    nb_ratio = register_parameter<float, Shape<dyn, 1>>("nb.ratio", {rows, 1});
-    nb_ratio.data()->requires_grad = false;  // fixed: set from the training counts (set_nb_ratios)
-    nb_weight = register_parameter<float, Shape<dyn, 1>>("nb.weight", {rows, 1});
-    nb_weight.data()->sparse_rows = true;
-    attn::nn::init::constant(nb_weight, 1.0f);
+    const std::size_t rows = std::max<std::size_t>(c.nblr_buckets + 1, 2);
+    // Fitted by LIBLINEAR (set_nblr), not by the optimizer; saved with the other weights.
+    nblr_weight = register_parameter<float, Shape<dyn, 1>>("nblr.weight", {rows, 1});
+    nblr_weight.data()->requires_grad = false;
+    nblr_bias = register_parameter<float, Shape<1, 1>>("nblr.bias", {1, 1});
+    nblr_bias.data()->requires_grad = false;
   }
 
-  void reset_parameters(attn::Rng&) override { attn::nn::init::constant(nb_weight, 1.0f); }
+  void reset_parameters(attn::Rng&) override {
+    attn::nn::init::constant(nblr_weight, 0.0f);
+    attn::nn::init::constant(nblr_bias, 0.0f);
+  }
 
-  /// The naive-Bayes log-count ratio of every n-gram bucket (index 0: padding, ratio 0).
-  void set_nb_ratios(const std::vector<float>& r) {
-    if (r.size() != nb_ratio.size(0)) throw attn::ArgumentError("set_nb_ratios: expected " + std::to_string(nb_ratio.size(0)) + " ratios");
-    std::copy(r.begin(), r.end(), const_cast<float*>(nb_ratio.raw().data()));
+  /// Stores a fitted NB-LR and starts the head from its log-odds: the score's column of the head
+  /// gets weights (-1/2, +1/2), so before training the logit difference is the score itself.
+  void set_nblr(const NbLr& m) {
+    if (m.weight.size() != nblr_weight.size(0)) throw attn::ArgumentError("set_nblr: expected " + std::to_string(nblr_weight.size(0)) + " weights");
+    std::copy(m.weight.begin(), m.weight.end(), const_cast<float*>(nblr_weight.raw().data()));
+    const_cast<float*>(nblr_bias.raw().data())[0] = m.bias;
+    constexpr std::size_t col = 2 * kDim + kNgramDim;
+    float* w = const_cast<float*>(head.weight.raw().data());
+    w[0 * (col + 1) + col] = -0.5f;
+    w[1 * (col + 1) + col] = 0.5f;
+  }
+
+  /// The NB-LR log-odds of a whole encoded review (0 without NB-LR).
+  float nb_logit(const std::vector<std::int32_t>& ids) const {
+    if (!cfg.nblr_buckets) return 0.0f;
+    double z = nblr_bias.raw().data()[0];
+    const float* w = nblr_weight.raw().data();
+    for (auto i : distinct_ngrams(ids, cfg.nblr())) z += w[std::size_t(i)];
+    return float(z);
   }
 
   /// Logits (B, 2). When weights is given, the attention weights (B, Heads, T, T) are stored there.
@@ -202,16 +215,9 @@ struct ImdbClassifier : nn::Module {
     auto h = norm1(ctx, x + nn::dropout(ctx, a, cfg.dropout, tr));
     if (cfg.ffn) h = norm2(ctx, h + nn::dropout(ctx, ff2(ctx, attn::gelu(ctx, ff1(ctx, h))), cfg.dropout, tr));
     std::vector<attn::Var<float>> feats{nn::masked_mean(ctx, h, b.mask).erased(), nn::masked_max(ctx, h, b.mask).erased()};
-    attn::Var<float> nb;
-    if (cfg.ngram_buckets) {
-      feats.push_back(nn::masked_mean(ctx, ngrams(ctx, b.ngrams), b.ngram_mask).erased());
-      // NBSVM-style score: the mean over the review's n-grams of ratio * learned weight.
-      auto rw = attn::mul(ctx, attn::embedding(ctx, nb_ratio, b.ngrams, 0), attn::embedding(ctx, nb_weight, b.ngrams, 0));
-      nb = nn::masked_mean(ctx, rw, b.ngram_mask).erased();                  // (B, 1)
-    } else {
-      feats.push_back(attn::Var<float>(Tensor<float>::zeros({b.size(), kNgramDim})));
-      nb = attn::Var<float>(Tensor<float>::zeros({b.size(), 1}));
-    }
+    feats.push_back(cfg.ngram_buckets ? nn::masked_mean(ctx, ngrams(ctx, b.ngrams), b.ngram_mask).erased()
+                                      : attn::Var<float>(Tensor<float>::zeros({b.size(), kNgramDim})));
+    attn::Var<float> nb(b.nb.erased());  // (B, 1), an input: no gradient
     auto pooled = nn::dropout(ctx, attn::concat(ctx, feats, 1), cfg.dropout, tr);  // (B, 2 Dim + NgramDim)
     return head(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
   }
@@ -225,7 +231,8 @@ struct ImdbClassifier : nn::Module {
   nn::LayerNorm<kDim> norm2;
   nn::Embedding<kNgramDim> ngrams;
   nn::Linear<2 * kDim + kNgramDim + 1, 2> head;
-  attn::Var<float, Shape<dyn, 1>> nb_ratio, nb_weight;
+  attn::Var<float, Shape<dyn, 1>> nblr_weight;
+  attn::Var<float, Shape<1, 1>> nblr_bias;
 };
 
 }  // namespace imdb
