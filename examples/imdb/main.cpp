@@ -60,6 +60,7 @@ struct Prepared {
   // NB-LR: the fit on the whole training portion, and the log-odds of every review (training
   // reviews: cross-fitted). Empty without NB-LR.
   NbLr nblr;
+  PlattScale nblr_scale;  // calibration of the cross-fitted scores (the head's starting point)
   std::vector<float> train_nb, valid_nb, test_nb;
   double nblr_valid_acc = -1;  // NB-LR's own validation accuracy
 };
@@ -108,6 +109,7 @@ inline void fit_nblr_scores(const Options& o, Prepared& p) {
   {
     const auto tg = grams(p.train);
     p.train_nb = cross_fit_nblr(tg, p.train_y, c, o.seed);
+    p.nblr_scale = platt_scale(p.train_nb, p.train_y);
     std::vector<std::size_t> all(tg.size());
     std::iota(all.begin(), all.end(), 0);
     p.nblr = fit_nblr(tg, p.train_y, all, c);
@@ -118,8 +120,9 @@ inline void fit_nblr_scores(const Options& o, Prepared& p) {
   for (std::size_t i = 0; i < p.valid.size(); ++i) ok += (p.valid_nb[i] > 0) == (p.valid_y[i] == 1);
   p.nblr_valid_acc = p.valid.empty() ? 0.0 : double(ok) / double(p.valid.size());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("NB-LR ({}-grams, {} buckets, C {}): {:.2f}% validation accuracy on its own; {}-fold scores for training; {:.1f}s\n", c.order,
-             c.buckets, c.c, 100 * p.nblr_valid_acc, c.folds, secs);
+  fmt::print("NB-LR ({}-grams, {} buckets, C {}): {:.2f}% validation accuracy on its own; {}-fold scores for training, calibrated "
+             "as {:.3f} * score {:+.3f}; {:.1f}s\n",
+             c.order, c.buckets, c.c, 100 * p.nblr_valid_acc, c.folds, p.nblr_scale.a, p.nblr_scale.b, secs);
 }
 
 inline Prepared prepare(const Options& o) {
@@ -265,7 +268,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
                   .attn_dropout = o.attn_dropout, .ffn = o.ffn};
   ImdbClassifier<Heads> model(cfg);
   model.init(o.seed);
-  if (cfg.nblr_buckets) model.set_nblr(p.nblr);  // fitted on the training portion only
+  if (cfg.nblr_buckets) model.set_nblr(p.nblr, p.nblr_scale);  // fitted on the training portion only
   attn::optim::Adam<float> opt(model, {.lr = o.lr, .weight_decay = o.weight_decay, .decoupled = true});
   const std::size_t global_batch = o.batch * std::size_t(par.world());  // --batch per process
   const std::size_t steps_per_epoch = (p.train.size() + global_batch - 1) / global_batch;
@@ -542,7 +545,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary");
   app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included)");
   app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the unigram+bigram bag feature (0: off)");
-  app.add_option("--nblr-buckets", o.nblr_buckets, "hash buckets of the NB-LR score's n-grams (0: no NB-LR)");
+  app.add_option("--nblr-buckets", o.nblr_buckets, "hash buckets of the NB-LR score's n-grams (0: no NB-LR)")
+      ->check(CLI::Range(std::size_t(0), std::size_t(1) << 30));
   app.add_option("--nblr-order", o.nblr_order, "longest n-gram of the NB-LR score")->check(CLI::Range(1, 5));
   app.add_option("--nblr-c", o.nblr_c, "NB-LR's inverse L2 regularisation strength (LIBLINEAR's C)")->check(CLI::PositiveNumber);
   app.add_option("--nblr-folds", o.nblr_folds, "cross-fitting folds of the training reviews' NB-LR scores")->check(CLI::Range(2, 20));

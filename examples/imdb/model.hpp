@@ -177,16 +177,22 @@ struct ImdbClassifier : nn::Module {
     attn::nn::init::constant(nblr_bias, 0.0f);
   }
 
-  /// Stores a fitted NB-LR and starts the head from its log-odds: the score's column of the head
-  /// gets weights (-1/2, +1/2), so before training the logit difference is the score itself.
-  void set_nblr(const NbLr& m) {
+  /// Stores a fitted NB-LR and starts the head from its calibrated log-odds alone: the score's
+  /// column of the head gets weights (-a/2, +a/2), the biases (-b/2, +b/2) and every other column
+  /// zeros, so that before training the logit difference is a * score + b (Platt scaling of the
+  /// cross-fitted training scores) and the attention's features enter as a learned correction.
+  void set_nblr(const NbLr& m, const PlattScale& s) {
     if (m.weight.size() != nblr_weight.size(0)) throw attn::ArgumentError("set_nblr: expected " + std::to_string(nblr_weight.size(0)) + " weights");
     std::copy(m.weight.begin(), m.weight.end(), const_cast<float*>(nblr_weight.raw().data()));
     const_cast<float*>(nblr_bias.raw().data())[0] = m.bias;
     constexpr std::size_t col = 2 * kDim + kNgramDim;
     float* w = const_cast<float*>(head.weight.raw().data());
-    w[0 * (col + 1) + col] = -0.5f;
-    w[1 * (col + 1) + col] = 0.5f;
+    std::fill(w, w + 2 * (col + 1), 0.0f);
+    w[0 * (col + 1) + col] = float(-s.a / 2);
+    w[1 * (col + 1) + col] = float(s.a / 2);
+    float* bias = const_cast<float*>(head.bias.raw().data());
+    bias[0] = float(-s.b / 2);
+    bias[1] = float(s.b / 2);
   }
 
   /// The NB-LR log-odds of a whole encoded review (0 without NB-LR).

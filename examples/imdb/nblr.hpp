@@ -73,6 +73,15 @@ inline void liblinear_quiet(const char*) {}
 inline NbLr fit_nblr(const std::vector<std::vector<std::int32_t>>& docs, const std::vector<int>& labels,
                      const std::vector<std::size_t>& rows, const NbLrConfig& c) {
   const std::size_t nb = c.buckets;
+  if (nb == 0 || nb >= std::size_t(1) << 30) throw attn::ArgumentError("NB-LR: buckets must be in [1, 2^30), got " + std::to_string(nb));
+  std::size_t npos = 0;
+  for (auto d : rows) npos += labels[d] == 1;
+  if (npos == 0 || npos == rows.size()) {  // one class only: its smoothed prior log-odds, no n-gram weights
+    NbLr out;
+    out.weight.assign(nb + 1, 0.0f);
+    out.bias = float((npos ? 1.0 : -1.0) * std::log(double(rows.size()) + 1.0));
+    return out;
+  }
   // Naive-Bayes log-count ratios over these reviews (binarized: the n-gram lists are distinct).
   std::vector<double> p(nb + 1, c.alpha), q(nb + 1, c.alpha);
   for (auto d : rows) {
@@ -139,6 +148,51 @@ inline std::vector<float> cross_fit_nblr(const std::vector<std::vector<std::int3
     for (auto d : held) out[d] = m.logit(docs[d]);
   }
   return out;
+}
+
+/// Platt scaling: the (a, b) for which sigmoid(a * z + b) best fits the labels, by Newton's method
+/// on the cross-entropy with Platt's smoothed targets (which keep a finite when the scores
+/// separate the classes). Fitted on cross-fitted scores, a says how far to trust the raw log-odds.
+struct PlattScale {
+  double a = 1, b = 0;
+};
+
+inline PlattScale platt_scale(const std::vector<float>& z, const std::vector<int>& labels) {
+  double npos = 0;
+  for (int y : labels) npos += y == 1;
+  const double nneg = double(labels.size()) - npos;
+  const double tpos = (npos + 1) / (npos + 2), tneg = 1 / (nneg + 2);
+  auto loss = [&](double a, double b) {
+    double l = 0;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      const double f = a * z[i] + b, t = labels[i] == 1 ? tpos : tneg;
+      // -t log p - (1 - t) log(1 - p) with p = sigmoid(f), computed without overflow
+      l += (f >= 0 ? (1 - t) * f + std::log1p(std::exp(-f)) : -t * f + std::log1p(std::exp(f)));
+    }
+    return l;
+  };
+  PlattScale s{0, 0};
+  double cur = loss(s.a, s.b);
+  for (int it = 0; it < 100; ++it) {
+    double ga = 0, gb = 0, haa = 1e-12, hab = 0, hbb = 1e-12;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      const double p = 1 / (1 + std::exp(-(s.a * z[i] + s.b))), t = labels[i] == 1 ? tpos : tneg, w = p * (1 - p);
+      ga += (p - t) * z[i], gb += p - t;
+      haa += w * z[i] * z[i], hab += w * z[i], hbb += w;
+    }
+    const double det = haa * hbb - hab * hab;
+    if (!(det > 0)) break;
+    const double da = -(hbb * ga - hab * gb) / det, db = -(haa * gb - hab * ga) / det;
+    double step = 1;  // halve the Newton step until the loss does not rise
+    while (step > 1e-10 && loss(s.a + step * da, s.b + step * db) > cur) step /= 2;
+    if (step <= 1e-10) break;
+    s.a += step * da, s.b += step * db;
+    const double next = loss(s.a, s.b);
+    const bool done = cur - next < 1e-12 * (1 + cur);
+    cur = next;
+    if (done) break;
+  }
+  return s;
 }
 
 }  // namespace imdb

@@ -118,3 +118,33 @@ TEST_CASE("cross_fit_nblr: a review's score comes from a fit that did not see it
   // The folds are a fixed-seed shuffle: the same seed gives the same scores.
   CHECK(imdb::cross_fit_nblr(g, labels, c, 11) == oof);
 }
+
+TEST_CASE("platt_scale: recovers the scale and offset of over-confident scores, stays finite on separable ones") {
+  // Labels drawn with P(y = 1) = sigmoid(u); the scores are 3u - 1, so the fit is a = 1/3, b = 1/3.
+  attn::Rng rng(5);
+  std::vector<float> z;
+  std::vector<int> y;
+  for (int i = 0; i < 20000; ++i) {
+    const double u = rng.normal() * 2;
+    y.push_back(rng.uniform() < 1 / (1 + std::exp(-u)) ? 1 : 0);
+    z.push_back(float(3 * u - 1));
+  }
+  const auto s = imdb::platt_scale(z, y);
+  CHECK(s.a == Approx(1.0 / 3).margin(0.02));
+  CHECK(s.b == Approx(1.0 / 3).margin(0.05));
+  // Perfectly separated scores: Platt's smoothed targets keep the fit finite.
+  const auto sep = imdb::platt_scale({-2, -1, 1, 2}, {0, 0, 1, 1});
+  CHECK(std::isfinite(sep.a));
+  CHECK(sep.a > 0);
+  CHECK(sep.a < 10);
+}
+
+TEST_CASE("fit_nblr: reviews of one class only give that class's prior, not an error") {
+  const auto c = small_config();
+  const std::vector<std::vector<std::int32_t>> docs{{5, 6}, {6, 7}, {7, 8}};
+  const std::vector<int> labels{1, 1, 1};
+  const auto m = imdb::fit_nblr(docs, labels, {0, 1, 2}, c);
+  CHECK(m.logit(imdb::distinct_ngrams({5, 6}, c)) > 0);
+  const auto n = imdb::fit_nblr(docs, {0, 0, 0}, {0, 1, 2}, c);
+  CHECK(n.logit(imdb::distinct_ngrams({5, 6}, c)) < 0);
+}
