@@ -6,7 +6,7 @@ file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 set(out "${WORK}/run")
 
-smoke_run(train 0 "${PROGRAM}" --data "${DATA}" --limit 300 --epochs 2 --batch 16 --out "${out}" --ngram-buckets 1024 --nblr-buckets 4096)
+smoke_run(train 0 "${PROGRAM}" --data "${DATA}" --limit 300 --epochs 2 --batch 16 --max-len 64 --out "${out}" --ngram-buckets 1024 --nblr-buckets 4096)
 smoke_expect_match("${train_output}" "epoch 1: train loss" "imdb training")
 file(GLOB runs LIST_DIRECTORIES true "${out}/h*")
 list(LENGTH runs nruns)
