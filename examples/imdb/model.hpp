@@ -198,10 +198,7 @@ struct ImdbClassifier : nn::Module {
   /// The NB-LR log-odds of a whole encoded review (0 without NB-LR).
   float nb_logit(const std::vector<std::int32_t>& ids) const {
     if (!cfg.nblr_buckets) return 0.0f;
-    double z = nblr_bias.raw().data()[0];
-    const float* w = nblr_weight.raw().data();
-    for (auto i : distinct_ngrams(ids, cfg.nblr())) z += w[std::size_t(i)];
-    return float(z);
+    return nblr_logit(nblr_weight.raw().data(), nblr_bias.raw().data()[0], distinct_ngrams(ids, cfg.nblr()));
   }
 
   /// Logits (B, 2). When weights is given, the attention weights (B, Heads, T, T) are stored there.

@@ -53,16 +53,19 @@ inline std::vector<std::int32_t> distinct_ngrams(const std::vector<std::int32_t>
   return out;
 }
 
+/// NB-LR's log-odds of the positive class for a review's distinct n-grams, from the effective
+/// weight of every bucket and the bias.
+inline float nblr_logit(const float* weight, float bias, const std::vector<std::int32_t>& ngrams) {
+  double z = bias;
+  for (auto i : ngrams) z += weight[std::size_t(i)];
+  return float(z);
+}
+
 /// A fitted NB-LR: the effective weight r_i * w_i of every bucket (index 0 unused) and the bias.
 struct NbLr {
   std::vector<float> weight;
   float bias = 0;
-  /// Log-odds of the positive class for a review's distinct n-grams.
-  float logit(const std::vector<std::int32_t>& ngrams) const {
-    double z = bias;
-    for (auto i : ngrams) z += weight[std::size_t(i)];
-    return float(z);
-  }
+  float logit(const std::vector<std::int32_t>& ngrams) const { return nblr_logit(weight.data(), bias, ngrams); }
 };
 
 namespace detail {
