@@ -34,11 +34,13 @@ struct R1 : nn::Module {
 };
 
 /// R2: Embedding(6000, 128), BiLSTM<128, 128> (256 out), Attention<H, 256>, masked mean, Linear(256, 15).
+/// The attention skips padded rows (the pooling reads real tokens only); R2's training batches
+/// have none, R4's do.
 template <std::size_t H>
 struct R2 : nn::Module {
   nn::Embedding<128> tokens{this, "tokens", 6000};
   nn::BiLSTM<128, 128> lstm{this, "lstm"};
-  nn::Attention<H, 256> attention{this, "attn"};
+  nn::Attention<H, 256> attention{this, "attn", {.padded = nn::PaddedRows::zero}};
   nn::Linear<256, 15> head{this, "head"};
   template <attn::Context C>
   auto forward(C& ctx, const Batch& b) const {

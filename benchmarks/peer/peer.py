@@ -10,6 +10,9 @@ process that ran the case.  Every attention runs in up to three ways:
   sdpa  fused QKV Linear + F.scaled_dot_product_attention + output Linear
         (torch >= 2.0 only; skipped with a note on older torch such as
         Debian's python3-torch 1.13)
+  packed  both Linears on the real tokens only (x[valid]), padded rows zero,
+        the attention core as sdpa (hand on older torch): attn's
+        PaddedRows::zero, which changes nothing the masked pooling reads
 
 Usage:
   peer.py --case R1-h8 --mode train --iters 20 --json   # one JSON line, best impl
@@ -58,7 +61,7 @@ ALL_RUNS = ([(c, "train") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8",
             + [("R4-b1", "infer"), ("R4-b64", "infer")])
 EXTRA_RUNS = [(c, "infer") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8",
                                      "R3-T512", "R3-T1024", "R3-T2048")]
-IMPLS = ("hand", "mha", "sdpa")
+IMPLS = ("hand", "mha", "sdpa", "packed")
 
 SEED = 1234
 R4_SAMPLES = 64          # samples per R4 iteration (same set for b1 and b64)
@@ -126,16 +129,32 @@ def build_modules(torch):
                 return self.mha(x, x, x, key_padding_mask=~valid, need_weights=False)[0]
             B, T, D = x.shape
             H, dh = self.heads, self.head_dim
-            qkv = self.in_proj(x).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)
+            packed = self.impl == "packed" and not bool(valid.all())
+            if packed:
+                qkv = x.new_zeros(B, T, 3 * D)
+                qkv[valid] = self.in_proj(x[valid])
+            else:
+                qkv = self.in_proj(x)
+            qkv = qkv.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)
             q, k, v = qkv[0], qkv[1], qkv[2]                      # (B, H, T, dh)
-            if self.impl == "sdpa":
+            if packed:
+                o = (F.scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :])
+                     if sdpa_available(torch) else self.core(q, k, v, valid))
+                o = o.transpose(1, 2).reshape(B, T, D)
+                y = x.new_zeros(B, T, D)
+                y[valid] = self.out_proj(o[valid])
+                return y
+            if self.impl == "sdpa" or (self.impl == "packed" and sdpa_available(torch)):
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :])
             else:
-                # scale folded into q: T*dh multiplies instead of T*T
-                s = torch.matmul(q * (1.0 / math.sqrt(dh)), k.transpose(-1, -2))  # (B,H,T,T)
-                s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
-                o = torch.matmul(torch.softmax(s, dim=-1), v)     # (B, H, T, dh)
+                o = self.core(q, k, v, valid)
             return self.out_proj(o.transpose(1, 2).reshape(B, T, D))
+
+        def core(self, q, k, v, valid):
+            # scale folded into q: T*dh multiplies instead of T*T
+            s = torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-1, -2))  # (B,H,T,T)
+            s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
+            return torch.matmul(torch.softmax(s, dim=-1), v)     # (B, H, T, dh)
 
     def masked_mean(y, valid):
         m = valid.unsqueeze(-1).to(y.dtype)                       # (B, T, 1)

@@ -80,7 +80,7 @@ struct TnewsClassifier : nn::Module {
       : cfg(c),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1}),
         lstm(this, "lstm"),
-        attention(this, "attn", {.dropout = c.attn_dropout}),
+        attention(this, "attn", {.dropout = c.attn_dropout, .padded = nn::PaddedRows::zero}),  // only real tokens are pooled
         norm(this, "norm"),
         head(this, "head", {.xavier = true}) {}
 

@@ -157,7 +157,7 @@ struct ImdbClassifier : nn::Module {
       : cfg(c),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
         positions(this, "pos", c.max_len, {.init_std = 0.02}),
-        attention(this, "attn", {.dropout = c.attn_dropout}),
+        attention(this, "attn", {.dropout = c.attn_dropout, .padded = nn::PaddedRows::zero}),  // only real tokens are pooled
         norm1(this, "norm1"),
         ff1(this, "ff1", {.xavier = true}),
         ff2(this, "ff2", {.xavier = true}),

@@ -160,6 +160,9 @@ TEST_CASE("gradcheck: self_attention, flash and naive, with padding, a fully pad
     gradcheck(k + " key mask", [&](Tape& t, V& x) {
       return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .kernel = kernel});
     }, {random<double>({3, n, 24})});
+    gradcheck(k + " key mask, padded queries skipped", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .kernel = kernel, .skip_padded_queries = true});
+    }, {random<double>({3, n, 24})});
     gradcheck(k + " key mask + causal additive mask, one head", [&](Tape& t, V& x) {
       return attn::self_attention(t, x[0], {.heads = 1, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
     }, {random<double>({3, n, 12})});
@@ -172,12 +175,43 @@ TEST_CASE("gradcheck: self_attention, flash and naive, with padding, a fully pad
       auto o = attn::self_attention(t, qkv, {.heads = 2, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
       return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[3], x[4]);
     }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({24}), random<double>({8, 8}), random<double>({8})});
+    // PaddedRows::zero: both projections on the real rows only (flat indices of key_mask's ones).
+    Tensor<std::int64_t> rows;
+    REQUIRE(nn::detail::real_rows(key_mask, rows));
+    REQUIRE(rows.numel() == 9);
+    gradcheck(k + " layer, padded rows skipped", [&](Tape& t, V& x) {
+      auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], x[2], &rows);
+      auto o = attn::self_attention(t, qkv, {.heads = 2, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
+      return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[3], x[4], &rows);
+    }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({24}), random<double>({8, 8}), random<double>({8})});
     gradcheck(k + " layer without biases", [&](Tape& t, V& x) {
       auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], attn::Var<double>());
       auto o = attn::self_attention(t, qkv, {.heads = 4, .key_mask = key_mask, .kernel = kernel});
       return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[2], attn::Var<double>());
     }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({8, 8})});
   }
+}
+
+TEST_CASE("flash, skip_padded_queries: rows after the last real key are zero, the others as without it") {
+  const std::size_t n = 150;  // two query and key tiles
+  auto mask = lengths_mask<float>({150, 129, 40, 0, 1}, n);
+  mask(2, 10) = 0.f;  // a hole before the last real key: that row is still computed
+  auto qkv = random<float>({5, n, 48});
+  attn::NoGrad ctx;
+  auto full = attn::self_attention(ctx, attn::Var<float>(qkv), {.heads = 2, .key_mask = mask, .kernel = AttentionKernel::flash});
+  auto skip = attn::self_attention(ctx, attn::Var<float>(qkv),
+                                   {.heads = 2, .key_mask = mask, .kernel = AttentionKernel::flash, .skip_padded_queries = true});
+  const std::size_t ends[] = {150, 129, 40, 0, 1};
+  double kept = 0, zeroed = 0;
+  for (std::size_t b = 0; b < 5; ++b)
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t c = 0; c < 16; ++c) {
+        const float a = full.value()[(b * n + t) * 16 + c], z = skip.value()[(b * n + t) * 16 + c];
+        if (t < ends[b]) kept = std::max(kept, double(std::abs(a - z)));
+        else zeroed = std::max(zeroed, double(std::abs(z)));
+      }
+  CHECK(kept <= 1e-6);  // the tile GEMMs run on fewer rows: the same sums, possibly in another order
+  CHECK(zeroed == 0.0);
 }
 
 TEST_CASE("fused projection: y = x W^T + b and its gradients match plain loops (multi-threaded GEMM split)") {
@@ -367,6 +401,56 @@ TEST_CASE("Attention: NoGrad and Tape agree, eval mode disables dropout, weights
         for (std::size_t j = 0; j < 9; ++j) s += r.weights(b, h, i, j);
         CHECK(s == Approx(1.0).epsilon(1e-5));
       }
+}
+
+TEST_CASE("Attention, PaddedRows::zero: the real rows and every gradient match PaddedRows::compute; padded rows are zero") {
+  const std::size_t n = 11;
+  // Ragged lengths with a fully padded sample; the same with holes (padding before real tokens: the
+  // padded rows are then zeroed, not skipped); no padding at all (the unpacked path); all padding.
+  for (int config = 0; config < 4; ++config) {
+    const auto lens = config < 2 ? std::vector<std::size_t>{11, 3, 0, 7} : config == 2 ? std::vector<std::size_t>{11, 11} : std::vector<std::size_t>{0, 0};
+    const std::size_t bn = lens.size();
+    auto mask = lengths_mask<float>(lens, n);
+    if (config == 1) mask(0, 4) = mask(3, 0) = 0.f;
+    auto x = random<float>({bn, n, 32});
+    Tensor<float> dout = random<float>({bn, n, 32});
+    for (std::size_t i = 0; i < bn * n; ++i)  // the loss reads the real rows only
+      if (mask[i] == 0.f) std::fill_n(dout.data() + i * 32, 32, 0.f);
+    nn::Attention<4, 32> ref(nullptr, "attn"), skip(nullptr, "attn", {.padded = nn::PaddedRows::zero});
+    struct Run {
+      Tensor<float> y, gx;
+      std::vector<Tensor<float>> gp;
+    };
+    auto run = [&](nn::Attention<4, 32>& a, AttentionKernel kernel) {
+      // Leaves NaN in the host pool's block of qkv's size: a padded row that is read but not
+      // written would turn the result into NaN.
+      Tensor<float>::full({bn, n, 96}, std::numeric_limits<float>::quiet_NaN());
+      Tape tape;
+      attn::Var<float, Shape<dyn, dyn, 32>> xv(x.clone(), true);
+      auto y = a(tape, xv, mask, {.kernel = kernel});
+      tape.backward(y, dout);
+      Run r{y.value().erased().clone(), xv.grad().erased().clone(), {}};
+      for (auto& p : a.parameters<float>()) r.gp.push_back(p.grad().erased().clone());
+      a.zero_grad();
+      return r;
+    };
+    for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+      INFO("mask " << config << (kernel == AttentionKernel::flash ? " flash" : " naive"));
+      Run a = run(ref, kernel), b = run(skip, kernel);
+      double real = 0, pad = 0, scale = 1e-30;
+      for (std::size_t i = 0; i < bn * n; ++i)
+        for (std::size_t c = 0; c < 32; ++c) {
+          const double d = std::abs(double(a.y[i * 32 + c]) - double(b.y[i * 32 + c]));
+          if (mask[i] != 0.f) real = std::max(real, d), scale = std::max(scale, std::abs(double(a.y[i * 32 + c])));
+          else pad = std::max(pad, std::abs(double(b.y[i * 32 + c])));
+        }
+      CHECK(real / scale <= 1e-5);
+      CHECK(pad == 0.0);
+      CHECK(rel_diff(b.gx, a.gx) <= 1e-5);
+      REQUIRE(a.gp.size() == b.gp.size());
+      for (std::size_t p = 0; p < a.gp.size(); ++p) CHECK(rel_diff(b.gp[p], a.gp[p]) <= 1e-5);
+    }
+  }
 }
 
 TEST_CASE("attention dropout: drops about p of the weights and scales the rest by 1/(1-p)") {

@@ -49,6 +49,9 @@ struct AttentionArgs {
   Tensor<T, AnyShape, B> attn_mask = {};  // (T, T): added to the scores, may hold -inf; empty: none
   double dropout = 0;                // probability of dropping each attention weight; pass 0 outside training
   AttentionKernel kernel = AttentionKernel::automatic;
+  // CPU flash kernel: query rows after each sample's last real key are not computed; their output is
+  // zero and passes no gradient (for callers that drop those rows, as nn::PaddedRows::zero).
+  bool skip_padded_queries = false;
   Tensor<T, AnyShape, B>* weights = nullptr;  // if set, receives the softmax weights (B, H, T, T) (naive kernel)
   AttentionStats* stats = nullptr;
 };
@@ -66,6 +69,7 @@ struct MhaProblem {
   T scale = 1;                   // 1 / sqrt(head_dim)
   double dropout = 0;
   std::uint64_t seed = 0;        // of the dropout mask, a pure function of (seed, b, h, i, j)
+  bool skip_padded_queries = false;  // flash: rows from key_end(b) on are zero (lse +inf) and get no gradient
   std::size_t dim() const { return heads * head_dim; }
   std::size_t ld() const { return 3 * dim(); }
 };
@@ -246,18 +250,24 @@ struct Masks {
   Scratch<T> key_bias;            // (B, T): 0 for a real key, -inf for padding; size 0 without key mask
   Scratch<unsigned char> kblock;  // (B, nkb): 0 all padding, 1 mixed, 2 all real
   Scratch<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry
+  Scratch<std::size_t> kend;      // (B): 1 + the last real key (0: none); keys from there on are all padding
   std::size_t nqb = 0, nkb = 0;
 
   Masks(const MhaProblem<T>& p, std::size_t bq, std::size_t bk)
       : key_bias(0, p.key_mask ? p.batch * p.time : 0),
         kblock(1, p.batch * ((p.time + bk - 1) / bk)),
-        ablock(2, ((p.time + bq - 1) / bq) * ((p.time + bk - 1) / bk)) {
+        ablock(2, ((p.time + bq - 1) / bq) * ((p.time + bk - 1) / bk)),
+        kend(0, p.batch) {
     const std::size_t n = p.time;
     nqb = (n + bq - 1) / bq;
     nkb = (n + bk - 1) / bk;
     std::fill_n(kblock.data(), kblock.size(), static_cast<unsigned char>(2));
+    std::fill_n(kend.data(), kend.size(), n);
     if (p.key_mask) {
-      for (std::size_t b = 0; b < p.batch; ++b)
+      for (std::size_t b = 0; b < p.batch; ++b) {
+        std::size_t e = n;
+        while (e > 0 && p.key_mask[b * n + e - 1] == T(0)) --e;
+        kend[b] = e;
         for (std::size_t kb = 0; kb < nkb; ++kb) {
           std::size_t real = 0, j1 = std::min(n, (kb + 1) * bk);
           for (std::size_t j = kb * bk; j < j1; ++j) {
@@ -267,6 +277,7 @@ struct Masks {
           }
           kblock[b * nkb + kb] = real == 0 ? 0 : real == j1 - kb * bk ? 2 : 1;
         }
+      }
     }
     std::fill_n(ablock.data(), ablock.size(), static_cast<unsigned char>(1));
     if (p.attn_mask)
@@ -279,7 +290,9 @@ struct Masks {
           ablock[qb * nkb + kb] = live;
         }
   }
-  std::size_t bytes() const { return key_bias.size() * sizeof(T) + kblock.size() + ablock.size(); }
+  std::size_t bytes() const { return key_bias.size() * sizeof(T) + kblock.size() + ablock.size() + kend.size() * sizeof(std::size_t); }
+  /// The query rows of sample b that are computed: all, or up to its last real key.
+  std::size_t qend(const MhaProblem<T>& p, std::size_t b) const { return p.skip_padded_queries ? kend[b] : p.time; }
   /// Adds attn_mask and key padding to score tile s (rows i0.., cols j0.., row stride ld).
   void apply(const MhaProblem<T>& p, std::size_t b, std::size_t kb, T* s, std::size_t ld, std::size_t i0, std::size_t rows,
              std::size_t j0, std::size_t cols) const {
@@ -330,15 +343,21 @@ ATTN_MHA_OMP("omp parallel num_threads(nt)")
 ATTN_MHA_OMP("omp for schedule(dynamic)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / (H * nqb), h = std::size_t(task) / nqb % H, qb = std::size_t(task) % nqb;
-      const std::size_t i0 = qb * block_q, br = std::min(block_q, n - i0);
+      const std::size_t i0 = qb * block_q, rows = std::min(block_q, n - i0), kend = masks.kend[b];
+      const std::size_t qend = masks.qend(p, b), br = qend > i0 ? std::min(rows, qend - i0) : 0;
       const T *Q = p.qkv + (b * n + i0) * ld + h * hd, *K = p.qkv + b * n * ld + D + h * hd, *V = K + D;
       T* O = out + (b * n + i0) * D + h * hd;  // (br, hd), row stride D: the accumulator
-      for (std::size_t r = 0; r < br; ++r) std::fill_n(O + r * D, hd, T(0));
+      T* L = lse + (b * H + h) * n + i0;
+      for (std::size_t r = 0; r < rows; ++r) std::fill_n(O + r * D, hd, T(0));
+      for (std::size_t r = br; r < rows; ++r) L[r] = std::numeric_limits<T>::infinity();  // skipped query rows
+      if (br == 0) continue;
       std::fill_n(m.data(), br, neg_inf<T>);
       std::fill_n(l.data(), br, T(0));
       for (std::size_t kb = 0; kb < nkb; ++kb) {
+        const std::size_t j0 = kb * block_k;
+        if (j0 >= kend) break;  // the rest of the keys are padding
         if (!masks.kblock[b * nkb + kb] || !masks.ablock[qb * nkb + kb]) continue;
-        const std::size_t j0 = kb * block_k, bc = std::min(block_k, n - j0);
+        const std::size_t bc = std::min(block_k, kend - j0);
         // s (br, bc) = scale * Q_i K_j^T + masks
         cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q, int(ld), K + j0 * ld, int(ld), T(0),
                      s.data(), int(bc));
@@ -364,7 +383,6 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
         cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), T(1), s.data(), int(bc), V + j0 * ld, int(ld), T(1), O,
                      int(D));
       }
-      T* L = lse + (b * H + h) * n + i0;
       for (std::size_t r = 0; r < br; ++r) {
         T* o = O + r * D;
         if (l[r] > T(0)) {
@@ -404,17 +422,22 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
       const T *Q = p.qkv + qoff, *K = Q + D, *V = K + D, *O = out + ooff, *dO = dout + ooff;
       T *dQ = dqkv + qoff, *dK = dQ + D, *dV = dK + D;
       const T* L = lse + (b * H + h) * n;
-      for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t kend = masks.kend[b], qend = masks.qend(p, b);
+      for (std::size_t i = 0; i < qend; ++i) {
         T acc = 0;
         for (std::size_t c = 0; c < hd; ++c) acc += dO[i * D + c] * O[i * D + c];
         Dv[i] = acc;
       }
       for (std::size_t kb = 0; kb < nkb; ++kb) {
+        const std::size_t j0 = kb * block_k;
+        if (j0 >= kend) break;  // the rest of the keys are padding: no weight, no gradient
         if (!masks.kblock[b * nkb + kb]) continue;
-        const std::size_t j0 = kb * block_k, bc = std::min(block_k, n - j0);
+        const std::size_t bc = std::min(block_k, kend - j0);
         for (std::size_t qb = 0; qb < nqb; ++qb) {
+          const std::size_t i0 = qb * block_q;
+          if (i0 >= qend) break;  // skipped query rows
           if (!masks.ablock[qb * nkb + kb]) continue;
-          const std::size_t i0 = qb * block_q, br = std::min(block_q, n - i0);
+          const std::size_t br = std::min(block_q, qend - i0);
           cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q + i0 * ld, int(ld), K + j0 * ld, int(ld),
                        T(0), pt.data(), int(bc));
           masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
@@ -557,7 +580,8 @@ struct attention_out_shape<AnyShape> { using type = AnyShape; };
 /// Multi-head self-attention: qkv (B, T, 3*D) holds Q, K, V (each D = heads * head_dim wide, head h
 /// at columns h*head_dim..); returns softmax(Q K^T / sqrt(head_dim) + attn_mask, padded keys
 /// excluded) V per head, heads merged: (B, T, D). A query row with no visible key gives zero
-/// weights and a zero output. Queries at padded positions are computed like any other.
+/// weights and a zero output. Queries at padded positions are computed like any other, unless
+/// skip_padded_queries asks the flash kernel to leave those after the last real key at zero.
 template <Context C, class T, class S, class B>
 auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& a) {
   using SO = typename detail::attention_out_shape<S>::type;
@@ -585,6 +609,7 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   p.scale = T(1.0 / std::sqrt(double(p.head_dim)));
   p.dropout = a.dropout;
   p.seed = a.dropout > 0 ? ctx.rng().next() : 0;
+  p.skip_padded_queries = a.skip_padded_queries;
 
   Tensor<T, AnyShape, B> out(Dims{nb, n, D}), saved;
   if (a.stats) a.stats->note(out.numel() * sizeof(T));
