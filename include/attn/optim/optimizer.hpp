@@ -3,10 +3,13 @@
 //   attn::optim::Adam<float> opt(model, {.lr = 1e-3, .weight_decay = 0.01, .decoupled = true});
 //   ...; tape.backward(loss); attn::optim::clip_grad_norm(opt.params(), 1.0); opt.step(); opt.zero_grad();
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <Eigen/Core>
 
 #include "../nn/module.hpp"
 
@@ -139,18 +142,33 @@ class Adam {
         }
         continue;
       }
-      const long long n = static_cast<long long>(d.value.numel());
+      // In blocks of Eigen arrays (vectorised sqrt and division); the same operations in the same
+      // order as the scalar formula, so the result does not depend on the vector width:
+      //   gi = g (+ wd p); m += (gi - m)(1 - b1); v = v b2 + (1 - b2) gi gi; p -= lr/bc1 m / (sqrt(v)/sqrt(bc2) + eps)
+      constexpr long long block = 4096;
+      const long long n = static_cast<long long>(d.value.numel()), nblocks = (n + block - 1) / block;
+      const bool decoupled = opt_.decoupled;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
 #endif
-      for (long long i = 0; i < n; ++i) {
-        T gi = g[i];
-        if (opt_.decoupled) p[i] *= T(1) - lr * wd;
-        else if (wd != T(0)) gi += wd * p[i];
-        m[i] += (gi - m[i]) * omb1;  // torch: exp_avg.lerp_(grad, 1 - beta1)
-        v[i] = v[i] * b2 + omb2 * gi * gi;
-        const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-        p[i] -= step_size * m[i] / denom;
+      for (long long bi = 0; bi < nblocks; ++bi) {
+        using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+        const long long i0 = bi * block, len = std::min(block, n - i0);
+        Eigen::Map<Arr> P(p + i0, len), M(m + i0, len), V(v + i0, len);
+        Eigen::Map<const Arr> G(g + i0, len);
+        auto update = [&](const auto& gi) {
+          M += (gi - M) * omb1;  // torch: exp_avg.lerp_(grad, 1 - beta1)
+          V = V * b2 + omb2 * gi * gi;
+          P -= step_size * M / (V.sqrt() / bc2_sqrt + eps);
+        };
+        if (decoupled) {
+          P *= T(1) - lr * wd;
+          update(G);
+        } else if (wd != T(0)) {
+          update(G + wd * P);
+        } else {
+          update(G);
+        }
       }
     }
   }
