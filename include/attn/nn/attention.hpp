@@ -252,7 +252,8 @@ class Attention : public Module {
     return forward(ctx, x, mask, extras, nullptr);
   }
 
-  /// The same, also returning the softmax weights (B, Heads, T, T) (runs the naive kernel).
+  /// The same, also returning the softmax weights (B, Heads, T, T) (runs the naive kernel). Under
+  /// PaddedRows::zero the rows of padded queries hold uniform weights over the real keys.
   template <Context C, class S, class SM>
   AttentionOutput<T, S, Heads, B> forward_with_weights(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& mask,
                                                        AttentionExtras<T, B> extras = {}) const {
