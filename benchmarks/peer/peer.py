@@ -3,7 +3,7 @@
 
 Runs the reference models R1-R4 with plain PyTorch on the CPU and prints
 samples/s (median of timed iterations after warm-ups) and the peak RSS of the
-process that ran the case.  Every attention runs in up to three ways:
+process that ran the case.  Every attention runs in up to four ways:
 
   hand  fused QKV Linear, matmul, masked softmax, matmul, output Linear
   mha   nn.MultiheadAttention(batch_first=True, need_weights=False)
@@ -20,7 +20,7 @@ Usage:
   peer.py --all [--json]                                # every case, table
   peer.py --gemm                                        # FP32 GEMM 2048^3 GFLOP/s
   peer.py --r4-lengths                                  # the R4 sample lengths
-  peer.py --check                                       # hand == mha == sdpa
+  peer.py --check                                       # hand == mha == sdpa == packed
 
 Works with torch 1.13 and 2.x.  Set OMP_NUM_THREADS before starting python
 (run-peer.sh does); the child processes started here get it from --threads.
@@ -137,18 +137,16 @@ def build_modules(torch):
                 qkv = self.in_proj(x)
             qkv = qkv.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)
             q, k, v = qkv[0], qkv[1], qkv[2]                      # (B, H, T, dh)
-            if packed:
-                o = (F.scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :])
-                     if sdpa_available(torch) else self.core(q, k, v, valid))
-                o = o.transpose(1, 2).reshape(B, T, D)
-                y = x.new_zeros(B, T, D)
-                y[valid] = self.out_proj(o[valid])
-                return y
             if self.impl == "sdpa" or (self.impl == "packed" and sdpa_available(torch)):
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :])
             else:
                 o = self.core(q, k, v, valid)
-            return self.out_proj(o.transpose(1, 2).reshape(B, T, D))
+            o = o.transpose(1, 2).reshape(B, T, D)
+            if packed:
+                y = x.new_zeros(B, T, D)
+                y[valid] = self.out_proj(o[valid])
+                return y
+            return self.out_proj(o)
 
         def core(self, q, k, v, valid):
             # scale folded into q: T*dh multiplies instead of T*T
@@ -364,7 +362,7 @@ def run_gemm(torch, iters, max_seconds=None, n=2048):
 
 
 def check_impls(torch):
-    """Same weights, padded batch: hand, mha and sdpa must agree (outputs and grads)."""
+    """Same weights, padded batch: hand, mha, sdpa and packed must agree (outputs and grads)."""
     Attention, _, _ = build_modules(torch)
     g = torch.Generator().manual_seed(SEED)
     B, T, D, H = 3, 37, 256, 8
@@ -567,7 +565,7 @@ def main():
     ap.add_argument("--gemm", action="store_true", help="FP32 GEMM 2048^3 GFLOP/s")
     ap.add_argument("--r4-lengths", action="store_true", help="print the R4 lengths")
     ap.add_argument("--check", action="store_true",
-                    help="check that hand, mha and sdpa compute the same attention")
+                    help="check that hand, mha, sdpa and packed compute the same attention")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-seconds", type=float, default=None,
