@@ -258,14 +258,15 @@ struct LayerRun {
   std::vector<Tensor<float>> gparams;
 };
 
-/// Runs Attention<4, 32> forward + backward with the given kernel; parameters from `params`.
+/// Runs Attention<H, D> forward + backward with the given kernel; parameters from `params`.
+template <std::size_t H, std::size_t D>
 LayerRun run_layer(AttentionKernel kernel, const Tensor<float>& x, const Tensor<float>& mask, const Tensor<float>& am,
                    const std::vector<Tensor<float>>& params, const Tensor<float>& dout, double dropout) {
-  nn::Attention<4, 32> a(nullptr, "attn", {.dropout = dropout});
-  auto ps = a.parameters<float>();
+  nn::Attention<H, D> a(nullptr, "attn", {.dropout = dropout});
+  auto ps = a.template parameters<float>();
   for (std::size_t i = 0; i < ps.size(); ++i) set_value(ps[i], params[i]);
   Tape tape(7);
-  attn::Var<float, Shape<dyn, dyn, 32>> xv(x.clone(), true);
+  attn::Var<float, Shape<dyn, dyn, D>> xv(x.clone(), true);
   auto y = a(tape, xv, mask, {.attn_mask = am, .kernel = kernel});
   tape.backward(y, dout);
   LayerRun r{y.value().erased(), xv.grad().erased(), {}};
@@ -273,21 +274,24 @@ LayerRun run_layer(AttentionKernel kernel, const Tensor<float>& x, const Tensor<
   return r;
 }
 
-}  // namespace
-
-TEST_CASE("flash and naive agree in float32 on outputs and every gradient (T = 1, 7, 64, 130, 200)") {
+/// Flash against naive in float, outputs and every gradient, at T = 1, 7, 64, 130, 200 (one tile, a
+/// partial tile, two tiles with a 2-row or 72-row tail), with and without a causal mask and dropout.
+/// The head widths cover the flash kernel's tile GEMM paths: 8 (one vector), 16, 20 (16 + a masked
+/// tail of 4), 24 (16 + 8), 64.
+template <std::size_t H, std::size_t D>
+void flash_matches_naive() {
   for (std::size_t n : {1, 7, 64, 130, 200}) {
     for (bool with_am : {false, true}) {
       for (double dropout : {0.0, 0.25}) {
-        INFO("T = " << n << ", attn_mask " << with_am << ", dropout " << dropout);
-        auto x = random<float>({3, n, 32});
+        INFO("Attention<" << H << ", " << D << ">, T = " << n << ", attn_mask " << with_am << ", dropout " << dropout);
+        auto x = random<float>({3, n, D});
         auto mask = lengths_mask<float>({n, (n + 1) / 2, 0}, n);
         Tensor<float> am = with_am ? causal_mask<float>(n) : Tensor<float>();
-        std::vector<Tensor<float>> params{random<float>({96, 32}, -0.5, 0.5), random<float>({96}, -0.5, 0.5),
-                                          random<float>({32, 32}, -0.5, 0.5), random<float>({32}, -0.5, 0.5)};
-        auto dout = random<float>({3, n, 32});
-        auto f = run_layer(AttentionKernel::flash, x, mask, am, params, dout, dropout);
-        auto s = run_layer(AttentionKernel::naive, x, mask, am, params, dout, dropout);
+        std::vector<Tensor<float>> params{random<float>({3 * D, D}, -0.5, 0.5), random<float>({3 * D}, -0.5, 0.5),
+                                          random<float>({D, D}, -0.5, 0.5), random<float>({D}, -0.5, 0.5)};
+        auto dout = random<float>({3, n, D});
+        auto f = run_layer<H, D>(AttentionKernel::flash, x, mask, am, params, dout, dropout);
+        auto s = run_layer<H, D>(AttentionKernel::naive, x, mask, am, params, dout, dropout);
         REQUIRE(all_finite(f.out));
         REQUIRE(all_finite(f.gx));
         CHECK(rel_diff(f.out, s.out) <= 1e-5);
@@ -297,14 +301,24 @@ TEST_CASE("flash and naive agree in float32 on outputs and every gradient (T = 1
           CHECK(rel_diff(f.gparams[i], s.gparams[i]) <= 1e-5);
         }
         // The fully padded sample: zero attention output, so out = out_proj.bias, and no gradient to x.
+        bool padded_ok = true;
         for (std::size_t t = 0; t < n; ++t)
-          for (std::size_t c = 0; c < 32; ++c) {
-            CHECK(f.out[(2 * n + t) * 32 + c] == params[3][c]);
-            CHECK(f.gx[(2 * n + t) * 32 + c] == 0.0f);
-          }
+          for (std::size_t c = 0; c < D; ++c)
+            padded_ok = padded_ok && f.out[(2 * n + t) * D + c] == params[3][c] && f.gx[(2 * n + t) * D + c] == 0.0f;
+        CHECK(padded_ok);
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("flash and naive agree in float32 on outputs and every gradient (head widths 8, 16, 20, 24, 64)") {
+  flash_matches_naive<4, 32>();
+  flash_matches_naive<2, 32>();
+  flash_matches_naive<2, 40>();
+  flash_matches_naive<1, 24>();
+  flash_matches_naive<2, 128>();
 }
 
 namespace {

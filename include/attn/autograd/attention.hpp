@@ -19,6 +19,7 @@
 #endif
 
 #include "../backend/cpu.hpp"
+#include "../backend/cpu_tile_gemm.hpp"
 #include "var.hpp"
 
 #if defined(_OPENMP)
@@ -133,36 +134,49 @@ inline float hsum_ps(__m128 v) {
 #endif
 
 #if defined(ATTN_MHA_AVX2)
-/// exp_ps for 8 floats with AVX2 and FMA.
+/// exp for 8 floats with AVX2 and FMA, for softmax's arguments (<= 0): v = n ln2 + r, |r| <= ln2/2,
+/// e^r by a degree-5 minimax polynomial (relative error <= 2.1e-7, about 2 ulp), 2^n added into the
+/// exponent bits. v < -87 (results under FLT_MIN, and -inf) gives exactly 0, which also keeps
+/// denormals out of the GEMMs; NaN stays NaN (max/min return their second operand for NaN); v is
+/// clamped at 88.
 __attribute__((target("avx2,fma"))) inline __m256 exp8_ps(__m256 v) {
   const __m256 lo = _mm256_set1_ps(-87.0f);
-  const __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ);
-  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-  const __m256 c = _mm256_min_ps(_mm256_max_ps(v, lo), _mm256_set1_ps(88.0f));
+  const __m256 c = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(lo, v));
   const __m256 fn = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fmadd_ps(fn, _mm256_set1_ps(-0.693359375f), c);
   r = _mm256_fmadd_ps(fn, _mm256_set1_ps(2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
-  return _mm256_or_ps(_mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep), _mm256_and_ps(v, nan));
+  __m256 p = _mm256_set1_ps(8.2976548001e-03f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1915383190e-02f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6667574644e-01f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.9998894334e-01f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.9999970198e-01f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0000001192e+00f));
+  // c >= -87 keeps p 2^n normal, so adding n to the exponent field is exact.
+  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(fn), 23);
+  const __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+  return _mm256_andnot_ps(_mm256_cmp_ps(v, lo, _CMP_LT_OQ), y);
 }
 /// exp_shift_sum's AVX2 body: whole 8-float groups of x[0..n); returns their count and adds to *sum.
 __attribute__((target("avx2,fma"))) inline std::size_t exp_shift_sum_avx2(float* x, std::size_t n, float m, float* sum) {
   const __m256 mv = _mm256_set1_ps(m);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   std::size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
+  for (; j + 16 <= n; j += 16) {  // two independent chains
+    const __m256 y0 = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+    const __m256 y1 = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), mv));
+    _mm256_storeu_ps(x + j, y0);
+    _mm256_storeu_ps(x + j + 8, y1);
+    a0 = _mm256_add_ps(a0, y0);
+    a1 = _mm256_add_ps(a1, y1);
+  }
+  if (j + 8 <= n) {
     const __m256 y = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
     _mm256_storeu_ps(x + j, y);
-    acc = _mm256_add_ps(acc, y);
+    a0 = _mm256_add_ps(a0, y);
+    j += 8;
   }
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  a0 = _mm256_add_ps(a0, a1);
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
   *sum += hsum_ps(h);
   return j;
 }
@@ -224,12 +238,12 @@ inline double exp_shift_sum(double* x, std::size_t n, double m) {
 
 /// Working memory of the calling thread, kept between calls (a thread's buffer in `slot` grows to
 /// the largest n asked for and is reused), so the kernels allocate nothing once warmed up. The
-/// contents are uninitialised. Slots 0-2 hold the masks below, 3-5 the per-thread tiles.
+/// contents are uninitialised. Slots 0-2 hold the masks below, 3-7 the per-thread tiles.
 template <class T>
 class Scratch {
  public:
   Scratch(std::size_t slot, std::size_t n) {
-    thread_local std::vector<T> bufs[6];
+    thread_local std::vector<T> bufs[8];
     auto& v = bufs[slot];
     if (v.size() < n) v.resize(n);
     p_ = v.data();
@@ -313,6 +327,20 @@ ATTN_MHA_OMP("omp simd")
   }
 };
 
+/// dst (hd, bc) = the transpose of rows [0, bc) of src (row stride ld, hd columns): a key or value
+/// tile laid out as the B operand of tile::gemm for S = Q K^T and dP = dO V^T.
+template <class T>
+void transpose_tile(const T* src, std::size_t ld, std::size_t bc, std::size_t hd, T* dst) {
+  for (std::size_t c = 0; c < hd; ++c)  // contiguous writes; the bc source rows stay in L1
+    for (std::size_t j = 0; j < bc; ++j) dst[c * bc + j] = src[j * ld + c];
+}
+
+/// Whether the tiles go through tile::gemm (float with AVX2 + FMA) rather than the general GEMM.
+template <class T>
+bool tile_kernels() {
+  return std::is_same_v<T, float> && tile::available();
+}
+
 inline int threads_for(std::size_t tasks) {
 #if defined(_OPENMP)
   return static_cast<int>(std::clamp<std::size_t>(tasks, 1, static_cast<std::size_t>(omp_get_max_threads())));
@@ -337,9 +365,10 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   const int nt = threads_for(std::size_t(tasks));
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : (block_q * block_k + 2 * block_q) * sizeof(T));
   const DropMask<T> drop(p.dropout, p.seed);
+  const bool fast = tile_kernels<T>();
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
-    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q);
+    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kt(6, fast ? hd * block_k : 0);
 ATTN_MHA_OMP("omp for schedule(dynamic)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / (H * nqb), h = std::size_t(task) / nqb % H, qb = std::size_t(task) % nqb;
@@ -359,8 +388,13 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
         if (!masks.kblock[b * nkb + kb] || !masks.ablock[qb * nkb + kb]) continue;
         const std::size_t bc = std::min(block_k, kend - j0);
         // s (br, bc) = scale * Q_i K_j^T + masks
-        cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q, int(ld), K + j0 * ld, int(ld), T(0),
-                     s.data(), int(bc));
+        if (fast) {
+          transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
+          tile::gemm<T>(br, bc, hd, p.scale, Q, ld, 1, kt.data(), bc, false, s.data(), bc);
+        } else {
+          cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q, int(ld), K + j0 * ld, int(ld), T(0),
+                       s.data(), int(bc));
+        }
         masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
         for (std::size_t r = 0; r < br; ++r) {
           T* row = s.data() + r * bc;
@@ -380,8 +414,11 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
           }
         }
         // O_i += P V_j: (br, bc) x (bc, hd)
-        cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), T(1), s.data(), int(bc), V + j0 * ld, int(ld), T(1), O,
-                     int(D));
+        if (fast)
+          tile::gemm<T>(br, hd, bc, T(1), s.data(), bc, 1, V + j0 * ld, ld, true, O, D);
+        else
+          cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), T(1), s.data(), int(bc), V + j0 * ld, int(ld), T(1), O,
+                       int(D));
       }
       for (std::size_t r = 0; r < br; ++r) {
         T* o = O + r * D;
@@ -412,9 +449,11 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   const int nt = threads_for(std::size_t(tasks));
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : (2 * block_q * block_k + n) * sizeof(T));
   const DropMask<T> drop(p.dropout, p.seed);
+  const bool fast = tile_kernels<T>();
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
+    const Scratch<T> kt(6, fast ? hd * block_k : 0), vt(7, fast ? hd * block_k : 0);
 ATTN_MHA_OMP("omp for schedule(dynamic)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
@@ -433,18 +472,28 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
         if (j0 >= kend) break;  // the rest of the keys are padding: no weight, no gradient
         if (!masks.kblock[b * nkb + kb]) continue;
         const std::size_t bc = std::min(block_k, kend - j0);
+        if (fast) {
+          transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
+          transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
+        }
         for (std::size_t qb = 0; qb < nqb; ++qb) {
           const std::size_t i0 = qb * block_q;
           if (i0 >= qend) break;  // skipped query rows
           if (!masks.ablock[qb * nkb + kb]) continue;
           const std::size_t br = std::min(block_q, qend - i0);
-          cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q + i0 * ld, int(ld), K + j0 * ld, int(ld),
-                       T(0), pt.data(), int(bc));
+          if (fast)
+            tile::gemm<T>(br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
+          else
+            cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q + i0 * ld, int(ld), K + j0 * ld, int(ld),
+                         T(0), pt.data(), int(bc));
           masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
           for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
           // dP (br, bc) = dO_i V_j^T
-          cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), T(1), dO + i0 * D, int(D), V + j0 * ld, int(ld), T(0),
-                       dp.data(), int(bc));
+          if (fast)
+            tile::gemm<T>(br, bc, hd, T(1), dO + i0 * D, D, 1, vt.data(), bc, false, dp.data(), bc);
+          else
+            cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), T(1), dO + i0 * D, int(D), V + j0 * ld, int(ld), T(0),
+                         dp.data(), int(bc));
           for (std::size_t r = 0; r < br; ++r) {
             T* pr = pt.data() + r * bc;
             T* gr = dp.data() + r * bc;
@@ -462,12 +511,18 @@ ATTN_MHA_OMP("omp simd")
             }
           }
           // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
-          cpu::gemm<T>(Trans::yes, Trans::no, int(bc), int(hd), int(br), T(1), pt.data(), int(bc), dO + i0 * D, int(D), T(1),
-                       dV + j0 * ld, int(ld));
-          cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), p.scale, dp.data(), int(bc), K + j0 * ld, int(ld), T(1),
-                       dQ + i0 * ld, int(ld));
-          cpu::gemm<T>(Trans::yes, Trans::no, int(bc), int(hd), int(br), p.scale, dp.data(), int(bc), Q + i0 * ld, int(ld), T(1),
-                       dK + j0 * ld, int(ld));
+          if (fast) {
+            tile::gemm<T>(bc, hd, br, T(1), pt.data(), 1, bc, dO + i0 * D, D, true, dV + j0 * ld, ld);
+            tile::gemm<T>(br, hd, bc, p.scale, dp.data(), bc, 1, K + j0 * ld, ld, true, dQ + i0 * ld, ld);
+            tile::gemm<T>(bc, hd, br, p.scale, dp.data(), 1, bc, Q + i0 * ld, ld, true, dK + j0 * ld, ld);
+          } else {
+            cpu::gemm<T>(Trans::yes, Trans::no, int(bc), int(hd), int(br), T(1), pt.data(), int(bc), dO + i0 * D, int(D), T(1),
+                         dV + j0 * ld, int(ld));
+            cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), p.scale, dp.data(), int(bc), K + j0 * ld, int(ld), T(1),
+                         dQ + i0 * ld, int(ld));
+            cpu::gemm<T>(Trans::yes, Trans::no, int(bc), int(hd), int(br), p.scale, dp.data(), int(bc), Q + i0 * ld, int(ld), T(1),
+                         dK + j0 * ld, int(ld));
+          }
         }
       }
     }

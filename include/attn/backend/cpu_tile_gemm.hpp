@@ -1,0 +1,129 @@
+// A register-tiled FP32 GEMM for the small, cache-resident tiles of the attention kernels:
+//   C (m, n) = alpha A B (+ C),   A(i, p) = a[i * ai + p * ak],   B (k, n) row-major (row stride ldb).
+// A is read in place through two strides (so A and A^T are the same call) and B in place by rows:
+// nothing is packed. Eigen's GEMM packs both operands on every call, which costs as much as the
+// arithmetic when one side is a 128 x 16 tile of a 16-wide head. AVX2 + FMA, chosen at run time
+// whatever the build's -m flags; tile_gemm() returns false where it does not apply, and the
+// caller falls back to the general GEMM.
+#pragma once
+#include <cstddef>
+#include <type_traits>
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#define ATTN_TILE_GEMM_AVX2 1
+#endif
+
+namespace attn::kernels::tile {
+
+#if defined(ATTN_TILE_GEMM_AVX2)
+inline bool available() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return ok;
+}
+
+/// An R x (8 NV) block of C from k steps of rank-1 updates: R broadcasts of A and NV loads of B per
+/// step. With Mask the block's single vector covers the first lanes of `mask` only (n's tail).
+template <int R, int NV, bool Mask>
+__attribute__((target("avx2,fma"))) inline void micro(std::size_t k, float alpha, const float* a, std::size_t ai, std::size_t ak,
+                                                      const float* b, std::size_t ldb, bool accumulate, float* c, std::size_t ldc,
+                                                      __m256i mask) {
+  static_assert(NV == 1 || !Mask);
+  __m256 s[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) s[r][v] = _mm256_setzero_ps();
+  for (std::size_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    __m256 bv[NV];
+    if constexpr (Mask) {
+      bv[0] = _mm256_maskload_ps(bp, mask);
+    } else {
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(bp + 8 * v);
+    }
+    const float* ap = a + p * ak;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(ap + r * ai);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) s[r][v] = _mm256_fmadd_ps(av, bv[v], s[r][v]);
+    }
+  }
+  const __m256 al = _mm256_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      __m256 o = _mm256_mul_ps(al, s[r][v]);
+      if constexpr (Mask) {
+        if (accumulate) o = _mm256_add_ps(o, _mm256_maskload_ps(cr, mask));
+        _mm256_maskstore_ps(cr, mask, o);
+      } else {
+        if (accumulate) o = _mm256_add_ps(o, _mm256_loadu_ps(cr + 8 * v));
+        _mm256_storeu_ps(cr + 8 * v, o);
+      }
+    }
+  }
+}
+
+/// Rows [0, R) of C over all of n: 16-wide blocks, then an 8-wide one, then the masked tail.
+template <int R>
+__attribute__((target("avx2,fma"))) inline void row_block(std::size_t n, std::size_t k, float alpha, const float* a, std::size_t ai,
+                                                          std::size_t ak, const float* b, std::size_t ldb, bool accumulate, float* c,
+                                                          std::size_t ldc) {
+  const __m256i none = _mm256_setzero_si256();
+  std::size_t j = 0;
+  for (; j + 16 <= n; j += 16) micro<R, 2, false>(k, alpha, a, ai, ak, b + j, ldb, accumulate, c + j, ldc, none);
+  if (j + 8 <= n) {
+    micro<R, 1, false>(k, alpha, a, ai, ak, b + j, ldb, accumulate, c + j, ldc, none);
+    j += 8;
+  }
+  if (j < n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j)), lane);
+    micro<R, 1, true>(k, alpha, a, ai, ak, b + j, ldb, accumulate, c + j, ldc, mask);
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline void gemm_avx2(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+                                                          std::size_t ai, std::size_t ak, const float* b, std::size_t ldb,
+                                                          bool accumulate, float* c, std::size_t ldc) {
+  constexpr std::size_t mr = 6;
+  std::size_t i = 0;
+  for (; i + mr <= m; i += mr) row_block<6>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc);
+  switch (m - i) {
+    case 5: row_block<5>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 4: row_block<4>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 3: row_block<3>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 2: row_block<2>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 1: row_block<1>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    default: break;
+  }
+}
+#else
+inline bool available() { return false; }
+#endif
+
+/// C (m, n) = alpha A B, plus C when accumulate. Returns false (and does nothing) where the kernel
+/// does not apply: not float, or no AVX2 + FMA. When k is 0, C becomes 0 (or stays, accumulating).
+template <class T>
+bool gemm(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t ai, std::size_t ak, const T* b,
+          std::size_t ldb, bool accumulate, T* c, std::size_t ldc) {
+#if defined(ATTN_TILE_GEMM_AVX2)
+  if constexpr (std::is_same_v<T, float>) {
+    if (!available()) return false;
+    gemm_avx2(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
+    return true;
+  }
+#endif
+  (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)ai, (void)ak, (void)b, (void)ldb, (void)accumulate, (void)c, (void)ldc;
+  return false;
+}
+
+}  // namespace attn::kernels::tile
