@@ -363,9 +363,10 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   const std::size_t nqb = masks.nqb, nkb = masks.nkb;
   const long long tasks = static_cast<long long>(p.batch * H * nqb);
   const int nt = threads_for(std::size_t(tasks));
-  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : (block_q * block_k + 2 * block_q) * sizeof(T));
   const DropMask<T> drop(p.dropout, p.seed);
   const bool fast = tile_kernels<T>();
+  const std::size_t per_thread = block_q * block_k + 2 * block_q + (fast ? hd * block_k : 0);
+  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kt(6, fast ? hd * block_k : 0);
@@ -447,9 +448,10 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   const std::size_t nqb = masks.nqb, nkb = masks.nkb;
   const long long tasks = static_cast<long long>(p.batch * H);
   const int nt = threads_for(std::size_t(tasks));
-  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : (2 * block_q * block_k + n) * sizeof(T));
   const DropMask<T> drop(p.dropout, p.seed);
   const bool fast = tile_kernels<T>();
+  const std::size_t per_thread = 2 * block_q * block_k + n + (fast ? 2 * hd * block_k : 0);
+  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
