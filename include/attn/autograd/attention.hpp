@@ -13,13 +13,12 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__CUDACC__)
-#include <immintrin.h>
-#define ATTN_MHA_AVX2 1  // an AVX2+FMA exp, chosen at run time, whatever the build's -m flags
-#endif
 
 #include "../backend/cpu.hpp"
 #include "../backend/cpu_tile_gemm.hpp"
+#if defined(ATTN_TILE_GEMM_AVX2)
+#define ATTN_MHA_AVX2 1  // an AVX2+FMA exp, chosen at run time (tile::available()), whatever the build's -m flags
+#endif
 #include "var.hpp"
 
 #if defined(_OPENMP)
@@ -180,13 +179,6 @@ __attribute__((target("avx2,fma"))) inline std::size_t exp_shift_sum_avx2(float*
   *sum += hsum_ps(h);
   return j;
 }
-inline bool has_avx2_fma() {
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return ok;
-}
 #endif
 
 /// max over x[0..n).
@@ -215,7 +207,7 @@ inline float exp_shift_sum(float* x, std::size_t n, float m) {
   float s = 0;
   std::size_t j = 0;
 #if defined(ATTN_MHA_AVX2)
-  if (has_avx2_fma()) j = exp_shift_sum_avx2(x, n, m, &s);
+  if (tile::available()) j = exp_shift_sum_avx2(x, n, m, &s);
 #endif
 #if defined(__SSE2__)
   const __m128 mv = _mm_set1_ps(m);

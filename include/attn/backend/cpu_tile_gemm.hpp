@@ -3,8 +3,9 @@
 // A is read in place through two strides (so A and A^T are the same call) and B in place by rows:
 // nothing is packed. Eigen's GEMM packs both operands on every call, which costs as much as the
 // arithmetic when one side is a 128 x 16 tile of a 16-wide head. AVX2 + FMA, chosen at run time
-// whatever the build's -m flags; tile_gemm() returns false where it does not apply, and the
-// caller falls back to the general GEMM.
+// whatever the build's -m flags (tile::available(), also the attention kernels' test for their AVX2
+// exponential); tile::gemm() returns false where it does not apply, and the caller falls back to
+// the general GEMM.
 #pragma once
 #include <cstddef>
 #include <type_traits>
