@@ -327,12 +327,6 @@ void transpose_tile(const T* src, std::size_t ld, std::size_t bc, std::size_t hd
     for (std::size_t j = 0; j < bc; ++j) dst[c * bc + j] = src[j * ld + c];
 }
 
-/// Whether the tiles go through tile::gemm (float with AVX2 + FMA) rather than the general GEMM.
-template <class T>
-bool tile_kernels() {
-  return std::is_same_v<T, float> && tile::available();
-}
-
 inline int threads_for(std::size_t tasks) {
 #if defined(_OPENMP)
   return static_cast<int>(std::clamp<std::size_t>(tasks, 1, static_cast<std::size_t>(omp_get_max_threads())));
@@ -356,12 +350,11 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   const long long tasks = static_cast<long long>(p.batch * H * nqb);
   const int nt = threads_for(std::size_t(tasks));
   const DropMask<T> drop(p.dropout, p.seed);
-  const bool fast = tile_kernels<T>();
-  const std::size_t per_thread = block_q * block_k + 2 * block_q + (fast ? hd * block_k : 0);
+  const std::size_t per_thread = block_q * block_k + 2 * block_q + hd * block_k;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
-    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kt(6, fast ? hd * block_k : 0);
+    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kt(6, hd * block_k);
 ATTN_MHA_OMP("omp for schedule(dynamic)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / (H * nqb), h = std::size_t(task) / nqb % H, qb = std::size_t(task) % nqb;
@@ -381,13 +374,8 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
         if (!masks.kblock[b * nkb + kb] || !masks.ablock[qb * nkb + kb]) continue;
         const std::size_t bc = std::min(block_k, kend - j0);
         // s (br, bc) = scale * Q_i K_j^T + masks
-        if (fast) {
-          transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
-          tile::gemm<T>(br, bc, hd, p.scale, Q, ld, 1, kt.data(), bc, false, s.data(), bc);
-        } else {
-          cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q, int(ld), K + j0 * ld, int(ld), T(0),
-                       s.data(), int(bc));
-        }
+        transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
+        tile::gemm<T>(br, bc, hd, p.scale, Q, ld, 1, kt.data(), bc, false, s.data(), bc);
         masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
         for (std::size_t r = 0; r < br; ++r) {
           T* row = s.data() + r * bc;
@@ -407,11 +395,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
           }
         }
         // O_i += P V_j: (br, bc) x (bc, hd)
-        if (fast)
-          tile::gemm<T>(br, hd, bc, T(1), s.data(), bc, 1, V + j0 * ld, ld, true, O, D);
-        else
-          cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), T(1), s.data(), int(bc), V + j0 * ld, int(ld), T(1), O,
-                       int(D));
+        tile::gemm<T>(br, hd, bc, T(1), s.data(), bc, 1, V + j0 * ld, ld, true, O, D);
       }
       for (std::size_t r = 0; r < br; ++r) {
         T* o = O + r * D;
@@ -441,13 +425,12 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   const long long tasks = static_cast<long long>(p.batch * H);
   const int nt = threads_for(std::size_t(tasks));
   const DropMask<T> drop(p.dropout, p.seed);
-  const bool fast = tile_kernels<T>();
-  const std::size_t per_thread = 2 * block_q * block_k + n + (fast ? 2 * hd * block_k : 0);
+  const std::size_t per_thread = 2 * block_q * block_k + n + 2 * hd * block_k;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
-    const Scratch<T> kt(6, fast ? hd * block_k : 0), vt(7, fast ? hd * block_k : 0);
+    const Scratch<T> kt(6, hd * block_k), vt(7, hd * block_k);
 ATTN_MHA_OMP("omp for schedule(dynamic)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
@@ -466,28 +449,18 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
         if (j0 >= kend) break;  // the rest of the keys are padding: no weight, no gradient
         if (!masks.kblock[b * nkb + kb]) continue;
         const std::size_t bc = std::min(block_k, kend - j0);
-        if (fast) {
-          transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
-          transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
-        }
+        transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
+        transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
         for (std::size_t qb = 0; qb < nqb; ++qb) {
           const std::size_t i0 = qb * block_q;
           if (i0 >= qend) break;  // skipped query rows
           if (!masks.ablock[qb * nkb + kb]) continue;
           const std::size_t br = std::min(block_q, qend - i0);
-          if (fast)
-            tile::gemm<T>(br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
-          else
-            cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), p.scale, Q + i0 * ld, int(ld), K + j0 * ld, int(ld),
-                         T(0), pt.data(), int(bc));
+          tile::gemm<T>(br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
           masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
           for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
           // dP (br, bc) = dO_i V_j^T
-          if (fast)
-            tile::gemm<T>(br, bc, hd, T(1), dO + i0 * D, D, 1, vt.data(), bc, false, dp.data(), bc);
-          else
-            cpu::gemm<T>(Trans::no, Trans::yes, int(br), int(bc), int(hd), T(1), dO + i0 * D, int(D), V + j0 * ld, int(ld), T(0),
-                         dp.data(), int(bc));
+          tile::gemm<T>(br, bc, hd, T(1), dO + i0 * D, D, 1, vt.data(), bc, false, dp.data(), bc);
           for (std::size_t r = 0; r < br; ++r) {
             T* pr = pt.data() + r * bc;
             T* gr = dp.data() + r * bc;
@@ -505,18 +478,9 @@ ATTN_MHA_OMP("omp simd")
             }
           }
           // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
-          if (fast) {
-            tile::gemm<T>(bc, hd, br, T(1), pt.data(), 1, bc, dO + i0 * D, D, true, dV + j0 * ld, ld);
-            tile::gemm<T>(br, hd, bc, p.scale, dp.data(), bc, 1, K + j0 * ld, ld, true, dQ + i0 * ld, ld);
-            tile::gemm<T>(bc, hd, br, p.scale, dp.data(), 1, bc, Q + i0 * ld, ld, true, dK + j0 * ld, ld);
-          } else {
-            cpu::gemm<T>(Trans::yes, Trans::no, int(bc), int(hd), int(br), T(1), pt.data(), int(bc), dO + i0 * D, int(D), T(1),
-                         dV + j0 * ld, int(ld));
-            cpu::gemm<T>(Trans::no, Trans::no, int(br), int(hd), int(bc), p.scale, dp.data(), int(bc), K + j0 * ld, int(ld), T(1),
-                         dQ + i0 * ld, int(ld));
-            cpu::gemm<T>(Trans::yes, Trans::no, int(bc), int(hd), int(br), p.scale, dp.data(), int(bc), Q + i0 * ld, int(ld), T(1),
-                         dK + j0 * ld, int(ld));
-          }
+          tile::gemm<T>(bc, hd, br, T(1), pt.data(), 1, bc, dO + i0 * D, D, true, dV + j0 * ld, ld);
+          tile::gemm<T>(br, hd, bc, p.scale, dp.data(), bc, 1, K + j0 * ld, ld, true, dQ + i0 * ld, ld);
+          tile::gemm<T>(bc, hd, br, p.scale, dp.data(), 1, bc, Q + i0 * ld, ld, true, dK + j0 * ld, ld);
         }
       }
     }

@@ -4,11 +4,15 @@
 // nothing is packed. Eigen's GEMM packs both operands on every call, which costs as much as the
 // arithmetic when one side is a 128 x 16 tile of a 16-wide head. AVX2 + FMA, chosen at run time
 // whatever the build's -m flags (tile::available(), also the attention kernels' test for their AVX2
-// exponential); tile::gemm() returns false where it does not apply, and the caller falls back to
-// the general GEMM.
+// exponential). Elsewhere (double, another CPU, nvcc's host pass) tile::gemm hands the same product
+// to the general GEMM, so callers make one call either way.
 #pragma once
+#include <algorithm>
 #include <cstddef>
+#include <stdexcept>
 #include <type_traits>
+
+#include "cpu.hpp"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__CUDACC__)
 #include <immintrin.h>
@@ -111,20 +115,21 @@ __attribute__((target("avx2,fma"))) inline void gemm_avx2(std::size_t m, std::si
 inline bool available() { return false; }
 #endif
 
-/// C (m, n) = alpha A B, plus C when accumulate. Returns false (and does nothing) where the kernel
-/// does not apply: not float, or no AVX2 + FMA. When k is 0, C becomes 0 (or stays, accumulating).
+/// C (m, n) = alpha A B, plus C when accumulate; when k is 0, C becomes 0 (or stays, accumulating).
+/// A must be row-major (ak == 1, row stride ai) or stored transposed (ai == 1, row stride ak).
 template <class T>
-bool gemm(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t ai, std::size_t ak, const T* b,
+void gemm(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t ai, std::size_t ak, const T* b,
           std::size_t ldb, bool accumulate, T* c, std::size_t ldc) {
 #if defined(ATTN_TILE_GEMM_AVX2)
   if constexpr (std::is_same_v<T, float>) {
-    if (!available()) return false;
-    gemm_avx2(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
-    return true;
+    if (available()) return gemm_avx2(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
   }
 #endif
-  (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)ai, (void)ak, (void)b, (void)ldb, (void)accumulate, (void)c, (void)ldc;
-  return false;
+  if (ak != 1 && ai != 1) throw std::invalid_argument("tile::gemm: A needs a unit stride along its rows or its columns");
+  const bool at = ak != 1;  // stored (k, m); a single row or column may have both strides 1
+  const std::size_t lda = at ? std::max(ak, m) : std::max(ai, k);
+  cpu::gemm<T>(at ? Trans::yes : Trans::no, Trans::no, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb),
+               accumulate ? T(1) : T(0), c, int(ldc));
 }
 
 }  // namespace attn::kernels::tile
