@@ -22,6 +22,7 @@
 #include "../common/parallel.hpp"
 #include "../common/progress.hpp"
 #include "../common/report.hpp"
+#include "../common/training.hpp"
 #include "bench.hpp"
 #include "data.hpp"
 #include "model.hpp"
@@ -34,15 +35,12 @@ inline constexpr const char* kExampleTitle = "凌云研发的国产两轮电动�
 
 struct Options {
   DataOptions data{.dir = "examples/clue/sample/tnews_public"};
-  std::string out = "runs/clue";
+  examples::TrainOptions train{.out = "runs/clue", .epochs = 5, .batch = 64, .patience = 3, .warmup = 0.05};
   std::size_t heads = nn::recommended_heads(kDim);
   bool sweep = false;
-  std::uint64_t seed = 42;
-  std::size_t epochs = 5, batch = 64, patience = 3, threads = 0;
-  double lr = 2e-3, weight_decay = 0.01, warmup = 0.05, dropout = 0.2, attn_dropout = 0.1, clip = 1.0, label_smoothing = 0.1;
-  bool residual = true, resume = false;
-  std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
-  std::string on_non_finite = "stop";
+  std::size_t threads = 0;
+  double dropout = 0.2, attn_dropout = 0.1, label_smoothing = 0.1;
+  bool residual = true;
   bool bench = false;
   double bench_seconds = 10;
   std::size_t bench_latency = 1000;
@@ -113,16 +111,11 @@ inline json eval_json(const EvalResult& ev, const data::ClueLabels& labels) {
           {"classes", classes}, {"confusion", cm}};
 }
 
-struct EpochRecord {
-  std::size_t epoch;
-  double train_loss, valid_loss, valid_acc, valid_f1, seconds;
-};
-
 struct RunResult {
   std::size_t heads = 0, params = 0;
   double valid_acc = 0, valid_f1 = 0, dev_acc = -1, dev_f1 = -1, train_seconds = 0;
   BenchResult speed;
-  std::vector<EpochRecord> history;
+  std::vector<examples::EpochRecord> history;
   std::string valid_report, valid_confusion, dev_report, heatmaps;
   std::vector<float> confusion_rows;  // row-normalised validation confusion matrix, (C, C)
 };
@@ -169,17 +162,12 @@ inline void write_test_predictions(const fs::path& path, const Prepared& p, cons
 
 template <std::size_t Heads>
 RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par) {
-  const fs::path dir = fs::path(o.out) / fmt::format("h{}", Heads);
+  const fs::path dir = fs::path(o.train.out) / fmt::format("h{}", Heads);
   fs::create_directories(dir);
   ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
                   .residual = o.residual};
   TnewsClassifier<Heads> model(cfg);
-  model.init(o.seed);
-  attn::optim::Adam<float> opt(model, {.lr = o.lr, .weight_decay = o.weight_decay, .decoupled = true});
-  const std::size_t global_batch = o.batch * std::size_t(par.world());  // --batch per process
-  const std::size_t steps_per_epoch = (p.train.size() + global_batch - 1) / global_batch;
-  attn::optim::WarmupSchedule sched{.base_lr = o.lr, .warmup = (long long)(o.warmup * double(steps_per_epoch * o.epochs)),
-                                    .total = (long long)(steps_per_epoch * o.epochs), .min_lr = o.lr * 0.02};
+  model.init(o.train.seed);
   RunResult res;
   res.heads = Heads;
   res.params = model.parameter_count();
@@ -189,119 +177,36 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   json labels = json::array();
   for (std::size_t c = 0; c < p.labels.size(); ++c) labels.push_back({{"label", p.labels.names[c]}, {"label_desc", p.labels.descriptions[c]}});
   json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"embed", kEmbed}, {"hidden", kHidden}, {"labels", labels},
-                 {"keywords", o.data.keywords}, {"seed", o.seed}, {"epochs", o.epochs}, {"batch", o.batch}, {"lr", o.lr},
-                 {"weight_decay", o.weight_decay}, {"label_smoothing", o.label_smoothing}, {"min_freq", o.data.min_freq},
+                 {"keywords", o.data.keywords}, {"seed", o.train.seed}, {"epochs", o.train.epochs}, {"batch", o.train.batch}, {"lr", o.train.lr},
+                 {"weight_decay", o.train.weight_decay}, {"label_smoothing", o.label_smoothing}, {"min_freq", o.data.min_freq},
                  {"valid_fraction", o.data.valid_fraction}, {"data", o.data.dir}};
   if (par.main()) {
     p.vocab.save(dir / "vocab.txt");
     data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
   }
 
-  std::size_t start_epoch = 0, stale = 0, skipped_before = 0;
-  bool have_best = false;  // a model.safetensors of this run exists
-  long long step = 0;
-  if (o.resume && fs::exists(dir / "state.json")) {
-    examples::with_json_file(dir / "state.json", [&](const json& st) {
-      start_epoch = st.at("epochs_done").get<std::size_t>();
-      step = st.at("step").get<long long>();
-      stale = st.at("stale").get<std::size_t>();
-      skipped_before = st.value("skipped_steps", std::size_t{0});
-      res.valid_acc = st.at("best_valid").get<double>();
-      for (auto& e : st.at("history"))
-        res.history.push_back({e.at(0).get<std::size_t>(), e.at(1).is_number() ? e.at(1).get<double>() : std::nan(""), e.at(2).get<double>(), e.at(3).get<double>(), e.at(4).get<double>(),
-                               e.at(5).get<double>()});
-    });
-    attn::io::load(model, dir / "last.safetensors");
-    attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
-    for (auto& e : res.history) res.train_seconds += e.seconds;
-    have_best = start_epoch > 0;
-    fmt::print("resumed after epoch {} (best validation accuracy {:.2f}%)\n", start_epoch, 100 * res.valid_acc);
-  } else {
-    std::error_code ec;
-    fs::remove(dir / "metrics.jsonl", ec);
-  }
-
-  par.attach(model);  // data-parallel: rank 0's weights everywhere, averaged gradients
   std::vector<std::size_t> lengths;
   for (auto& x : p.train.ids) lengths.push_back(x.size());
-  attn::optim::NonFiniteGuard guard(attn::optim::parse_on_non_finite(o.on_non_finite));
-  for (std::size_t epoch = start_epoch; epoch < o.epochs && stale < o.patience; ++epoch) {
-    if (o.stop_after && epoch == start_epoch + o.stop_after) {
-      fmt::print("stopping after {} epoch(s) as asked; continue with --resume\n", o.stop_after);
-      break;
-    }
-    model.train();
-    attn::Rng order_rng(o.seed * 1000003ULL + epoch);
-    auto batches = data::bucketed_batches(lengths, {.batch_size = global_batch, .shuffle = true}, order_rng);
-    examples::Progress bar(fmt::format("epoch {}/{}", epoch + 1, o.epochs), p.train.size());
-    double loss_sum = 0;
-    std::size_t seen = 0, counted = 0;
-    for (auto& global : batches) {
-      if (par.skip_batch(global.size())) continue;  // fewer samples than processes
-      const auto idx = par.shard(global);
-      std::vector<const std::vector<std::int32_t>*> seqs;
-      std::vector<int> lab;
-      for (auto i : idx) {
-        seqs.push_back(&p.train.ids[i]);
-        lab.push_back(p.train.labels[i]);
-      }
-      auto b = make_batch(seqs, lab);
-      // Dropout stream per (seed, step, process).
-      attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step) + std::uint64_t(par.rank()) * 0x9E3779B97F4A7C15ULL);
-      auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
-      par.backward(tape, loss);  // and, data-parallel, the mean gradient of all processes
-      const double norm = attn::optim::clip_grad_norm(opt.params(), o.clip);
-      const double l = loss.value()[0];
-      if (guard.check(l, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
-        opt.set_lr(sched(step));
-        opt.step();
-        loss_sum += l * double(idx.size());
-        counted += idx.size();
-      }
-      par.zero_grad(opt);
-      ++step;
-      seen += global.size();
-      bar.update(seen, counted ? loss_sum / double(counted) : 0.0);
-    }
-    const double train_loss = counted ? loss_sum / double(counted) : std::nan("");
-    const double secs = bar.finish();
-    model.eval();
-    auto ev = evaluate(model, p.valid);
-    const double acc = ev.cm.accuracy(), f1 = ev.cm.macro_f1();
-    res.train_seconds += secs;
-    res.history.push_back({epoch + 1, train_loss, ev.loss, acc, f1, secs});
-    fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.2f}%, macro-F1 {:.2f}% ({:.0f}s, {:.0f} samples/s)\n",
-               epoch + 1, train_loss, ev.loss, 100 * acc, 100 * f1, secs, double(seen) / secs);
-    if (guard.skipped()) fmt::print("non-finite steps skipped so far: {} (last: {})\n", skipped_before + guard.skipped(), guard.last());
-    if (par.main())
-      examples::append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"lr", sched(step - 1)},
-                                                        {"train_loss", train_loss}, {"valid_loss", ev.loss}, {"valid_accuracy", acc},
-                                                        {"valid_macro_f1", f1}, {"seconds", secs},
-                                                        {"skipped_steps", skipped_before + guard.skipped()}}
-                                                       .dump());
-    // Every process evaluates the same validation set, so all take the same early-stopping path.
-    if (acc > res.valid_acc || !have_best) {
-      res.valid_acc = acc;
-      stale = 0;
-      have_best = true;
-      if (par.main())
-        attn::io::save(model, dir / "model.safetensors", {{"heads", std::to_string(Heads)}, {"epoch", std::to_string(epoch + 1)}});
-    } else {
-      ++stale;
-    }
-    if (!par.main()) continue;
-    // Resumable state: the last weights, the optimizer, and the loop counters.
-    attn::io::save(model, dir / "last.safetensors");
-    attn::io::save_optimizer(opt, dir / "optimizer.safetensors");
-    json hist = json::array();
-    for (auto& e : res.history) hist.push_back({e.epoch, e.train_loss, e.valid_loss, e.valid_acc, e.valid_f1, e.seconds});
-    data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"step", step}, {"stale", stale},
-                                                     {"skipped_steps", skipped_before + guard.skipped()},
-                                                     {"best_valid", res.valid_acc}, {"history", hist}}
-                                                    .dump() + "\n");
-  }
-  if (stale >= o.patience) fmt::print("early stop: no validation improvement in {} epochs\n", o.patience);
-  par.detach();
+  const auto log = examples::train(
+      model, o.train, dir, Heads, par, lengths,
+      [&](const std::vector<std::size_t>& idx) {
+        std::vector<const std::vector<std::int32_t>*> seqs;
+        std::vector<int> lab;
+        for (auto i : idx) {
+          seqs.push_back(&p.train.ids[i]);
+          lab.push_back(p.train.labels[i]);
+        }
+        return make_batch(seqs, lab);
+      },
+      [&](attn::Tape& tape, const Batch& b) {
+        return attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
+      },
+      [&] {
+        const auto ev = evaluate(model, p.valid);
+        return examples::Validation{ev.loss, ev.cm.accuracy(), ev.cm.macro_f1()};
+      });
+  res.history = log.history;
+  res.train_seconds = log.train_seconds;
   if (!par.main()) return res;  // the final evaluation and the report are rank 0's
 
   // Final numbers come from the best checkpoint.
@@ -359,7 +264,7 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
   rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% stratified split of train.json, seed {}{}). "
                             "Characters as tokens{}; vocabulary {}. Model: Embedding({}, {}) -> BiLSTM<{}, {}> -> Attention<H, {}>{} "
                             "-> masked mean -> Linear({}, {}).",
-                            o.data.dir, 100 * o.data.valid_fraction, o.seed, p.dev.size() ? "; dev.json evaluated" : "",
+                            o.data.dir, 100 * o.data.valid_fraction, o.train.seed, p.dev.size() ? "; dev.json evaluated" : "",
                             o.data.keywords ? ", keywords appended" : "", p.vocab.size(), p.vocab.size(), kEmbed, kEmbed, kHidden, kDim,
                             o.residual ? " + residual LayerNorm" : "", kDim, kClasses));
   rep.heading("Accuracy, macro-F1 and speed by head count");
@@ -391,8 +296,8 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
     rep.heading(fmt::format("{} head{}: attention heatmaps", r.heads, r.heads > 1 ? "s" : ""));
     rep.raw(r.heatmaps);
   }
-  rep.write((fs::path(o.out) / "report.html").string());
-  fmt::print("\nreport: {}\n", (fs::path(o.out) / "report.html").string());
+  rep.write((fs::path(o.train.out) / "report.html").string());
+  fmt::print("\nreport: {}\n", (fs::path(o.train.out) / "report.html").string());
 }
 
 /// A trained run directory: its config, vocabulary and label names.
@@ -477,7 +382,7 @@ void run_bench(const Options& o) {
                                      .residual = o.residual};
   TnewsClassifier<Heads> model(cfg);
   if (tr) attn::io::load(model, fs::path(o.model_dir) / "model.safetensors");
-  else model.init(o.seed);
+  else model.init(o.train.seed);
   model.eval();
   fmt::print("bench: {} head{}, {} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
              tr ? "trained model " + o.model_dir : std::string("untrained model"), attn::cpu::threads());
@@ -507,14 +412,9 @@ int main(int argc, char** argv) {
   CLI::App app{"CLUE TNEWS news-title classification with a BiLSTM and single- or multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data.dir, "tnews_public directory: labels.json, train.json (dev.json, test.json when present)");
-  app.add_option("--out", o.out, "output directory (one sub-directory per head count)");
   app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8 (default: nn::recommended_heads(256))");
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and print the ablation table");
-  app.add_option("--epochs", o.epochs, "maximum epochs")->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "batch size")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup", o.warmup, "fraction of steps for linear warm-up (then cosine decay)")->check(CLI::Range(0.0, 1.0));
+  examples::add_training_flags(app, o.train);
   app.add_option("--dropout", o.dropout, "dropout on embeddings, the attention output and the pooled features")->check(CLI::Range(0.0, 0.95));
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(CLI::Range(0.0, 0.95));
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss")->check(CLI::Range(0.0, 1.0));
@@ -526,14 +426,7 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-bad-lines", o.data.skip_bad_lines, "skip and count malformed JSON lines instead of stopping at the first");
   app.add_option("--valid-fraction", o.data.valid_fraction, "fraction of train.json held out for validation (fixed seed)")
       ->check(CLI::Range(0.01, 0.9));
-  app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement")->check(CLI::PositiveNumber);
-  app.add_option("--clip", o.clip, "gradient-norm clipping threshold (0: off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--on-nonfinite", o.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")
-      ->check(CLI::IsMember({"stop", "skip"}));
-  app.add_option("--seed", o.seed, "seed of the split, the initialisation, the data order and dropout");
   app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)");
-  app.add_flag("--resume", o.resume, "continue an interrupted run from its last completed epoch");
-  app.add_option("--stop-after", o.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)");
   app.add_option("--explain", o.explain, "extra title(s) whose attention heatmaps go into the report");
   app.add_option("--limit", o.data.limit, "use only the first N lines of train.json (quick runs)");
   app.add_flag("--bench", o.bench, "measure inference: samples/s at batch 64 and batch-1 latency on the validation titles");
@@ -549,7 +442,7 @@ int main(int argc, char** argv) {
   pred->add_option("--top", top, "characters shown, by attention received");
   pred->add_option("text", texts, "titles to classify (default: an example title)");
   CLI11_PARSE(app, argc, argv);
-  o.data.seed = o.seed;
+  o.data.seed = o.train.seed;
   try {
     attn::cpu::set_threads(int(o.threads));
     if (*pred) {
@@ -562,7 +455,7 @@ int main(int argc, char** argv) {
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
     if (!o.sweep) attn::dispatch<1, 2, 4, 8>(heads, "--heads", []<std::size_t>() {});  // validate before loading data
     fmt::print("attn CLUE TNEWS example: {} thread(s){}\n", attn::cpu::threads(),
-               par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.batch * std::size_t(par->world())) : "");
+               par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     if (attn::cpu::threads() > 1 && !std::getenv("OMP_WAIT_POLICY"))
       fmt::print("hint: on a machine shared with other jobs, OMP_WAIT_POLICY=PASSIVE keeps idle threads from spinning\n");
     if (o.bench) {
@@ -581,14 +474,14 @@ int main(int argc, char** argv) {
       attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { runs.push_back(train_variant<H>(o, p, *par)); });
     }
     if (!par->main()) return 0;
-    fs::create_directories(o.out);
+    fs::create_directories(o.train.out);
     json sj = json::array();
     for (auto& r : runs)
       sj.push_back({{"heads", r.heads}, {"valid_accuracy", r.valid_acc}, {"valid_macro_f1", r.valid_f1},
                     {"dev_accuracy", r.dev_acc < 0 ? json(nullptr) : json(r.dev_acc)},
                     {"dev_macro_f1", r.dev_f1 < 0 ? json(nullptr) : json(r.dev_f1)}, {"train_seconds", r.train_seconds},
                     {"inference_samples_per_s", r.speed.samples_per_s}, {"parameters", r.params}});
-    data::write_file_atomic(fs::path(o.out) / "summary.json", sj.dump(2) + "\n");
+    data::write_file_atomic(fs::path(o.train.out) / "summary.json", sj.dump(2) + "\n");
     write_report(o, p, runs);
     const auto& last = runs.back();
     if (!last.history.empty())

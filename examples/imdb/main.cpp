@@ -20,6 +20,7 @@
 #include "../common/parallel.hpp"
 #include "../common/progress.hpp"
 #include "../common/report.hpp"
+#include "../common/training.hpp"
 #include "model.hpp"
 
 namespace fs = std::filesystem;
@@ -32,21 +33,18 @@ inline constexpr const char* kArticleSentence = "The movie was not good, but the
 
 struct Options {
   std::string data = "examples/imdb/sample/aclImdb";
-  std::string out = "runs/imdb";
+  examples::TrainOptions train{.out = "runs/imdb", .epochs = 2, .batch = 32, .patience = 2, .warmup = 0.06};
   std::size_t heads = 8;
   bool sweep = false;
-  std::size_t epochs = 2, batch = 32, max_len = 256, min_freq = 2, max_vocab = 30000, patience = 2, threads = 0;
+  std::size_t max_len = 256, min_freq = 2, max_vocab = 30000, threads = 0;
   std::size_t ngram_buckets = 0;  // the n-gram bag: off (the NB-LR score carries the n-grams)
   std::size_t nblr_buckets = std::size_t(1) << 22, nblr_order = 3, nblr_folds = 5;
   double nblr_c = 1.0;
-  double lr = 2e-3, weight_decay = 0.01, warmup = 0.06, dropout = 0.3, attn_dropout = 0.1, clip = 1.0;
+  double dropout = 0.3, attn_dropout = 0.1;
   double valid_fraction = 0.1;
-  std::uint64_t seed = 42;
-  bool ffn = true, resume = false;
+  bool ffn = true;
   std::string truncate = "head+tail";
   std::size_t bag_max_len = 2048;
-  std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
-  std::string on_non_finite = "stop";
   std::vector<std::string> explain;
   std::size_t limit = 0;  // use only the first N training reviews (smoke tests)
 };
@@ -108,7 +106,7 @@ inline void fit_nblr_scores(const Options& o, Prepared& p) {
   };
   {
     const auto tg = grams(p.train);
-    p.train_nb = cross_fit_nblr(tg, p.train_y, c, o.seed);
+    p.train_nb = cross_fit_nblr(tg, p.train_y, c, o.train.seed);
     p.nblr_scale = platt_scale(p.train_nb, p.train_y);
     std::vector<std::size_t> all(tg.size());
     std::iota(all.begin(), all.end(), 0);
@@ -139,7 +137,7 @@ inline Prepared prepare(const Options& o) {
   }
   std::vector<int> labels;
   for (auto& r : reviews) labels.push_back(r.label);
-  auto split = data::stratified_split(labels, o.valid_fraction, o.seed);
+  auto split = data::stratified_split(labels, o.valid_fraction, o.train.seed);
   std::vector<std::vector<std::string>> toks(reviews.size());
   for (std::size_t i = 0; i < reviews.size(); ++i) toks[i] = tok(reviews[i].text);
   data::TokenCounts counts;
@@ -219,15 +217,10 @@ EvalResult evaluate(const Model& model, const std::vector<std::vector<std::int32
   return r;
 }
 
-struct EpochRecord {
-  std::size_t epoch;
-  double train_loss, valid_loss, valid_acc, seconds;
-};
-
 struct RunResult {
   std::size_t heads = 0, params = 0;
   double best_valid = 0, test_acc = -1, train_seconds = 0;
-  std::vector<EpochRecord> history;
+  std::vector<examples::EpochRecord> history;
   std::vector<double> bucket_acc;
   std::vector<std::string> bucket_labels;
   std::vector<std::size_t> bucket_counts;
@@ -261,133 +254,49 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
 
 template <std::size_t Heads>
 RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par) {
-  const fs::path dir = fs::path(o.out) / fmt::format("h{}", Heads);
+  const fs::path dir = fs::path(o.train.out) / fmt::format("h{}", Heads);
   fs::create_directories(dir);
   ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.max_len, .truncate = parse_truncate(o.truncate), .bag_max_len = o.bag_max_len,
                   .ngram_buckets = o.ngram_buckets, .nblr_buckets = o.nblr_buckets, .nblr_order = o.nblr_order, .dropout = o.dropout,
                   .attn_dropout = o.attn_dropout, .ffn = o.ffn};
   ImdbClassifier<Heads> model(cfg);
-  model.init(o.seed);
+  model.init(o.train.seed);
   if (cfg.nblr_buckets) model.set_nblr(p.nblr, p.nblr_scale);  // fitted on the training portion only
-  attn::optim::Adam<float> opt(model, {.lr = o.lr, .weight_decay = o.weight_decay, .decoupled = true});
-  const std::size_t global_batch = o.batch * std::size_t(par.world());  // --batch per process
-  const std::size_t steps_per_epoch = (p.train.size() + global_batch - 1) / global_batch;
-  attn::optim::WarmupSchedule sched{.base_lr = o.lr, .warmup = (long long)(o.warmup * double(steps_per_epoch * o.epochs)),
-                                    .total = (long long)(steps_per_epoch * o.epochs), .min_lr = o.lr * 0.02};
   RunResult res;
   res.heads = Heads;
   res.params = model.parameter_count();
   fmt::print("\n== {} head{} (Attention<{}, {}>), {} parameters\n", Heads, Heads > 1 ? "s" : "", Heads, kDim, res.params);
 
-  json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.seed}, {"epochs", o.epochs},
-                 {"batch", o.batch}, {"lr", o.lr}, {"weight_decay", o.weight_decay}, {"nblr_c", o.nblr_c}, {"nblr_folds", o.nblr_folds}};
+  json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.train.seed}, {"epochs", o.train.epochs},
+                 {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"nblr_c", o.nblr_c}, {"nblr_folds", o.nblr_folds}};
   if (par.main()) {
     p.vocab.save(dir / "vocab.txt");
     data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
   }
 
-  std::size_t start_epoch = 0, stale = 0, skipped_before = 0;
-  long long step = 0;
-  if (o.resume && fs::exists(dir / "state.json")) {
-    examples::with_json_file(dir / "state.json", [&](const json& st) {
-      start_epoch = st.at("epochs_done").get<std::size_t>();
-      step = st.at("step").get<long long>();
-      stale = st.at("stale").get<std::size_t>();
-      skipped_before = st.value("skipped_steps", std::size_t{0});
-      res.best_valid = st.at("best_valid").get<double>();
-      for (auto& e : st.at("history"))
-        res.history.push_back({e.at(0).get<std::size_t>(), e.at(1).is_number() ? e.at(1).get<double>() : std::nan(""), e.at(2).get<double>(),
-                               e.at(3).get<double>(), e.at(4).get<double>()});  // an all-skipped epoch has no train loss (null)
-    });
-    attn::io::load(model, dir / "last.safetensors");
-    attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
-    for (auto& e : res.history) res.train_seconds += e.seconds;
-    fmt::print("resumed after epoch {} (best validation accuracy {:.2f}%)\n", start_epoch, 100 * res.best_valid);
-  } else {
-    std::error_code ec;
-    fs::remove(dir / "metrics.jsonl", ec);
-  }
-
-  par.attach(model);  // data-parallel: rank 0's weights everywhere, averaged gradients
   std::vector<std::size_t> lengths;
   for (auto& x : p.train) lengths.push_back(x.size());
-  attn::optim::NonFiniteGuard guard(attn::optim::parse_on_non_finite(o.on_non_finite));
-  for (std::size_t epoch = start_epoch; epoch < o.epochs && stale < o.patience; ++epoch) {
-    if (o.stop_after && epoch == start_epoch + o.stop_after) {
-      fmt::print("stopping after {} epoch(s) as asked; continue with --resume\n", o.stop_after);
-      break;
-    }
-    model.train();
-    attn::Rng order_rng(o.seed * 1000003ULL + epoch);
-    auto batches = data::bucketed_batches(lengths, {.batch_size = global_batch, .shuffle = true}, order_rng);
-    examples::Progress bar(fmt::format("epoch {}/{}", epoch + 1, o.epochs), p.train.size());
-    double loss_sum = 0;
-    std::size_t seen = 0, counted = 0;
-    for (auto& global : batches) {
-      if (par.skip_batch(global.size())) continue;  // fewer samples than processes
-      const auto idx = par.shard(global);
-      std::vector<const std::vector<std::int32_t>*> seqs;
-      std::vector<int> lab;
-      std::vector<float> z;
-      for (auto i : idx) {
-        seqs.push_back(&p.train[i]);
-        lab.push_back(p.train_y[i]);
-        if (!p.train_nb.empty()) z.push_back(p.train_nb[i]);
-      }
-      auto b = make_batch(seqs, lab, z, cfg);
-      // Dropout stream per (seed, step, process).
-      attn::Tape tape(o.seed * 7919ULL + std::uint64_t(step) + std::uint64_t(par.rank()) * 0x9E3779B97F4A7C15ULL);
-      auto loss = attn::cross_entropy(tape, model.forward(tape, b), b.labels);
-      par.backward(tape, loss);  // and, data-parallel, the mean gradient of all processes
-      const double norm = attn::optim::clip_grad_norm(opt.params(), o.clip);
-      const double l = loss.value()[0];
-      if (guard.check(l, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
-        opt.set_lr(sched(step));
-        opt.step();
-        loss_sum += l * double(idx.size());
-        counted += idx.size();
-      }
-      par.zero_grad(opt);
-      ++step;
-      seen += global.size();
-      bar.update(seen, counted ? loss_sum / double(counted) : 0.0);
-    }
-    const double train_loss = counted ? loss_sum / double(counted) : std::nan("");
-    const double secs = bar.finish();
-    model.eval();
-    auto ev = evaluate(model, p.valid, p.valid_y, p.valid_nb, p.valid_words, 64);
-    res.train_seconds += secs;
-    res.history.push_back({epoch + 1, train_loss, ev.loss, ev.accuracy, secs});
-    fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, validation accuracy {:.2f}% ({:.0f}s, {:.0f} samples/s)\n",
-               epoch + 1, train_loss, ev.loss, 100 * ev.accuracy, secs, double(seen) / secs);
-    if (guard.skipped()) fmt::print("non-finite steps skipped so far: {} (last: {})\n", skipped_before + guard.skipped(), guard.last());
-    if (par.main())
-      examples::append_line(dir / "metrics.jsonl", json{{"epoch", epoch + 1}, {"step", step}, {"train_loss", train_loss},
-                                                        {"valid_loss", ev.loss}, {"valid_accuracy", ev.accuracy}, {"seconds", secs},
-                                                        {"skipped_steps", skipped_before + guard.skipped()}}
-                                                       .dump());
-    // Every process evaluates the same validation set, so all take the same early-stopping path.
-    if (ev.accuracy > res.best_valid) {
-      res.best_valid = ev.accuracy;
-      stale = 0;
-      if (par.main())
-        attn::io::save(model, dir / "model.safetensors", {{"heads", std::to_string(Heads)}, {"epoch", std::to_string(epoch + 1)}});
-    } else {
-      ++stale;
-    }
-    if (!par.main()) continue;
-    // Resumable state: the last weights, the optimizer, and the loop counters.
-    attn::io::save(model, dir / "last.safetensors");
-    attn::io::save_optimizer(opt, dir / "optimizer.safetensors");
-    json hist = json::array();
-    for (auto& e : res.history) hist.push_back({e.epoch, e.train_loss, e.valid_loss, e.valid_acc, e.seconds});
-    data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"step", step}, {"stale", stale},
-                                                     {"skipped_steps", skipped_before + guard.skipped()},
-                                                     {"best_valid", res.best_valid}, {"history", hist}}
-                                                    .dump() + "\n");
-  }
-  if (stale >= o.patience) fmt::print("early stop: no validation improvement in {} epochs\n", o.patience);
-  par.detach();
+  const auto log = examples::train(
+      model, o.train, dir, Heads, par, lengths,
+      [&](const std::vector<std::size_t>& idx) {
+        std::vector<const std::vector<std::int32_t>*> seqs;
+        std::vector<int> lab;
+        std::vector<float> z;
+        for (auto i : idx) {
+          seqs.push_back(&p.train[i]);
+          lab.push_back(p.train_y[i]);
+          if (!p.train_nb.empty()) z.push_back(p.train_nb[i]);
+        }
+        return make_batch(seqs, lab, z, cfg);
+      },
+      [&](attn::Tape& tape, const Batch& b) { return attn::cross_entropy(tape, model.forward(tape, b), b.labels); },
+      [&] {
+        const auto ev = evaluate(model, p.valid, p.valid_y, p.valid_nb, p.valid_words, 64);
+        return examples::Validation{.loss = ev.loss, .accuracy = ev.accuracy};
+      });
+  res.history = log.history;
+  res.train_seconds = log.train_seconds;
+  res.best_valid = log.best_valid;
   if (!par.main()) return res;  // the final evaluation and the report are rank 0's
 
   // Final numbers come from the best checkpoint.
@@ -414,7 +323,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
 inline void write_report(const Options& o, const Prepared& p, const std::vector<RunResult>& runs) {
   examples::HtmlReport rep("attn: IMDb sentiment with single- and multi-head self-attention");
   rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}). Model width {}, max length {}.", o.data,
-                            100 * o.valid_fraction, o.seed, kDim, o.max_len));
+                            100 * o.valid_fraction, o.train.seed, kDim, o.max_len));
   if (p.nblr_valid_acc >= 0)
     rep.paragraph(fmt::format("The NB-LR score ({}-grams, {} buckets, C {}) alone: {:.2f}% validation accuracy.", o.nblr_order, o.nblr_buckets,
                               o.nblr_c, 100 * p.nblr_valid_acc));
@@ -453,8 +362,8 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
     rep.heading(fmt::format("Attention heatmaps, {} head{}", r.heads, r.heads > 1 ? "s" : ""));
     rep.raw(r.html_heatmaps);
   }
-  rep.write((fs::path(o.out) / "report.html").string());
-  fmt::print("\nreport: {}\n", (fs::path(o.out) / "report.html").string());
+  rep.write((fs::path(o.train.out) / "report.html").string());
+  fmt::print("\nreport: {}\n", (fs::path(o.train.out) / "report.html").string());
 }
 
 inline void print_sweep(const std::vector<RunResult>& runs) {
@@ -528,14 +437,9 @@ int main(int argc, char** argv) {
   CLI::App app{"IMDb sentiment classification with single- and multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data, "aclImdb root holding train/{pos,neg} (and optionally test/)");
-  app.add_option("--out", o.out, "output directory (one sub-directory per head count)");
   app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16")->check(CLI::PositiveNumber);
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8, 16 and print the comparison tables");
-  app.add_option("--epochs", o.epochs, "maximum epochs")->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "batch size")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay");
-  app.add_option("--warmup", o.warmup, "fraction of steps for linear warm-up (then cosine decay)")->check(CLI::Range(0.0, 1.0));
+  examples::add_training_flags(app, o.train);
   app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(CLI::Range(0.0, 0.95));
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(CLI::Range(0.0, 0.95));
   app.add_option("--max-len", o.max_len, "tokens kept per review")->check(CLI::PositiveNumber);
@@ -552,14 +456,7 @@ int main(int argc, char** argv) {
   app.add_option("--nblr-folds", o.nblr_folds, "cross-fitting folds of the training reviews' NB-LR scores")->check(CLI::Range(2, 20));
   app.add_flag("!--no-ffn", o.ffn, "no feed-forward block after the attention");
   app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)")->check(CLI::Range(0.01, 0.9));
-  app.add_option("--patience", o.patience, "stop after this many epochs without validation improvement")->check(CLI::PositiveNumber);
-  app.add_option("--clip", o.clip, "gradient-norm clipping threshold (0: off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--on-nonfinite", o.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")
-      ->check(CLI::IsMember({"stop", "skip"}));
-  app.add_option("--seed", o.seed, "seed of the split, the initialisation, the data order and dropout");
   app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)");
-  app.add_flag("--resume", o.resume, "continue an interrupted run from its last completed epoch");
-  app.add_option("--stop-after", o.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)");
   app.add_option("--explain", o.explain, "extra text(s) whose attention heatmaps go into the report");
   app.add_option("--limit", o.limit, "use only N training reviews (quick runs)");
   std::string model_dir;
@@ -578,7 +475,7 @@ int main(int argc, char** argv) {
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
     fmt::print("attn IMDb example: {} thread(s){}\n", attn::cpu::threads(),
-               par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.batch * std::size_t(par->world())) : "");
+               par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     auto p = prepare(o);
     std::vector<RunResult> runs;
     if (o.sweep) {
@@ -592,14 +489,14 @@ int main(int argc, char** argv) {
       attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", [&]<std::size_t H>() { runs.push_back(train_variant<H>(o, p, *par)); });
     }
     if (!par->main()) return 0;
-    fs::create_directories(o.out);
+    fs::create_directories(o.train.out);
     json sj = json::array();
     for (auto& r : runs)
       sj.push_back({{"heads", r.heads}, {"valid_accuracy", r.best_valid},
                     {"nblr_valid_accuracy", p.nblr_valid_acc < 0 ? json(nullptr) : json(p.nblr_valid_acc)},
                     {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds},
                     {"parameters", r.params}, {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}});
-    data::write_file_atomic(fs::path(o.out) / "summary.json", sj.dump(2) + "\n");
+    data::write_file_atomic(fs::path(o.train.out) / "summary.json", sj.dump(2) + "\n");
     write_report(o, p, runs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "imdb: error: %s\n", e.what());
