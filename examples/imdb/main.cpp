@@ -85,7 +85,6 @@ inline std::vector<std::int32_t> encode(const data::Vocab& v, const std::vector<
 inline NbLrConfig nblr_config(const Options& o) {
   NbLrConfig c;
   c.buckets = o.nblr_buckets, c.order = o.nblr_order, c.c = o.nblr_c, c.folds = o.nblr_folds;
-  c.max_tokens = ModelConfig{}.nblr_max_tokens;  // what the saved model scores with
   return c;
 }
 

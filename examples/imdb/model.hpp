@@ -54,7 +54,7 @@ struct ModelConfig {
   std::size_t ngram_buckets = 0;   // buckets of the n-gram bag (0: no bag)
   std::size_t nblr_buckets = 0;    // buckets of the NB-LR n-grams (0: no NB-LR score)
   std::size_t nblr_order = 3;
-  std::size_t nblr_max_tokens = 4096;
+  std::size_t nblr_max_tokens = NbLrConfig{}.max_tokens;
   double dropout = 0.1;
   double attn_dropout = 0.1;
   bool ffn = true;
@@ -97,19 +97,13 @@ struct Batch {
   std::size_t size() const { return ids.size(0); }
 };
 
-/// Hash of the bigram (a, b), or of the unigram a when b is -1, into [1, buckets] (0 is padding).
-inline std::int32_t ngram_id(std::int32_t a, std::int32_t b, std::size_t buckets) {
-  const std::uint64_t h = (std::uint64_t(std::uint32_t(a)) * 0x9E3779B97F4A7C15ULL) ^ (std::uint64_t(std::uint32_t(b)) + 0x632BE59BD9B4E019ULL);
-  return std::int32_t(1 + (h ^ (h >> 29)) % buckets);
-}
-
 /// Calls f(id) for every hashed n-gram (unigrams and bigrams) of the first cfg.bag_max_len tokens.
 template <class F>
 void for_each_ngram(const std::vector<std::int32_t>& s, const ModelConfig& cfg, F&& f) {
   const std::size_t n = std::min(s.size(), cfg.bag_max_len);
   for (std::size_t j = 0; j < n; ++j) {
-    f(ngram_id(s[j], -1, cfg.ngram_buckets));
-    if (j + 1 < n) f(ngram_id(s[j], s[j + 1], cfg.ngram_buckets));
+    f(ngram_hash(s.data() + j, 1, cfg.ngram_buckets));
+    if (j + 1 < n) f(ngram_hash(s.data() + j, 2, cfg.ngram_buckets));
   }
 }
 

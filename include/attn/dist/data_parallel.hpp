@@ -234,8 +234,10 @@ class DataParallel {
     // Row-sparse gradients (nn::Embedding{.sparse = true}): the mean holds every rank's rows, so
     // the row lists become their union (max of the per-row marks), and the optimizers' lazy
     // update touches exactly the rows one process on the global batch would have touched.
-    std::vector<VarData<T, B>*> sparse;
-    std::vector<std::uint8_t> dense_flags;
+    auto& sparse = sparse_;  // members, so that a step allocates nothing here once they have grown
+    auto& dense_flags = dense_flags_;
+    sparse.clear();
+    dense_flags.clear();
     if constexpr (B::host_accessible) {
       for (auto& v : params_) {
         auto& d = *v.data();
@@ -339,6 +341,8 @@ class DataParallel {
   std::vector<const void*> leaves_;                         // params_' VarData, for the tape
   std::vector<std::pair<const void*, std::size_t>> index_;  // VarData -> index in params_, sorted
   std::vector<std::size_t> bucket_of_;                      // index in params_ -> bucket
+  std::vector<VarData<T, B>*> sparse_;                      // finish(): row-sparse gradients of this step
+  std::vector<std::uint8_t> dense_flags_;                   // finish(): per sparse_, whether it was accumulated densely
   bool layout_settled_ = false, rebuilt_ = false;
   GradBuckets<T, B> buckets_;
   ReduceStats stats_;
