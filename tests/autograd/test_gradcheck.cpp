@@ -1,5 +1,6 @@
 // Every differentiable op: backward against central finite differences in double precision, on
 // random inputs (never zeros or ones), including broadcasting cases.
+#include "../gradcheck_util.hpp"
 #include <catch2/catch.hpp>
 
 #include <attn/attn.hpp>
@@ -9,75 +10,71 @@ using attn::Tape;
 using attn::Tensor;
 using V = std::vector<attn::Var<double>>;
 
+using testutil::check_gradients;
+
 namespace {
 attn::Rng rng(20261129);
 Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
 
-template <class F>
-void check(const char* name, F&& f, std::vector<Tensor<double>> in, double tol = 1e-6) {
-  auto r = attn::gradcheck(f, in, {.tolerance = tol});
-  INFO(name << ": max rel error " << r.max_rel_error << " at " << r.worst);
-  CHECK(r.ok);
-}
 }  // namespace
 
 TEST_CASE("gradcheck: add, sub, mul, div with broadcasting") {
-  check("add", [](Tape& t, V& x) { return attn::add(t, x[0], x[1]); }, {rnd({3, 4}), rnd({4})});
-  check("sub", [](Tape& t, V& x) { return attn::sub(t, x[0], x[1]); }, {rnd({3, 1}), rnd({2, 1, 4})});
-  check("mul", [](Tape& t, V& x) { return attn::mul(t, x[0], x[1]); }, {rnd({2, 3, 4}), rnd({3, 1})});
-  check("div", [](Tape& t, V& x) { return attn::div(t, x[0], x[1]); }, {rnd({3, 4}), rnd({3, 4}, 0.5, 2)});
-  check("div broadcast", [](Tape& t, V& x) { return attn::div(t, x[0], x[1]); }, {rnd({3, 4}), rnd({1, 4}, -2, -0.5)});
-  check("operators", [](Tape& t, V& x) { return attn::tanh(t, x[0]) * x[1] + attn::scale(t, x[0], 1 / 3.0) - 1.5; }, {rnd({2, 5}), rnd({5})});
-  check("same input twice", [](Tape& t, V& x) { return attn::mul(t, x[0], x[0]); }, {rnd({4})});
+  check_gradients("add", [](Tape& t, V& x) { return attn::add(t, x[0], x[1]); }, {rnd({3, 4}), rnd({4})});
+  check_gradients("sub", [](Tape& t, V& x) { return attn::sub(t, x[0], x[1]); }, {rnd({3, 1}), rnd({2, 1, 4})});
+  check_gradients("mul", [](Tape& t, V& x) { return attn::mul(t, x[0], x[1]); }, {rnd({2, 3, 4}), rnd({3, 1})});
+  check_gradients("div", [](Tape& t, V& x) { return attn::div(t, x[0], x[1]); }, {rnd({3, 4}), rnd({3, 4}, 0.5, 2)});
+  check_gradients("div broadcast", [](Tape& t, V& x) { return attn::div(t, x[0], x[1]); }, {rnd({3, 4}), rnd({1, 4}, -2, -0.5)});
+  check_gradients("operators", [](Tape& t, V& x) { return attn::tanh(t, x[0]) * x[1] + attn::scale(t, x[0], 1 / 3.0) - 1.5; }, {rnd({2, 5}), rnd({5})});
+  check_gradients("same input twice", [](Tape& t, V& x) { return attn::mul(t, x[0], x[0]); }, {rnd({4})});
 }
 
 TEST_CASE("gradcheck: unary functions") {
-  check("exp", [](Tape& t, V& x) { return attn::exp(t, x[0]); }, {rnd({3, 4})});
-  check("log", [](Tape& t, V& x) { return attn::log(t, x[0]); }, {rnd({3, 4}, 0.2, 3)});
-  check("tanh", [](Tape& t, V& x) { return attn::tanh(t, x[0]); }, {rnd({3, 4}, -3, 3)});
-  check("sigmoid", [](Tape& t, V& x) { return attn::sigmoid(t, x[0]); }, {rnd({3, 4}, -5, 5)});
-  check("relu", [](Tape& t, V& x) { return attn::relu(t, x[0]); }, {rnd({3, 4})});
-  check("gelu", [](Tape& t, V& x) { return attn::gelu(t, x[0]); }, {rnd({3, 4}, -3, 3)});
-  check("neg/scale", [](Tape& t, V& x) { return attn::scale(t, attn::neg(t, x[0]), 2.5); }, {rnd({5})});
+  check_gradients("exp", [](Tape& t, V& x) { return attn::exp(t, x[0]); }, {rnd({3, 4})});
+  check_gradients("log", [](Tape& t, V& x) { return attn::log(t, x[0]); }, {rnd({3, 4}, 0.2, 3)});
+  check_gradients("tanh", [](Tape& t, V& x) { return attn::tanh(t, x[0]); }, {rnd({3, 4}, -3, 3)});
+  check_gradients("sigmoid", [](Tape& t, V& x) { return attn::sigmoid(t, x[0]); }, {rnd({3, 4}, -5, 5)});
+  check_gradients("relu", [](Tape& t, V& x) { return attn::relu(t, x[0]); }, {rnd({3, 4})});
+  check_gradients("gelu", [](Tape& t, V& x) { return attn::gelu(t, x[0]); }, {rnd({3, 4}, -3, 3)});
+  check_gradients("neg/scale", [](Tape& t, V& x) { return attn::scale(t, attn::neg(t, x[0]), 2.5); }, {rnd({5})});
 }
 
 TEST_CASE("gradcheck: matmul, batched matmul and matmul_nt") {
-  check("matmul 2d", [](Tape& t, V& x) { return attn::matmul(t, x[0], x[1]); }, {rnd({3, 4}), rnd({4, 5})});
-  check("matmul folded batch", [](Tape& t, V& x) { return attn::matmul(t, x[0], x[1]); }, {rnd({2, 3, 4}), rnd({4, 2})});
-  check("matmul batched", [](Tape& t, V& x) { return attn::matmul(t, x[0], x[1]); }, {rnd({2, 2, 3, 4}), rnd({2, 2, 4, 3})});
-  check("matmul_nt", [](Tape& t, V& x) { return attn::matmul_nt(t, x[0], x[1]); }, {rnd({2, 3, 4}), rnd({5, 4})});
-  check("matmul_nt batched", [](Tape& t, V& x) { return attn::matmul_nt(t, x[0], x[1]); }, {rnd({2, 3, 4}), rnd({2, 5, 4})});
+  check_gradients("matmul 2d", [](Tape& t, V& x) { return attn::matmul(t, x[0], x[1]); }, {rnd({3, 4}), rnd({4, 5})});
+  check_gradients("matmul folded batch", [](Tape& t, V& x) { return attn::matmul(t, x[0], x[1]); }, {rnd({2, 3, 4}), rnd({4, 2})});
+  check_gradients("matmul batched", [](Tape& t, V& x) { return attn::matmul(t, x[0], x[1]); }, {rnd({2, 2, 3, 4}), rnd({2, 2, 4, 3})});
+  check_gradients("matmul_nt", [](Tape& t, V& x) { return attn::matmul_nt(t, x[0], x[1]); }, {rnd({2, 3, 4}), rnd({5, 4})});
+  check_gradients("matmul_nt batched", [](Tape& t, V& x) { return attn::matmul_nt(t, x[0], x[1]); }, {rnd({2, 3, 4}), rnd({2, 5, 4})});
 }
 
 TEST_CASE("gradcheck: reshape, permute, transpose, slice, concat") {
-  check("reshape", [](Tape& t, V& x) { return attn::mul(t, attn::reshape(t, x[0], {4, 3}), x[1]); }, {rnd({2, 6}), rnd({4, 3})});
-  check("permute", [](Tape& t, V& x) { return attn::permute(t, x[0], {2, 0, 1}); }, {rnd({2, 3, 4})});
-  check("permute static", [](Tape& t, V& x) { return attn::permute<1, 0, 2>(t, x[0]); }, {rnd({2, 3, 4})});
-  check("transpose", [](Tape& t, V& x) { return attn::transpose<0, 2>(t, x[0]); }, {rnd({2, 3, 4})});
-  check("slice", [](Tape& t, V& x) { return attn::slice(t, x[0], 1, 1, 2); }, {rnd({2, 4, 3})});
-  check("concat", [](Tape& t, V& x) { return attn::concat(t, V{x[0], x[1], x[0]}, 1); }, {rnd({2, 3}), rnd({2, 2})});
+  check_gradients("reshape", [](Tape& t, V& x) { return attn::mul(t, attn::reshape(t, x[0], {4, 3}), x[1]); }, {rnd({2, 6}), rnd({4, 3})});
+  check_gradients("permute", [](Tape& t, V& x) { return attn::permute(t, x[0], {2, 0, 1}); }, {rnd({2, 3, 4})});
+  check_gradients("permute static", [](Tape& t, V& x) { return attn::permute<1, 0, 2>(t, x[0]); }, {rnd({2, 3, 4})});
+  check_gradients("transpose", [](Tape& t, V& x) { return attn::transpose<0, 2>(t, x[0]); }, {rnd({2, 3, 4})});
+  check_gradients("slice", [](Tape& t, V& x) { return attn::slice(t, x[0], 1, 1, 2); }, {rnd({2, 4, 3})});
+  check_gradients("concat", [](Tape& t, V& x) { return attn::concat(t, V{x[0], x[1], x[0]}, 1); }, {rnd({2, 3}), rnd({2, 2})});
 }
 
 TEST_CASE("gradcheck: sum and mean") {
-  check("sum all", [](Tape& t, V& x) { return attn::sum(t, x[0]); }, {rnd({3, 4})});
-  check("mean all", [](Tape& t, V& x) { return attn::mean(t, x[0]); }, {rnd({3, 4})});
-  check("sum axis", [](Tape& t, V& x) { return attn::sum(t, x[0], 1); }, {rnd({2, 3, 4})});
-  check("sum axis keepdim", [](Tape& t, V& x) { return attn::sum(t, x[0], 0, true); }, {rnd({2, 3, 4})});
-  check("mean axis", [](Tape& t, V& x) { return attn::mean(t, x[0], 2); }, {rnd({2, 3, 4})});
-  check("mean static axis", [](Tape& t, V& x) { return attn::mean<1>(t, x[0]); }, {rnd({2, 3, 4})});
+  check_gradients("sum all", [](Tape& t, V& x) { return attn::sum(t, x[0]); }, {rnd({3, 4})});
+  check_gradients("mean all", [](Tape& t, V& x) { return attn::mean(t, x[0]); }, {rnd({3, 4})});
+  check_gradients("sum axis", [](Tape& t, V& x) { return attn::sum(t, x[0], 1); }, {rnd({2, 3, 4})});
+  check_gradients("sum axis keepdim", [](Tape& t, V& x) { return attn::sum(t, x[0], 0, true); }, {rnd({2, 3, 4})});
+  check_gradients("mean axis", [](Tape& t, V& x) { return attn::mean(t, x[0], 2); }, {rnd({2, 3, 4})});
+  check_gradients("mean static axis", [](Tape& t, V& x) { return attn::mean<1>(t, x[0]); }, {rnd({2, 3, 4})});
 }
 
 TEST_CASE("gradcheck: softmax, log_softmax, masked_fill") {
-  check("softmax", [](Tape& t, V& x) { return attn::softmax(t, x[0]); }, {rnd({3, 5}, -2, 2)});
-  check("log_softmax", [](Tape& t, V& x) { return attn::log_softmax(t, x[0]); }, {rnd({3, 5}, -2, 2)});
+  check_gradients("softmax", [](Tape& t, V& x) { return attn::softmax(t, x[0]); }, {rnd({3, 5}, -2, 2)});
+  check_gradients("log_softmax", [](Tape& t, V& x) { return attn::log_softmax(t, x[0]); }, {rnd({3, 5}, -2, 2)});
   auto mask = Tensor<double>::from({2, 1, 4}, {0, 0, 1, 1, 0, 1, 0, 1});
-  check("masked_fill + softmax",
+  check_gradients("masked_fill + softmax",
         [&](Tape& t, V& x) { return attn::softmax(t, attn::masked_fill(t, x[0], mask, -1e9)); }, {rnd({2, 3, 4}, -2, 2)});
 }
 
 TEST_CASE("gradcheck: embedding gathers rows and scatters only into used rows") {
   auto ids = Tensor<std::int64_t>::from({2, 3}, {1, 3, 1, 0, 4, 3});
-  check("embedding", [&](Tape& t, V& x) { return attn::embedding(t, x[0], ids); }, {rnd({6, 4})});
+  check_gradients("embedding", [&](Tape& t, V& x) { return attn::embedding(t, x[0], ids); }, {rnd({6, 4})});
   Tape t;
   attn::Var<double> table(rnd({6, 4}), true);
   auto e = attn::embedding(t, table, ids, 0);
@@ -95,8 +92,8 @@ TEST_CASE("gradcheck: embedding gathers rows and scatters only into used rows") 
 
 TEST_CASE("gradcheck: cross-entropy with ignore_index and label smoothing") {
   auto tg = Tensor<std::int64_t>::from({5}, {2, -100, 0, 4, 1});
-  check("cross_entropy", [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg); }, {rnd({5, 5}, -2, 2)});
-  check("cross_entropy smoothing",
+  check_gradients("cross_entropy", [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg); }, {rnd({5, 5}, -2, 2)});
+  check_gradients("cross_entropy smoothing",
         [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg, {.label_smoothing = 0.1}); }, {rnd({5, 5}, -2, 2)});
 }
 

@@ -1,5 +1,6 @@
 // nn::Attention and attn::self_attention: module contract, gradient checks of both kernels, flash
 // vs naive agreement, PyTorch goldens (nn.MultiheadAttention), dropout and the O(T) memory of flash.
+#include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
 
 #include <attn/autograd/attention.hpp>
@@ -13,6 +14,8 @@ using attn::Tape;
 using attn::Tensor;
 using V = std::vector<attn::Var<double>>;
 namespace nn = attn::nn;
+
+using testutil::check_gradients;
 
 namespace {
 
@@ -66,13 +69,6 @@ bool all_finite(const Tensor<T>& t) {
   for (std::size_t i = 0; i < t.numel(); ++i)
     if (!std::isfinite(t[i])) return false;
   return true;
-}
-
-template <class F>
-void gradcheck(const std::string& name, F&& f, std::vector<Tensor<double>> in) {
-  auto r = attn::gradcheck(f, in);
-  INFO(name << ": max rel error " << r.max_rel_error << " at " << r.worst);
-  CHECK(r.ok);
 }
 
 }  // namespace
@@ -155,22 +151,22 @@ TEST_CASE("gradcheck: self_attention, flash and naive, with padding, a fully pad
   auto causal = causal_mask<double>(n);
   for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
     const std::string k = kernel == AttentionKernel::flash ? "flash" : "naive";
-    gradcheck(k + " plain", [&](Tape& t, V& x) { return attn::self_attention(t, x[0], {.heads = 2, .kernel = kernel}); },
+    check_gradients(k + " plain", [&](Tape& t, V& x) { return attn::self_attention(t, x[0], {.heads = 2, .kernel = kernel}); },
               {random<double>({2, n, 24})});
-    gradcheck(k + " key mask", [&](Tape& t, V& x) {
+    check_gradients(k + " key mask", [&](Tape& t, V& x) {
       return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .kernel = kernel});
     }, {random<double>({3, n, 24})});
-    gradcheck(k + " key mask, padded queries skipped", [&](Tape& t, V& x) {
+    check_gradients(k + " key mask, padded queries skipped", [&](Tape& t, V& x) {
       return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .kernel = kernel, .skip_padded_queries = true});
     }, {random<double>({3, n, 24})});
-    gradcheck(k + " key mask + causal additive mask, one head", [&](Tape& t, V& x) {
+    check_gradients(k + " key mask + causal additive mask, one head", [&](Tape& t, V& x) {
       return attn::self_attention(t, x[0], {.heads = 1, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
     }, {random<double>({3, n, 12})});
-    gradcheck(k + " dropout", [&](Tape& t, V& x) {
+    check_gradients(k + " dropout", [&](Tape& t, V& x) {
       return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .dropout = 0.3, .kernel = kernel});
     }, {random<double>({3, n, 24})});
     // The whole layer function: fused QKV projection, attention, output projection.
-    gradcheck(k + " layer", [&](Tape& t, V& x) {
+    check_gradients(k + " layer", [&](Tape& t, V& x) {
       auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], x[2]);
       auto o = attn::self_attention(t, qkv, {.heads = 2, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
       return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[3], x[4]);
@@ -179,12 +175,12 @@ TEST_CASE("gradcheck: self_attention, flash and naive, with padding, a fully pad
     Tensor<std::int64_t> rows;
     REQUIRE(nn::detail::real_rows(key_mask, rows));
     REQUIRE(rows.numel() == 9);
-    gradcheck(k + " layer, padded rows skipped", [&](Tape& t, V& x) {
+    check_gradients(k + " layer, padded rows skipped", [&](Tape& t, V& x) {
       auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], x[2], &rows);
       auto o = attn::self_attention(t, qkv, {.heads = 2, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
       return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[3], x[4], &rows);
     }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({24}), random<double>({8, 8}), random<double>({8})});
-    gradcheck(k + " layer without biases", [&](Tape& t, V& x) {
+    check_gradients(k + " layer without biases", [&](Tape& t, V& x) {
       auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], attn::Var<double>());
       auto o = attn::self_attention(t, qkv, {.heads = 4, .key_mask = key_mask, .kernel = kernel});
       return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[2], attn::Var<double>());

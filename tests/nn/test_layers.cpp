@@ -1,4 +1,5 @@
 // Linear, Embedding, LayerNorm, dropout, pooling: gradient checks, PyTorch goldens, module registry.
+#include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
 
 #include <attn/nn.hpp>
@@ -11,16 +12,11 @@ using attn::Tensor;
 using V = std::vector<attn::Var<double>>;
 namespace nn = attn::nn;
 
+using testutil::check_gradients;
+
 namespace {
 attn::Rng rng(77);
 Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
-template <class F>
-void check(const char* name, F&& f, std::vector<Tensor<double>> in) {
-  auto r = attn::gradcheck(f, in);
-  INFO(name << ": max rel error " << r.max_rel_error << " at " << r.worst);
-  CHECK(r.ok);
-}
-
 template <class T>
 void copy_param(const attn::Var<T, attn::AnyShape>& p, const attn::io::SafetensorsFile& f, const std::string& name) {
   auto t = golden::tensor<T>(f, name);
@@ -35,12 +31,12 @@ struct LinearNet : nn::Module {
 }  // namespace
 
 TEST_CASE("gradcheck: layer_norm, masked_mean, masked_max, dropout") {
-  check("layer_norm", [](Tape& t, V& x) { return nn::layer_norm(t, x[0], x[1], x[2], 1e-5); }, {rnd({2, 3, 6}), rnd({6}), rnd({6})});
+  check_gradients("layer_norm", [](Tape& t, V& x) { return nn::layer_norm(t, x[0], x[1], x[2], 1e-5); }, {rnd({2, 3, 6}), rnd({6}), rnd({6})});
   auto mask = Tensor<double>::from({2, 3}, {1, 1, 0, 0, 0, 0});
-  check("masked_mean", [&](Tape& t, V& x) { return nn::masked_mean(t, x[0], mask); }, {rnd({2, 3, 4})});
+  check_gradients("masked_mean", [&](Tape& t, V& x) { return nn::masked_mean(t, x[0], mask); }, {rnd({2, 3, 4})});
   auto mask2 = Tensor<double>::from({2, 3}, {1, 0, 1, 1, 1, 0});
-  check("masked_max", [&](Tape& t, V& x) { return nn::masked_max(t, x[0], mask2); }, {rnd({2, 3, 4})});
-  check("dropout", [](Tape& t, V& x) { return nn::dropout(t, x[0], 0.3, true); }, {rnd({4, 5})});
+  check_gradients("masked_max", [&](Tape& t, V& x) { return nn::masked_max(t, x[0], mask2); }, {rnd({2, 3, 4})});
+  check_gradients("dropout", [](Tape& t, V& x) { return nn::dropout(t, x[0], 0.3, true); }, {rnd({4, 5})});
 }
 
 TEST_CASE("masked pooling: a fully padded sample pools to zeros") {

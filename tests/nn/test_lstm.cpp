@@ -1,5 +1,6 @@
 // LSTM / BiLSTM: gradient checks of the fused op on ragged, unsorted batches, PyTorch goldens,
 // per-sample consistency, thread-count independence, module names and bad lengths.
+#include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
 
 #include <attn/autograd/lstm.hpp>
@@ -13,16 +14,11 @@ using attn::Tensor;
 using V = std::vector<attn::Var<double>>;
 namespace nn = attn::nn;
 
+using testutil::check_gradients;
+
 namespace {
 attn::Rng rng(4242);
 Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
-
-template <class F>
-void check(const char* name, F&& f, std::vector<Tensor<double>> in) {
-  auto r = attn::gradcheck(f, in);
-  INFO(name << ": max rel error " << r.max_rel_error << " at " << r.worst);
-  CHECK(r.ok);
-}
 
 /// out, h_n and c_n flattened into one Var, so that one gradcheck covers all three outputs.
 template <class R>
@@ -46,10 +42,10 @@ const std::vector<int> ragged = {3, 5, 1, 3};  // unsorted, with a tie, shorter 
 
 TEST_CASE("gradcheck: lstm op w.r.t. x and every weight, ragged unsorted lengths") {
   const std::size_t b = 4, t = 6, in = 4, h = 3;
-  check("lstm uni",
+  check_gradients("lstm uni",
         [](Tape& tp, V& x) { return all_outputs(tp, attn::lstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]})); },
         {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
-  check("lstm bi",
+  check_gradients("lstm bi",
         [](Tape& tp, V& x) {
           return all_outputs(tp, attn::bilstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]}, {x[5], x[6], x[7], x[8]}));
         },
@@ -60,12 +56,12 @@ TEST_CASE("gradcheck: lstm op w.r.t. x and every weight, ragged unsorted lengths
 TEST_CASE("gradcheck: lstm with only one output in the loss (the others get no gradient)") {
   const std::size_t b = 3, t = 4, in = 2, h = 2;
   const std::vector<int> len = {2, 4, 3};
-  check("h_n only", [&](Tape& tp, V& x) { return attn::bilstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}, {x[5], x[6], x[7], x[8]}).h_n; },
+  check_gradients("h_n only", [&](Tape& tp, V& x) { return attn::bilstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}, {x[5], x[6], x[7], x[8]}).h_n; },
         {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h}), rnd({4 * h, in}), rnd({4 * h, h}),
          rnd({4 * h}), rnd({4 * h})});
-  check("c_n only", [&](Tape& tp, V& x) { return attn::lstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}).c_n; },
+  check_gradients("c_n only", [&](Tape& tp, V& x) { return attn::lstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}).c_n; },
         {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
-  check("out only", [&](Tape& tp, V& x) { return attn::lstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}).out; },
+  check_gradients("out only", [&](Tape& tp, V& x) { return attn::lstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}).out; },
         {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
 }
 
