@@ -45,6 +45,7 @@ struct Options {
   double bench_seconds = 10;
   std::size_t bench_latency = 1000;
   std::string model_dir;  // --bench with a trained model
+  bool fold = true;       // --bench: nn::embedded_lstm (--no-fold: the two layers in turn)
   std::vector<std::string> explain;
 };
 
@@ -212,6 +213,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   // Final numbers come from the best checkpoint.
   attn::io::load(model, dir / "model.safetensors");
   model.eval();
+  model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
   const auto names = class_names(p.labels);
   auto ev = evaluate(model, p.valid);
   res.valid_acc = ev.cm.accuracy();
@@ -331,6 +333,7 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
   TnewsClassifier<Heads> model(tr.cfg);
   attn::io::load(model, dir / "model.safetensors");
   model.eval();
+  model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
   const bool use_kw = tr.config.value("keywords", false);
   const data::ChineseCharTokenizer tok;
   const auto names = class_names(tr.labels);
@@ -384,15 +387,17 @@ void run_bench(const Options& o) {
   if (tr) attn::io::load(model, fs::path(o.model_dir) / "model.safetensors");
   else model.init(o.train.seed);
   model.eval();
-  fmt::print("bench: {} head{}, {} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
-             tr ? "trained model " + o.model_dir : std::string("untrained model"), attn::cpu::threads());
+  if (o.fold) model.fold_embedding();  // the embedding folded into the BiLSTM's input projections
+  fmt::print("bench: {} head{}, {}{} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
+             tr ? "trained model " + o.model_dir : std::string("untrained model"), o.fold ? "" : ", embedding not folded",
+             attn::cpu::threads());
   auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true);
   fmt::print("{}\n", r.str());
   fmt::print("BENCH {}\n", json{{"heads", Heads}, {"threads", attn::cpu::threads()}, {"titles", r.titles}, {"mean_len", r.mean_len},
                                 {"batch64_samples_per_s", r.samples_per_s}, {"batch64_best_samples_per_s", r.best_samples_per_s},
                                 {"batch64_padding", r.padding}, {"batch64_sorted_samples_per_s", r.sorted_samples_per_s},
                                 {"batch64_sorted_padding", r.sorted_padding}, {"batch1_median_ms", r.b1_median_ms},
-                                {"batch1_p99_ms", r.b1_p99_ms}, {"keywords", d.keywords}}
+                                {"batch1_p99_ms", r.b1_p99_ms}, {"keywords", d.keywords}, {"folded", o.fold}}
                                    .dump());
 }
 
@@ -433,6 +438,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model_dir, "with --bench: a trained run directory, e.g. runs/clue/h4 (default: an untrained model)");
   app.add_option("--bench-seconds", o.bench_seconds, "with --bench: seconds of batch-64 passes")->check(CLI::PositiveNumber);
   app.add_option("--bench-latency", o.bench_latency, "with --bench: titles timed one at a time (0: skip)");
+  app.add_flag("!--no-fold", o.fold, "with --bench: run the embedding and the BiLSTM's input projection as two layers, not folded into one table");
   std::string pred_dir, keywords;
   std::vector<std::string> texts;
   std::size_t top = 5;

@@ -7,6 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+#include <span>
+#include <type_traits>
+
 namespace clue {
 
 namespace nn = attn::nn;
@@ -88,8 +92,12 @@ struct TnewsClassifier : nn::Module {
   template <attn::Context C>
   auto forward(C& ctx, const Batch& b, Tensor<float>* weights = nullptr) const {
     const bool tr = training();
-    auto x = nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr);     // (B, T, 128)
-    auto h = lstm(ctx, x, std::span<const int>(b.lengths)).out;         // (B, T, 256), zero at padding
+    const std::span<const int> lengths(b.lengths);
+    attn::Var<float, Shape<dyn, dyn, kDim>> h;                          // (B, T, 256), zero at padding
+    if constexpr (std::is_same_v<C, attn::NoGrad>) {
+      if (folded && !tr) h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, lengths).out;
+    }
+    if (!h.defined()) h = lstm(ctx, nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr), lengths).out;
     attn::Var<float, Shape<dyn, dyn, kDim>> a;
     if (weights) {
       auto r = attention.forward_with_weights(ctx, h, b.mask);
@@ -103,7 +111,14 @@ struct TnewsClassifier : nn::Module {
     return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, 15)
   }
 
+  /// Inference: folds the embedding into the BiLSTM's input projections (nn::embedded_lstm), which
+  /// forward() then uses in eval mode without a tape. Call it once the weights are final (after
+  /// training or loading); unfold() drops the tables.
+  void fold_embedding() { folded = nn::lstm_input_tables(tokens, lstm); }
+  void unfold() { folded.reset(); }
+
   ModelConfig cfg;
+  std::optional<nn::LstmInputTables<float>> folded;
   nn::Embedding<kEmbed> tokens;
   nn::BiLSTM<kEmbed, kHidden> lstm;
   nn::Attention<Heads, kDim> attention;

@@ -232,3 +232,58 @@ TEST_CASE("LSTM: bad lengths and shapes throw with clear messages") {
   CHECK_THROWS_AS(attn::lstm(ng, x, std::vector<int>{1, 2, 3}, {w_ih, w_hh, b, attn::Var<double>(rnd({7}))}), attn::ShapeError);
   CHECK_NOTHROW(attn::lstm(ng, x, std::vector<int>{1, 2, 3}, {w_ih, w_hh, b, b}));
 }
+
+namespace {
+/// max |a - b| over two tensors of the same shape.
+template <class T, class S1, class S2>
+double max_diff(const attn::Var<T, S1>& a, const attn::Var<T, S2>& b) {
+  REQUIRE(a.dims() == b.dims());
+  const auto x = a.raw().to_vector(), y = b.raw().to_vector();
+  double m = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(double(x[i]) - double(y[i])));
+  return m;
+}
+
+template <class T, class Lstm>
+void check_embedded(const Lstm& lstm, const nn::Embedding<6, T>& emb, double tol) {
+  attn::NoGrad ng;
+  // Ragged and unsorted; the positions past each length hold ids the table does not have.
+  const std::vector<int> len{3, 7, 1, 5};
+  auto ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({4, 7});
+  attn::Rng r(99);
+  for (std::size_t b = 0; b < 4; ++b)
+    for (std::size_t t = 0; t < 7; ++t) ids(b, t) = t < std::size_t(len[b]) ? std::int32_t(r.below(13)) : -5;
+  auto safe = ids;  // the reference Embedding reads every position
+  for (std::size_t b = 0; b < 4; ++b)
+    for (std::size_t t = std::size_t(len[b]); t < 7; ++t) safe(b, t) = 0;
+  const auto ref = lstm(ng, emb(ng, safe), std::span<const int>(len));
+  const auto tables = nn::lstm_input_tables(emb, lstm);
+  REQUIRE(tables.dirs.size() == Lstm::directions);
+  CHECK(tables.dirs[0].dims() == Dims{13, 16});
+  const auto got = nn::embedded_lstm(ng, lstm, tables, ids, std::span<const int>(len));
+  CHECK(max_diff(got.out, ref.out) <= tol);
+  CHECK(max_diff(got.h_n, ref.h_n) <= tol);
+  CHECK(max_diff(got.c_n, ref.c_n) <= tol);
+  // An id outside the table at a real position names the position.
+  ids(1, 4) = 13;
+  CHECK_THROWS_AS(nn::embedded_lstm(ng, lstm, tables, ids, std::span<const int>(len)), attn::ArgumentError);
+  CHECK_THROWS_WITH(nn::embedded_lstm(ng, lstm, tables, ids, std::span<const int>(len)),
+                    Catch::Contains("ids(1, 4) = 13 is outside the table of 13 rows"));
+  ids(1, 4) = 2;
+  CHECK_THROWS_WITH(nn::embedded_lstm(ng, lstm, tables, ids, std::vector<int>{3, 8, 1, 5}), Catch::Contains("lengths[1] = 8"));
+  auto wrong = tables;
+  wrong.dirs[0] = Tensor<T>::zeros({13, 15});
+  CHECK_THROWS_AS(nn::embedded_lstm(ng, lstm, wrong, ids, std::span<const int>(len)), attn::ShapeError);
+}
+}  // namespace
+
+TEST_CASE("embedded_lstm: an Embedding + LSTM/BiLSTM from input-projection tables equals the two layers run in turn") {
+  nn::Embedding<6, double> emb_d(nullptr, "embed", 13, {.padding_idx = 0, .init_std = 0.5});
+  nn::BiLSTM<6, 4, double> bi_d(nullptr, "lstm");
+  nn::LSTM<6, 4, double> uni_d(nullptr, "lstm");
+  check_embedded<double>(bi_d, emb_d, 1e-13);
+  check_embedded<double>(uni_d, emb_d, 1e-13);
+  nn::Embedding<6, float> emb_f(nullptr, "embed", 13, {.padding_idx = 0, .init_std = 0.5});
+  nn::BiLSTM<6, 4, float> bi_f(nullptr, "lstm");
+  check_embedded<float>(bi_f, emb_f, 1e-6);
+}

@@ -213,40 +213,36 @@ void lstm_check_weights(const LstmWeights<T, B>& w, std::size_t in, std::size_t&
   if (!(w.b_hh.dims() == Dims{g})) shape_mismatch("lstm", who() + "bias_hh must be (4H)", w.b_hh.dims(), Dims{g});
 }
 
+/// The forward pass of lstm_impl and lstm_from_table: the tensors it returns, and what backward keeps.
 template <class T, class B>
-LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<const int> lengths, const LstmWeights<T, B>* w, int dirs) {
-  using Ten = Tensor<T, AnyShape, B>;
-  if (!x.defined() || x.rank() != 3) throw ShapeError("lstm: x must be (batch, time, input), got " + (x.defined() ? x.dims().str() : std::string("an undefined Var")));
-  const std::size_t bn = x.size(0), tn = x.size(1), in = x.size(2);
-  std::size_t h = 0;
-  for (int d = 0; d < dirs; ++d) lstm_check_weights(w[d], in, h, d);
-  const std::size_t g = 4 * h;
-  LstmPlan plan = lstm_plan(lengths, x.dims());
-  LstmMaps<B> maps = lstm_maps<B>(plan, dirs, tn);
-  const std::size_t n_rows = plan.total;
+struct LstmForward {
+  Tensor<T, AnyShape, B> out, h_n, c_n;
+  PoolVector<Tensor<T, AnyShape, B>> act, cell;  // per direction: gate activations (N, 4H), cells (N, H)
+};
 
-  Ten out = Ten::zeros({bn, tn, std::size_t(dirs) * h});
-  Ten h_n = Ten::zeros({std::size_t(dirs), bn, h}), c_n = Ten::zeros({std::size_t(dirs), bn, h});
-  // Per direction: gate activations (N, 4H) and cells (N, H) are kept for backward; the packed
-  // input (N, In), the hidden states (N, H) and the summed bias (4H) are scratch.
-  PoolVector<Ten> act(dirs), cell(dirs), hid(dirs), xp(dirs), bias(dirs);
+/// Runs the recurrence of every direction over the packed rows of `plan`. project(d, A) first writes
+/// direction d's input projections of all packed rows, (N, 4H) without biases, into A.
+template <class T, class B, class Project>
+LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& maps, const LstmWeights<T, B>* w, int dirs, std::size_t bn,
+                                    std::size_t tn, std::size_t h, Project&& project) {
+  using Ten = Tensor<T, AnyShape, B>;
+  const std::size_t g = 4 * h, n_rows = plan.total;
+  LstmForward<T, B> f{Ten::zeros({bn, tn, std::size_t(dirs) * h}), Ten::zeros({std::size_t(dirs), bn, h}),
+                      Ten::zeros({std::size_t(dirs), bn, h}), PoolVector<Ten>(dirs), PoolVector<Ten>(dirs)};
+  // The hidden states (N, H) and the summed bias (4H) are scratch.
+  PoolVector<Ten> hid(dirs), bias(dirs);
   for (int d = 0; d < dirs; ++d) {
-    act[d] = Ten({n_rows, g});
-    cell[d] = Ten({n_rows, h});
+    f.act[d] = Ten({n_rows, g});
+    f.cell[d] = Ten({n_rows, h});
     hid[d] = Ten({n_rows, h});
-    xp[d] = Ten({n_rows, in});
     bias[d] = Ten(w[d].b_ih.raw() + w[d].b_hh.raw());
   }
-  const T* X = x.raw().data();
   // A device backend runs the directions one after the other: they share its one stream.
   lstm_for_directions(dirs, B::host_accessible, [&](int d) {
-    T* A = act[d].data();
-    T* Cc = cell[d].data();
+    T* A = f.act[d].data();
+    T* Cc = f.cell[d].data();
     T* Hh = hid[d].data();
-    kernels::copy_rows(B{}, n_rows, in, X, in, maps.rows[d].data(), xp[d].data(), in, nullptr, false);
-    // Input projections of every step at once: (N, In) x (4H, In)^T -> (N, 4H).
-    B::template gemm<T>(Trans::no, Trans::yes, int(n_rows), int(g), int(in), T(1), xp[d].data(), int(in), w[d].w_ih.raw().data(),
-                        int(in), T(0), A, int(g));
+    project(d, A);
     const T* Whh = w[d].w_hh.raw().data();
     for (std::size_t s = 0; s < plan.steps; ++s) {
       const std::size_t n = plan.batch[s], r0 = plan.offset[s];
@@ -259,17 +255,36 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       }
       kernels::lstm_cell_forward(B{}, n, h, A + r0 * g, bias[d].data(), c_prev, Cc + r0 * h, Hh + r0 * h);
     }
-    kernels::copy_rows(B{}, n_rows, h, Hh, h, nullptr, out.data() + std::size_t(d) * h, std::size_t(dirs) * h, maps.rows[d].data(), false);
-    kernels::copy_rows(B{}, bn, h, Hh, h, maps.last.data(), h_n.data(), h, maps.final_state[d].data(), false);
-    kernels::copy_rows(B{}, bn, h, Cc, h, maps.last.data(), c_n.data(), h, maps.final_state[d].data(), false);
+    kernels::copy_rows(B{}, n_rows, h, Hh, h, nullptr, f.out.data() + std::size_t(d) * h, std::size_t(dirs) * h, maps.rows[d].data(), false);
+    kernels::copy_rows(B{}, bn, h, Hh, h, maps.last.data(), f.h_n.data(), h, maps.final_state[d].data(), false);
+    kernels::copy_rows(B{}, bn, h, Cc, h, maps.last.data(), f.c_n.data(), h, maps.final_state[d].data(), false);
   });
-  xp.clear();
-  hid.clear();
+  return f;
+}
+
+template <class T, class B>
+LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<const int> lengths, const LstmWeights<T, B>* w, int dirs) {
+  using Ten = Tensor<T, AnyShape, B>;
+  if (!x.defined() || x.rank() != 3) throw ShapeError("lstm: x must be (batch, time, input), got " + (x.defined() ? x.dims().str() : std::string("an undefined Var")));
+  const std::size_t bn = x.size(0), tn = x.size(1), in = x.size(2);
+  std::size_t h = 0;
+  for (int d = 0; d < dirs; ++d) lstm_check_weights(w[d], in, h, d);
+  LstmPlan plan = lstm_plan(lengths, x.dims());
+  LstmMaps<B> maps = lstm_maps<B>(plan, dirs, tn);
+  const std::size_t n_rows = plan.total;
+  const T* X = x.raw().data();
+  LstmForward<T, B> f = lstm_forward_pass<T, B>(plan, maps, w, dirs, bn, tn, h, [&](int d, T* A) {
+    Ten xp({n_rows, in});  // the packed input (N, In)
+    kernels::copy_rows(B{}, n_rows, in, X, in, maps.rows[d].data(), xp.data(), in, nullptr, false);
+    // Input projections of every step at once: (N, In) x (4H, In)^T -> (N, 4H).
+    B::template gemm<T>(Trans::no, Trans::yes, int(n_rows), int(4 * h), int(in), T(1), xp.data(), int(in), w[d].w_ih.raw().data(),
+                        int(in), T(0), A, int(4 * h));
+  });
 
   bool rg = tape != nullptr && x.requires_grad();
   for (int d = 0; d < dirs; ++d) rg = rg || needs_grad(tape, w[d].w_ih, w[d].w_hh, w[d].b_ih, w[d].b_hh);
-  LstmResult<T, B> res{make_out<AnyShape>(tape, std::move(out), rg), make_out<AnyShape>(tape, std::move(h_n), rg),
-                       make_out<AnyShape>(tape, std::move(c_n), rg)};
+  LstmResult<T, B> res{make_out<AnyShape>(tape, std::move(f.out), rg), make_out<AnyShape>(tape, std::move(f.h_n), rg),
+                       make_out<AnyShape>(tape, std::move(f.c_n), rg)};
   if (!rg) return res;
 
   using Data = std::shared_ptr<VarData<T, B>>;
@@ -278,7 +293,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
     Ten act, cell;
   };
   PoolVector<DirSaved> saved;
-  for (int d = 0; d < dirs; ++d) saved.push_back({w[d].w_ih.data(), w[d].w_hh.data(), w[d].b_ih.data(), w[d].b_hh.data(), act[d], cell[d]});
+  for (int d = 0; d < dirs; ++d) saved.push_back({w[d].w_ih.data(), w[d].w_hh.data(), w[d].b_ih.data(), w[d].b_hh.data(), f.act[d], f.cell[d]});
   PoolVector<const void*> inputs{x.data().get()};
   for (const auto& sv : saved)
     for (const auto* p : {sv.w_ih.get(), sv.w_hh.get(), sv.b_ih.get(), sv.b_hh.get()}) inputs.push_back(p);
@@ -396,6 +411,60 @@ LstmResult<T, B> bilstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> len
                         const std::type_identity_t<LstmWeights<T, B>>& rev) {
   const LstmWeights<T, B> w[2] = {fwd, rev};
   return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, w, 2);
+}
+
+/// The input-projection table of one LSTM direction for lstm_from_table: (V, 4H) = E W_ih^T, the
+/// projection of every row of the embedding table E (V, In). Build it again after E or W_ih change.
+template <class T>
+Tensor<T, AnyShape, cpu> lstm_input_table(const Var<T, AnyShape, cpu>& embedding, const Var<T, AnyShape, cpu>& w_ih) {
+  if (!embedding.defined() || embedding.rank() != 2) throw ShapeError("lstm_input_table: the embedding table must be (rows, dim)");
+  const std::size_t v = embedding.size(0), in = embedding.size(1);
+  if (!w_ih.defined() || w_ih.rank() != 2 || w_ih.size(1) != in || w_ih.size(0) % 4 != 0)
+    throw ShapeError("lstm_input_table: weight_ih " + (w_ih.defined() ? w_ih.dims().str() : std::string("undefined")) +
+                     " is not (4H, " + std::to_string(in) + ") for an embedding table " + embedding.dims().str());
+  const std::size_t g = w_ih.size(0);
+  Tensor<T, AnyShape, cpu> t({v, g});
+  cpu::gemm<T>(Trans::no, Trans::yes, int(v), int(g), int(in), T(1), embedding.raw().data(), int(in), w_ih.raw().data(), int(in), T(0),
+               t.data(), int(g));
+  return t;
+}
+
+/// Inference for an Embedding followed by an LSTM (one direction) or a BiLSTM (two): the same
+/// results as lstm()/bilstm() on embedding(E, ids), up to rounding, with each direction's input
+/// projections gathered from its lstm_input_table (V, 4H) by token id instead of computed by a
+/// GEMM. ids (B, T) of real tokens in [0, V) (positions past a sample's length are not read);
+/// w: the directions' weights (their weight_ih only for the shapes). Computes no gradients.
+template <class T, std::integral I, class SI>
+LstmResult<T, cpu> lstm_from_table(NoGrad&, std::span<const Tensor<T, AnyShape, cpu>> tables, const Tensor<I, SI, cpu>& ids,
+                                   std::span<const int> lengths, std::span<const LstmWeights<T, cpu>> w) {
+  const int dirs = static_cast<int>(w.size());
+  if (dirs < 1 || dirs > 2 || tables.size() != w.size())
+    throw ArgumentError("lstm_from_table: " + std::to_string(tables.size()) + " tables for " + std::to_string(w.size()) +
+                        " directions (one or two, a table each)");
+  if (ids.rank() != 2) throw ShapeError("lstm_from_table: ids must be (batch, time), got " + ids.dims().str());
+  const std::size_t bn = ids.size(0), tn = ids.size(1);
+  std::size_t h = 0;
+  for (int d = 0; d < dirs; ++d) detail::lstm_check_weights(w[d], w[d].w_ih.defined() ? w[d].w_ih.size(1) : 0, h, d);
+  const std::size_t g = 4 * h, v = tables[0].size(0);
+  for (int d = 0; d < dirs; ++d)
+    if (!(tables[std::size_t(d)].dims() == Dims{v, g}))
+      shape_mismatch("lstm_from_table", "the input-projection tables must be (V, 4H), one per direction", tables[std::size_t(d)].dims(),
+                     Dims{v, g});
+  const detail::LstmPlan plan = detail::lstm_plan(lengths, Dims{bn, tn, 0});
+  const detail::LstmMaps<cpu> maps = detail::lstm_maps<cpu>(plan, dirs, tn);
+  const I* id = ids.data();
+  for (std::size_t b = 0; b < bn; ++b)
+    for (std::size_t t = 0; t < std::size_t(lengths[b]); ++t)
+      if (id[b * tn + t] < 0 || static_cast<std::size_t>(id[b * tn + t]) >= v)
+        throw ArgumentError("lstm_from_table: ids(" + std::to_string(b) + ", " + std::to_string(t) + ") = " +
+                            std::to_string(static_cast<long long>(id[b * tn + t])) + " is outside the table of " + std::to_string(v) + " rows");
+  detail::LstmForward<T, cpu> f = detail::lstm_forward_pass<T, cpu>(plan, maps, w.data(), dirs, bn, tn, h, [&](int d, T* A) {
+    const T* table = tables[std::size_t(d)].data();
+    const std::int64_t* rows = maps.rows[std::size_t(d)].data();  // packed row -> b * T + t
+    for (std::size_t r = 0; r < plan.total; ++r) std::copy_n(table + static_cast<std::size_t>(id[rows[r]]) * g, g, A + r * g);
+  });
+  return {detail::make_out<AnyShape>(nullptr, std::move(f.out), false), detail::make_out<AnyShape>(nullptr, std::move(f.h_n), false),
+          detail::make_out<AnyShape>(nullptr, std::move(f.c_n), false)};
 }
 
 }  // namespace attn

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../autograd/lstm.hpp"
+#include "embedding.hpp"
 #include "init.hpp"
 #include "module.hpp"
 
@@ -101,6 +102,9 @@ class LSTM : public Module {
     return (*this)(ctx, x, std::span<const int>(l));
   }
 
+  /// The parameters of each direction, for the attn::lstm functions.
+  std::vector<LstmWeights<T, B>> weights() const { return {{weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0}}; }
+
   Var<T, Shape<4 * Hidden, In>, B> weight_ih_l0;
   Var<T, Shape<4 * Hidden, Hidden>, B> weight_hh_l0;
   Var<T, Shape<4 * Hidden>, B> bias_ih_l0, bias_hh_l0;
@@ -159,9 +163,44 @@ class BiLSTM : public Module {
     return (*this)(ctx, x, std::span<const int>(l));
   }
 
+  /// The parameters of each direction (forward, reverse), for the attn::lstm functions.
+  std::vector<LstmWeights<T, B>> weights() const {
+    return {{weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0},
+            {weight_ih_l0_reverse, weight_hh_l0_reverse, bias_ih_l0_reverse, bias_hh_l0_reverse}};
+  }
+
   Var<T, Shape<4 * Hidden, In>, B> weight_ih_l0, weight_ih_l0_reverse;
   Var<T, Shape<4 * Hidden, Hidden>, B> weight_hh_l0, weight_hh_l0_reverse;
   Var<T, Shape<4 * Hidden>, B> bias_ih_l0, bias_hh_l0, bias_ih_l0_reverse, bias_hh_l0_reverse;
 };
+
+/// Inference for an Embedding followed by an LSTM or BiLSTM: each direction's input projection of
+/// every embedding row, E W_ih^T (V, 4H), computed once, so that the pair runs as a row gather and
+/// the recurrence (attn::lstm_from_table) with no input GEMM. The tables hold copies: build them again
+/// after either layer's weights change.
+///   const auto tables = nn::lstm_input_tables(embed, lstm);              // after training or loading
+///   auto [y, h_n, c_n] = nn::embedded_lstm(no_grad, lstm, tables, ids, lengths);
+template <class T>
+struct LstmInputTables {
+  std::vector<Tensor<T, AnyShape, cpu>> dirs;  // (V, 4H) per direction
+};
+
+template <std::size_t In, class T, class Lstm>
+LstmInputTables<T> lstm_input_tables(const Embedding<In, T, cpu>& embedding, const Lstm& lstm) {
+  LstmInputTables<T> t;
+  for (const auto& w : lstm.weights()) t.dirs.push_back(lstm_input_table<T>(embedding.weight.erased(), w.w_ih));
+  return t;
+}
+
+/// lstm(ctx, embedding(ctx, ids), lengths) in inference, from the tables: the same out, h_n and c_n
+/// up to rounding. ids (B, T); lengths (B), each in [1, T].
+template <class Lstm, class T, std::integral I, class SI>
+typename Lstm::Output embedded_lstm(NoGrad& ctx, const Lstm& lstm, const LstmInputTables<T>& tables, const Tensor<I, SI, cpu>& ids,
+                                    std::span<const int> lengths) {
+  const auto w = lstm.weights();
+  auto r = lstm_from_table<T>(ctx, std::span<const Tensor<T, AnyShape, cpu>>(tables.dirs), ids, lengths,
+                              std::span<const LstmWeights<T, cpu>>(w));
+  return {r.out, r.h_n, r.c_n};
+}
 
 }  // namespace attn::nn
