@@ -31,8 +31,9 @@ namespace detail {
 /// own. All blocks are 64-byte aligned. Thread-safe (one mutex; the lists are touched a few
 /// hundred times per training step, not per element).
 ///
-/// The limit on cached bytes is ATTN_CPU_POOL_MB (default 2048; 0 turns caching off). Under
-/// AddressSanitizer caching is off by default, so that use-after-free stays detectable.
+/// The limit on cached bytes is ATTN_CPU_POOL_MB (default 512; 0 turns caching off). Under
+/// AddressSanitizer caching is off by default, so that use-after-free stays detectable. A loop
+/// whose batches vary in length leaves free blocks in many classes; the limit bounds what they hold.
 class HostPool {
  public:
   static constexpr std::size_t alignment = 64;
@@ -119,7 +120,7 @@ class HostPool {
 #if defined(__SANITIZE_ADDRESS__)
     std::size_t mb = 0;
 #else
-    std::size_t mb = 2048;
+    std::size_t mb = 512;
 #endif
     if (const char* s = std::getenv("ATTN_CPU_POOL_MB"); s && *s) {
       char* end = nullptr;
