@@ -18,6 +18,8 @@
 #include <functional>
 #include <string>
 
+#include <attn/backend/cpu_ceiling.hpp>
+
 #include "models.hpp"
 
 using nlohmann::json;
@@ -65,14 +67,6 @@ Timing train_case(Model& model, const Batch& b, int iters) {
 
 /// FLOPs of one attention layer (projections + scores + weighted sum), forward only.
 inline double attention_flops(double b, double t, double d) { return b * (2 * t * d * 3 * d + 2 * t * d * d + 4 * t * t * d); }
-
-inline double gemm_ceiling() {
-  const int n = 2048;
-  std::vector<float> a(std::size_t(n) * n, 0.5f), bm(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
-  auto f = [&] { attn::cpu::gemm<float>(attn::Trans::no, attn::Trans::no, n, n, n, 1.f, a.data(), n, bm.data(), n, 0.f, c.data(), n); };
-  auto t = time_it(f, 1, 5, 1);
-  return 2.0 * n * n * n / (t.median_ms / 1000) / 1e9;
-}
 
 /// Runs one case in this process; returns its JSON record.
 inline json run_case(const std::string& name, int iters) {
@@ -196,7 +190,7 @@ int main(int argc, char** argv) {
   attn::cpu::set_threads(0);
   try {
     if (gemm) {
-      fmt::print("{{\"gemm_gflops\": {:.1f}, \"threads\": {}}}\n", bench::gemm_ceiling(), attn::cpu::threads());
+      fmt::print("{{\"gemm_gflops\": {:.1f}, \"threads\": {}}}\n", attn::cpu_gemm_ceiling_gflops(), attn::cpu::threads());
       return 0;
     }
     if (!one.empty()) {

@@ -2,11 +2,13 @@
 // throughput at batch 64 (consecutive titles padded to the longest in their batch, as the R4
 // reference case does; and again with the titles sorted by length first, as an offline job
 // would batch them) and single-title latency (median and p99). Times cover batch assembly and
-// the forward pass, from encoded ids to logits.
+// the forward pass, from encoded ids to logits. With the machine's FP32 GEMM ceiling given, it also
+// reports the bound that ceiling puts on the batch-64 throughput: the passes' FLOPs at that rate.
 #pragma once
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -27,6 +29,10 @@ struct BenchResult {
   double padding = 0, sorted_padding = 0;  // padded positions / real tokens - 1
   double b1_median_ms = 0, b1_p99_ms = 0;  // batch-1 latency
   std::size_t b1_samples = 0;
+  double mflop_per_title = 0;   // the batch-64 passes' arithmetic, per title
+  double ceiling_gflops = 0;    // the FP32 GEMM ceiling given (0: none)
+  double bound_samples_per_s = 0;  // titles/s if every FLOP ran at that ceiling
+
 
   std::string str() const {
     std::string s = fmt::format("{} titles, mean length {:.1f}: batch {} {:.0f} samples/s (median of {} passes; best {:.0f}; {:.0f}% padding)",
@@ -34,6 +40,10 @@ struct BenchResult {
     if (sorted_samples_per_s > 0)
       s += fmt::format("; length-sorted batches {:.0f} samples/s ({:.0f}% padding)", sorted_samples_per_s, 100 * sorted_padding);
     if (b1_samples) s += fmt::format("; batch 1 latency median {:.3f} ms, p99 {:.3f} ms ({} titles)", b1_median_ms, b1_p99_ms, b1_samples);
+    if (bound_samples_per_s > 0)
+      s += fmt::format("\nFP32 bound: {:.2f} MFLOP per title at this machine's GEMM ceiling of {:.1f} GFLOP/s is {:.0f} samples/s; the batch-{} "
+                       "median runs at {:.0f}% of it",
+                       mflop_per_title, ceiling_gflops, bound_samples_per_s, batch, 100 * samples_per_s / bound_samples_per_s);
     return s;
   }
 };
@@ -49,20 +59,41 @@ inline double percentile(std::vector<double> v, double q) {
 }
 }  // namespace bench_detail
 
+/// FLOPs of one inference forward over a batch of titles with these lengths (a multiply-add counts
+/// 2): the BiLSTM's recurrence and, unless the embedding is folded into it, its input projections;
+/// the attention's four projections on the real tokens; its scores and weighted sums within each
+/// title; the head. LayerNorm, pooling and the softmax are left out (a few percent at most).
+inline double forward_flops(std::span<const std::size_t> lengths, bool folded) {
+  constexpr double h = kHidden, e = kEmbed, d = kDim;
+  double tokens = 0, pairs = 0;
+  for (auto l : lengths) tokens += double(l), pairs += double(l) * double(l);
+  const double lstm = 2 * tokens * 2 * 4 * h * (h + (folded ? 0 : e));
+  const double projections = tokens * 2 * d * 4 * d;
+  const double core = pairs * 4 * d;
+  return lstm + projections + core + double(lengths.size()) * 2 * d * double(kClasses);
+}
+
 /// Times inference over `seqs` (the validation titles): passes of batch-`batch` forwards for about
 /// `seconds` (at least 3 passes), with `sorted` the same in length order for half as long, then
-/// `b1_samples` single-title forwards (0: skip latency).
+/// `b1_samples` single-title forwards (0: skip latency). ceiling_gflops > 0 (the machine's FP32
+/// GEMM rate, attn::cpu_gemm_ceiling_gflops()) adds the bound it puts on the batch throughput.
 template <class Model>
 BenchResult bench_inference(const Model& model, const std::vector<std::vector<std::int32_t>>& seqs, std::size_t batch, double seconds,
-                            std::size_t b1_samples, bool sorted = false) {
+                            std::size_t b1_samples, bool sorted = false, double ceiling_gflops = 0) {
   using namespace bench_detail;
   BenchResult r;
   r.titles = seqs.size();
   r.batch = batch;
   if (seqs.empty()) return r;
   std::size_t tokens = 0;
-  for (auto& s : seqs) tokens += s.size();
+  std::vector<std::size_t> lengths;
+  for (auto& s : seqs) tokens += s.size(), lengths.push_back(s.size());
   r.mean_len = double(tokens) / double(seqs.size());
+  r.mflop_per_title = forward_flops(lengths, model.folded.has_value()) / double(seqs.size()) / 1e6;
+  if (ceiling_gflops > 0) {
+    r.ceiling_gflops = ceiling_gflops;
+    r.bound_samples_per_s = ceiling_gflops * 1e3 / r.mflop_per_title;
+  }
   attn::NoGrad ctx;
   float sink = 0;  // keeps the results observable
   auto run = [&](const std::vector<const std::vector<std::int32_t>*>& g) {

@@ -7,6 +7,7 @@
 //   clue predict --model runs/clue/h4 "国产两轮电动车怎么样，有什么惊喜？"
 //   clue --bench --model runs/clue/h4 --data /tmp/tnews_public
 #include <attn/attn.hpp>
+#include <attn/backend/cpu_ceiling.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -391,13 +392,15 @@ void run_bench(const Options& o) {
   fmt::print("bench: {} head{}, {}{} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
              tr ? "trained model " + o.model_dir : std::string("untrained model"), o.fold ? "" : ", embedding not folded",
              attn::cpu::threads());
-  auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true);
+  auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true, attn::cpu_gemm_ceiling_gflops());
   fmt::print("{}\n", r.str());
   fmt::print("BENCH {}\n", json{{"heads", Heads}, {"threads", attn::cpu::threads()}, {"titles", r.titles}, {"mean_len", r.mean_len},
                                 {"batch64_samples_per_s", r.samples_per_s}, {"batch64_best_samples_per_s", r.best_samples_per_s},
                                 {"batch64_padding", r.padding}, {"batch64_sorted_samples_per_s", r.sorted_samples_per_s},
                                 {"batch64_sorted_padding", r.sorted_padding}, {"batch1_median_ms", r.b1_median_ms},
-                                {"batch1_p99_ms", r.b1_p99_ms}, {"keywords", d.keywords}, {"folded", o.fold}}
+                                {"batch1_p99_ms", r.b1_p99_ms}, {"mflop_per_title", r.mflop_per_title},
+                                {"ceiling_gflops", r.ceiling_gflops}, {"bound_samples_per_s", r.bound_samples_per_s},
+                                {"keywords", d.keywords}, {"folded", o.fold}}
                                    .dump());
 }
 

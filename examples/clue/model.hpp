@@ -113,9 +113,8 @@ struct TnewsClassifier : nn::Module {
 
   /// Inference: folds the embedding into the BiLSTM's input projections (nn::embedded_lstm), which
   /// forward() then uses in eval mode without a tape. Call it once the weights are final (after
-  /// training or loading); unfold() drops the tables.
+  /// training or loading): tables whose weights have changed since make forward() throw.
   void fold_embedding() { folded = nn::lstm_input_tables(tokens, lstm); }
-  void unfold() { folded.reset(); }
 
   ModelConfig cfg;
   std::optional<nn::LstmInputTables<float>> folded;

@@ -5,6 +5,7 @@
 
 #include <attn/autograd/lstm.hpp>
 #include <attn/nn/lstm.hpp>
+#include <attn/optim/optimizer.hpp>
 
 using attn::Dims;
 using attn::dyn;
@@ -286,4 +287,58 @@ TEST_CASE("embedded_lstm: an Embedding + LSTM/BiLSTM from input-projection table
   nn::Embedding<6, float> emb_f(nullptr, "embed", 13, {.padding_idx = 0, .init_std = 0.5});
   nn::BiLSTM<6, 4, float> bi_f(nullptr, "lstm");
   check_embedded<float>(bi_f, emb_f, 1e-6);
+}
+
+namespace {
+struct EmbeddedBiLstm : nn::Module {
+  EmbeddedBiLstm() : emb(this, "embed", 13, {.padding_idx = 0, .init_std = 0.5}), lstm(this, "lstm") {}
+  nn::Embedding<6, float> emb;
+  nn::BiLSTM<6, 4, float> lstm;
+};
+}  // namespace
+
+TEST_CASE("embedded_lstm: tables refuse to run once their weights have changed, or for another LSTM") {
+  EmbeddedBiLstm m;
+  attn::NoGrad ng;
+  const std::vector<int> len{3, 2};
+  auto ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({2, 3});
+  for (std::size_t t = 0; t < 3; ++t) ids(0, t) = std::int32_t(t + 4), ids(1, t) = std::int32_t(2 * t + 1);
+  const std::span<const int> lengths(len);
+  auto tables = nn::lstm_input_tables(m.emb, m.lstm);
+  CHECK_NOTHROW(nn::embedded_lstm(ng, m.lstm, tables, ids, lengths));
+
+  SECTION("an optimizer step") {
+    attn::optim::Adam<float> opt(m, {.lr = 0.01});
+    Tape tape;
+    tape.backward(attn::sum(tape, m.lstm(tape, m.emb(tape, ids), lengths).out));
+    opt.step();
+    CHECK_THROWS_WITH(nn::embedded_lstm(ng, m.lstm, tables, ids, lengths),
+                      Catch::Contains("stale") && Catch::Contains("the embedding table"));
+    tables = nn::lstm_input_tables(m.emb, m.lstm);  // built again: current, and equal to the two layers
+    const auto got = nn::embedded_lstm(ng, m.lstm, tables, ids, lengths);
+    CHECK(max_diff(got.out, m.lstm(ng, m.emb(ng, ids), lengths).out) <= 1e-6);
+  }
+  SECTION("loading a weight (a state dict)") {
+    for (auto& [name, p] : m.named_parameters())
+      if (name == "lstm.weight_ih_l0_reverse") {
+        std::vector<float> zeros(p->numel(), 0.0f);
+        p->copy_from_host(zeros.data());
+      }
+    CHECK_THROWS_WITH(nn::embedded_lstm(ng, m.lstm, tables, ids, lengths),
+                      Catch::Contains("stale") && Catch::Contains("weight_ih of direction 1"));
+  }
+  SECTION("an initialiser") {
+    m.init(7);
+    CHECK_THROWS_AS(nn::embedded_lstm(ng, m.lstm, tables, ids, lengths), attn::ArgumentError);
+  }
+  SECTION("another LSTM of the same shape") {
+    nn::BiLSTM<6, 4, float> other(nullptr, "lstm");
+    CHECK_THROWS_WITH(nn::embedded_lstm(ng, other, tables, ids, lengths), Catch::Contains("another LSTM"));
+  }
+  SECTION("a weight the library does not see written is the caller's to mark") {
+    const_cast<float*>(m.emb.weight.raw().data())[4 * 6] += 1.0f;
+    CHECK_NOTHROW(nn::embedded_lstm(ng, m.lstm, tables, ids, lengths));
+    m.emb.weight.data()->mark_value_written();
+    CHECK_THROWS_WITH(nn::embedded_lstm(ng, m.lstm, tables, ids, lengths), Catch::Contains("the embedding table"));
+  }
 }

@@ -42,6 +42,12 @@ struct VarData {
   /// gradients (dist::DataParallel checks with it that no step touches a gradient it has already
   /// started to all-reduce).
   std::uint64_t grad_writes = 0;
+  /// Counts the writes to value made by the library: optimizer steps, loading a state dict,
+  /// parameter broadcasts, initialisers (like PyTorch's tensor version counter). Code that writes
+  /// a value through its raw data calls mark_value_written(). What is computed from a value and
+  /// kept (nn::LstmInputTables) records the count and refuses to be used once it has moved.
+  std::uint64_t value_writes = 0;
+  void mark_value_written() noexcept { ++value_writes; }
 
   /// The gradient, allocated as zeros on first use. The caller may write anywhere in it.
   Tensor<T, AnyShape, B>& grad_ref() {

@@ -190,6 +190,7 @@ class DataParallel {
     auto pending = comm_->pending("parameter broadcast from rank " + std::to_string(root));
     for (auto& v : params_) comm_->start_broadcast(const_cast<T*>(v.raw().data()), v.numel(), root, pending);
     pending.wait();
+    for (auto& v : params_) v.data()->mark_value_written();
   }
 
   const std::vector<Var<T, AnyShape, B>>& params() const noexcept { return params_; }

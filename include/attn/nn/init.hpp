@@ -14,6 +14,7 @@ void fill_with(const Var<T, S, B>& v, Rng& rng, F&& f) {
   std::vector<T> h(v.numel());
   for (auto& x : h) x = static_cast<T>(f(rng));
   B::template from_host<T>(const_cast<T*>(v.raw().data()), h.data(), h.size());
+  v.data()->mark_value_written();
 }
 
 /// U(-a, a).
@@ -29,6 +30,7 @@ void normal(const Var<T, S, B>& v, Rng& rng, double mean = 0, double std = 1) {
 template <class T, class S, class B>
 void constant(const Var<T, S, B>& v, T c) {
   B::template fill<T>(const_cast<T*>(v.raw().data()), v.numel(), c);
+  v.data()->mark_value_written();
 }
 /// Xavier/Glorot uniform for a (fan_out, fan_in) matrix: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).
 template <class T, class S, class B>

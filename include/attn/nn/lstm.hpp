@@ -176,28 +176,59 @@ class BiLSTM : public Module {
 
 /// Inference for an Embedding followed by an LSTM or BiLSTM: each direction's input projection of
 /// every embedding row, E W_ih^T (V, 4H), computed once, so that the pair runs as a row gather and
-/// the recurrence (attn::lstm_from_table) with no input GEMM. The tables hold copies: build them again
-/// after either layer's weights change.
+/// the recurrence (attn::lstm_from_table) with no input GEMM. The tables are copies: they remember
+/// which weights they were computed from and how often those had been written (VarData::
+/// value_writes), and embedded_lstm throws ArgumentError for tables of another LSTM or once an
+/// optimizer step, a load or an initialiser has changed the embedding or a weight_ih since.
 ///   const auto tables = nn::lstm_input_tables(embed, lstm);              // after training or loading
 ///   auto [y, h_n, c_n] = nn::embedded_lstm(no_grad, lstm, tables, ids, lengths);
 template <class T>
 struct LstmInputTables {
   std::vector<Tensor<T, AnyShape, cpu>> dirs;  // (V, 4H) per direction
+  /// The weights the tables were computed from, with their write counts then: the embedding's
+  /// table first, then each direction's weight_ih.
+  struct Source {
+    std::shared_ptr<const VarData<T, cpu>> var;
+    std::uint64_t writes = 0;
+  };
+  std::vector<Source> sources;
 };
+
+namespace lstm_detail {
+template <class T>
+void check_tables_current(const LstmInputTables<T>& tables, std::span<const LstmWeights<T, cpu>> w) {
+  if (tables.sources.size() != w.size() + 1)
+    throw ArgumentError("nn::embedded_lstm: the input tables do not record their weights (build them with nn::lstm_input_tables)");
+  for (std::size_t d = 0; d < w.size(); ++d)
+    if (tables.sources[d + 1].var != w[d].w_ih.data())
+      throw ArgumentError("nn::embedded_lstm: the input tables were built from another LSTM's weights (direction " + std::to_string(d) + ")");
+  for (std::size_t k = 0; k < tables.sources.size(); ++k)
+    if (tables.sources[k].var->value_writes != tables.sources[k].writes)
+      throw ArgumentError("nn::embedded_lstm: the input tables are stale: " +
+                       (k == 0 ? std::string("the embedding table") : "weight_ih of direction " + std::to_string(k - 1)) +
+                       " has changed since nn::lstm_input_tables (build the tables again)");
+}
+}  // namespace lstm_detail
 
 template <std::size_t In, class T, class Lstm>
 LstmInputTables<T> lstm_input_tables(const Embedding<In, T, cpu>& embedding, const Lstm& lstm) {
   LstmInputTables<T> t;
-  for (const auto& w : lstm.weights()) t.dirs.push_back(lstm_input_table<T>(embedding.weight.erased(), w.w_ih));
+  t.sources.push_back({embedding.weight.data(), embedding.weight.data()->value_writes});
+  for (const auto& w : lstm.weights()) {
+    t.dirs.push_back(lstm_input_table<T>(embedding.weight.erased(), w.w_ih));
+    t.sources.push_back({w.w_ih.data(), w.w_ih.data()->value_writes});
+  }
   return t;
 }
 
 /// lstm(ctx, embedding(ctx, ids), lengths) in inference, from the tables: the same out, h_n and c_n
-/// up to rounding. ids (B, T); lengths (B), each in [1, T].
+/// up to rounding. ids (B, T); lengths (B), each in [1, T]. Throws ArgumentError when the tables are
+/// stale or belong to another LSTM (see LstmInputTables).
 template <class Lstm, class T, std::integral I, class SI>
 typename Lstm::Output embedded_lstm(NoGrad& ctx, const Lstm& lstm, const LstmInputTables<T>& tables, const Tensor<I, SI, cpu>& ids,
                                     std::span<const int> lengths) {
   const auto w = lstm.weights();
+  lstm_detail::check_tables_current(tables, std::span<const LstmWeights<T, cpu>>(w));
   auto r = lstm_from_table<T>(ctx, std::span<const Tensor<T, AnyShape, cpu>>(tables.dirs), ids, lengths,
                               std::span<const LstmWeights<T, cpu>>(w));
   return {r.out, r.h_n, r.c_n};

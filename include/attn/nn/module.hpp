@@ -51,6 +51,7 @@ class TypedParameter final : public ParameterSlot {
   void copy_to_host(void* dst) const override { B::template to_host<T>(static_cast<T*>(dst), var.raw().data(), numel()); }
   void copy_from_host(const void* src) override {
     B::template from_host<T>(const_cast<T*>(var.raw().data()), static_cast<const T*>(src), numel());
+    var.data()->mark_value_written();
   }
   void zero_grad() override { var.data()->zero_grad(); }
   Var<T, AnyShape, B> var;

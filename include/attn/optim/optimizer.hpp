@@ -118,6 +118,7 @@ class Adam {
       auto& d = *p_.vars[k].data();
       if (d.grad.empty()) continue;
       T* p = d.value.data();
+      d.mark_value_written();
       const T* g = d.grad.data();
       T* m = m_[k].data();
       T* v = v_[k].data();
@@ -222,6 +223,7 @@ class Sgd {
       auto& d = *p_.vars[k].data();
       if (d.grad.empty()) continue;
       T* p = d.value.data();
+      d.mark_value_written();
       const T* g = d.grad.data();
       const std::size_t n = d.value.numel();
       const bool first = buf_[k].empty();
