@@ -1,0 +1,80 @@
+// One core's multiply-add rate for the element types a CPU inference path could use, AVX2: FP32
+// FMA (vfmadd231ps), int16 pairs (vpmaddwd) and int8 (vpmaddubsw widened to int32 by vpmaddwd,
+// the int8 GEMM's inner step without AVX-VNNI). Each loop runs independent accumulator chains
+// whose operands differ, so that the compiler can neither merge the chains nor share a product.
+// Where int8 does not run well ahead of FP32, quantized GEMMs cannot raise the FLOP ceiling.
+//   peak [--iters N]
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+using clk = std::chrono::steady_clock;
+volatile float sink_f;
+volatile int sink_i;
+
+double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+
+/// Multiply-adds per second: eight FMA chains of eight lanes.
+__attribute__((noinline)) double fp32(long n) {
+  __m256 a = _mm256_set1_ps(1.0001f), b0 = _mm256_set1_ps(0.1f), b1 = _mm256_set1_ps(0.2f), b2 = _mm256_set1_ps(0.3f),
+         b3 = _mm256_set1_ps(0.4f), b4 = _mm256_set1_ps(0.5f), b5 = _mm256_set1_ps(0.6f);
+  __m256 c0 = _mm256_set1_ps(1), c1 = _mm256_set1_ps(2), c2 = _mm256_set1_ps(3), c3 = _mm256_set1_ps(4), c4 = _mm256_set1_ps(5),
+         c5 = _mm256_set1_ps(6), c6 = _mm256_set1_ps(7), c7 = _mm256_set1_ps(8);
+  const auto t0 = clk::now();
+  for (long i = 0; i < n; ++i) {
+    asm volatile("" : "+x"(a), "+x"(b0), "+x"(b1), "+x"(b2), "+x"(b3), "+x"(b4), "+x"(b5));
+    c0 = _mm256_fmadd_ps(a, b0, c0), c1 = _mm256_fmadd_ps(a, b1, c1), c2 = _mm256_fmadd_ps(a, b2, c2);
+    c3 = _mm256_fmadd_ps(a, b3, c3), c4 = _mm256_fmadd_ps(a, b4, c4), c5 = _mm256_fmadd_ps(a, b5, c5);
+    c6 = _mm256_fmadd_ps(b0, b1, c6), c7 = _mm256_fmadd_ps(b2, b3, c7);
+  }
+  const double s = seconds_since(t0);
+  const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
+                                 _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
+  sink_f = _mm256_cvtss_f32(t);
+  return 8.0 * 8.0 * double(n) / s;
+}
+
+/// Six chains; `int8` true: 32 u8 x s8 products per step (vpmaddubsw, then vpmaddwd by ones),
+/// false: 16 int16 products (vpmaddwd).
+template <bool Int8>
+__attribute__((noinline)) double integer(long n) {
+  __m256i a = Int8 ? _mm256_set1_epi8(3) : _mm256_set1_epi16(3), b0 = _mm256_set1_epi8(1), b1 = _mm256_set1_epi8(2),
+          b2 = _mm256_set1_epi8(-3), b3 = _mm256_set1_epi8(4), b4 = _mm256_set1_epi8(-5), b5 = _mm256_set1_epi8(6);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i c0 = _mm256_set1_epi32(1), c1 = _mm256_set1_epi32(2), c2 = _mm256_set1_epi32(3), c3 = _mm256_set1_epi32(4),
+          c4 = _mm256_set1_epi32(5), c5 = _mm256_set1_epi32(6);
+  auto step = [&](__m256i c, __m256i b) {
+    if constexpr (Int8) return _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+    else return _mm256_add_epi32(c, _mm256_madd_epi16(a, b));
+  };
+  const auto t0 = clk::now();
+  for (long i = 0; i < n; ++i) {
+    asm volatile("" : "+x"(a), "+x"(b0), "+x"(b1), "+x"(b2), "+x"(b3), "+x"(b4), "+x"(b5));
+    c0 = step(c0, b0), c1 = step(c1, b1), c2 = step(c2, b2), c3 = step(c3, b3), c4 = step(c4, b4), c5 = step(c5, b5);
+  }
+  const double s = seconds_since(t0);
+  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)), _mm256_add_epi32(c4, c5));
+  sink_i = _mm256_extract_epi32(t, 0);
+  return 6.0 * (Int8 ? 32.0 : 16.0) * double(n) / s;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  long n = 100'000'000;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], "--iters")) n = std::atol(argv[i + 1]);
+  if (n <= 0) {
+    std::fprintf(stderr, "peak: --iters must be positive\n");
+    return 2;
+  }
+  const double f = fp32(n), h = integer<false>(n), q = integer<true>(n);
+  std::printf("one core, AVX2, multiply-adds per second:\n");
+  std::printf("  fp32  vfmadd231ps             %6.1f G  (%.1f GFLOP/s)\n", f / 1e9, 2 * f / 1e9);
+  std::printf("  int16 vpmaddwd                %6.1f G  %.2fx fp32\n", h / 1e9, h / f);
+  std::printf("  int8  vpmaddubsw + vpmaddwd   %6.1f G  %.2fx fp32\n", q / 1e9, q / f);
+  return 0;
+}
