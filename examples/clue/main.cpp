@@ -392,7 +392,7 @@ void run_bench(const Options& o) {
   fmt::print("bench: {} head{}, {}{} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
              tr ? "trained model " + o.model_dir : std::string("untrained model"), o.fold ? "" : ", embedding not folded",
              attn::cpu::threads());
-  auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true, attn::cpu_gemm_ceiling_gflops());
+  auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true, attn::cpu_gemm_ceiling_gflops(2048, 5, 3.0));
   fmt::print("{}\n", r.str());
   fmt::print("BENCH {}\n", json{{"heads", Heads}, {"threads", attn::cpu::threads()}, {"titles", r.titles}, {"mean_len", r.mean_len},
                                 {"batch64_samples_per_s", r.samples_per_s}, {"batch64_best_samples_per_s", r.best_samples_per_s},

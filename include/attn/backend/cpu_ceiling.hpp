@@ -1,6 +1,7 @@
 // The machine's FP32 GEMM ceiling as attn's CPU backend reaches it: what benchmarks quote their
 // GFLOP/s against, and what bounds a model's throughput from its FLOP count.
-//   const double gflops = attn::cpu_gemm_ceiling_gflops();  // 2048^3, current thread count
+//   const double gflops = attn::cpu_gemm_ceiling_gflops();          // 2048^3, current thread count
+//   const double quick = attn::cpu_gemm_ceiling_gflops(2048, 5, 3);  // within about 3 seconds
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -10,19 +11,31 @@
 
 namespace attn {
 
-/// The median GFLOP/s of `reps` single-precision n x n x n products through cpu::gemm (after one
-/// warm-up), on attn::cpu::threads() threads.
-inline double cpu_gemm_ceiling_gflops(int n = 2048, int reps = 5) {
-  const std::size_t nn = std::size_t(n) * std::size_t(n);
-  std::vector<float> a(nn, 0.5f), b(nn, 0.25f), c(nn);
-  std::vector<double> secs;
-  for (int i = 0; i <= std::max(reps, 1); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    cpu::gemm<float>(Trans::no, Trans::no, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-    if (i > 0) secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+/// GFLOP/s of single-precision n x n x n products through cpu::gemm on attn::cpu::threads()
+/// threads: the median of `reps` products after one warm-up, for n = 256, 512, ... up to max_n,
+/// returning the largest size's rate. A size whose products would not fit in what is left of
+/// `budget_seconds` (judged from the size before, 8x its time) is not started, so a slow build
+/// (Debug, sanitizers) returns a smaller product's rate instead of taking minutes.
+inline double cpu_gemm_ceiling_gflops(int max_n = 2048, int reps = 5, double budget_seconds = 1e9) {
+  reps = std::max(reps, 1);
+  double rate = 0, spent = 0;
+  for (int n = std::min(256, max_n);; n = std::min(2 * n, max_n)) {
+    const std::size_t nn = std::size_t(n) * std::size_t(n);
+    std::vector<float> a(nn, 0.5f), b(nn, 0.25f), c(nn);
+    std::vector<double> secs;
+    for (int i = 0; i <= reps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      cpu::gemm<float>(Trans::no, Trans::no, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      spent += s;
+      if (i > 0 || spent > budget_seconds) secs.push_back(s);  // the warm-up counts only when it is all there is
+      if (spent > budget_seconds) break;
+    }
+    std::nth_element(secs.begin(), secs.begin() + std::ptrdiff_t(secs.size() / 2), secs.end());
+    const double median = secs[secs.size() / 2];
+    rate = 2.0 * double(n) * double(n) * double(n) / median / 1e9;
+    if (n >= max_n || spent + 8 * median * double(reps + 1) > budget_seconds) return rate;
   }
-  std::nth_element(secs.begin(), secs.begin() + std::ptrdiff_t(secs.size() / 2), secs.end());
-  return 2.0 * double(n) * double(n) * double(n) / secs[secs.size() / 2] / 1e9;
 }
 
 }  // namespace attn
