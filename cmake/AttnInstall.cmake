@@ -3,7 +3,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY include/attn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-set(_attn_targets attn)
+set(_attn_targets attn attn_compiled)
 if(TARGET attn_mpi)
   list(APPEND _attn_targets attn_mpi)
 endif()
@@ -16,6 +16,6 @@ configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/attnConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/attnConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/attnConfigVersion.cmake
-  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attnConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/attnConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)

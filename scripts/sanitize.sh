@@ -14,9 +14,9 @@ start=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON -DATTN_WERROR=ON \
   -DATTN_BUILD_TESTS=ON -DATTN_BUILD_EXAMPLES=ON -DATTN_CUDA=OFF
 
-# Sanitizers only see compiled test programs; the compile-fail and installed-consumer tests run
-# the compiler, not attn code, and are left to scripts/test.sh.
-exclude='^(compile_fail|consumer):'
+# Sanitizers only see compiled test programs; the compile-fail, installed-consumer and
+# separate-compilation tests run the compiler, not attn code, and are left to scripts/test.sh.
+exclude='^(compile_fail|consumer|separate_compilation):'
 targets=()
 filter=()
 if [ -n "${ATTN_SANITIZE_AREAS:-}" ]; then

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model.hpp"
+#include "options.hpp"
 
 namespace clue {
 
@@ -22,16 +23,6 @@ namespace data = attn::data;
 /// Separates a title from its keywords when --keywords is on. The tokenizer never produces it
 /// ('<' is a token of its own), so it cannot collide with a character.
 inline constexpr const char* kSepToken = "<sep>";
-
-struct DataOptions {
-  std::string dir;
-  bool keywords = false;
-  bool skip_bad_lines = false;
-  double valid_fraction = 0.1;
-  std::uint64_t seed = 42;
-  std::size_t min_freq = 2, max_vocab = 0, max_len = 128;
-  std::size_t limit = 0;  // use only the first N training lines (quick runs)
-};
 
 /// One split, encoded: ids (never empty), labels (-1 when unknown), the title and keywords, test ids.
 struct Encoded {

@@ -7,7 +7,7 @@
 //                          and the loop's counters and history, for --resume
 //   metrics.jsonl          one line per epoch
 // A program supplies its batches, the loss of a batch and its validation figures:
-//   examples::TrainOptions t;  examples::add_training_flags(app, t);
+//   examples::TrainOptions t;  examples::add_training_flags(app, t);  // in the program's options.cpp
 //   auto log = examples::train(model, t, dir, Heads, par, lengths,
 //       [&](const std::vector<std::size_t>& idx) { return the batch of training samples idx; },
 //       [&](attn::Tape& tape, const Batch& b) { return the mean loss of b; },
@@ -15,7 +15,6 @@
 #pragma once
 #include <attn/attn.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -27,39 +26,11 @@
 #include <vector>
 
 #include "json_files.hpp"
+#include "options.hpp"
 #include "parallel.hpp"
 #include "progress.hpp"
 
 namespace examples {
-
-/// What the loop needs to know; each program sets its own defaults before registering the flags.
-struct TrainOptions {
-  std::string out;             // the run directories go below it
-  std::uint64_t seed = 42;     // the data order and dropout (the programs also seed their split and initialisation with it)
-  std::size_t epochs = 5, batch = 64, patience = 3;
-  double lr = 2e-3, weight_decay = 0.01, warmup = 0.05, clip = 1.0;
-  bool resume = false;
-  std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
-  std::string on_non_finite = "stop";
-};
-
-/// Registers --out, --epochs, --batch, --lr, --weight-decay, --warmup, --patience, --clip,
-/// --on-nonfinite, --seed, --resume and --stop-after.
-inline void add_training_flags(CLI::App& app, TrainOptions& t) {
-  app.add_option("--out", t.out, "output directory (one sub-directory per head count)");
-  app.add_option("--epochs", t.epochs, "maximum epochs")->check(CLI::PositiveNumber);
-  app.add_option("--batch", t.batch, "batch size (per process under mpirun)")->check(CLI::PositiveNumber);
-  app.add_option("--lr", t.lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", t.weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup", t.warmup, "fraction of steps for linear warm-up (then cosine decay)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--patience", t.patience, "stop after this many epochs without validation improvement")->check(CLI::PositiveNumber);
-  app.add_option("--clip", t.clip, "gradient-norm clipping threshold (0: off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--on-nonfinite", t.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")
-      ->check(CLI::IsMember({"stop", "skip"}));
-  app.add_option("--seed", t.seed, "seed of the split, the initialisation, the data order and dropout");
-  app.add_flag("--resume", t.resume, "continue an interrupted run from its last completed epoch");
-  app.add_option("--stop-after", t.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)");
-}
 
 /// A validation pass: every process computes the same figures. macro_f1 NaN: not measured.
 struct Validation {

@@ -657,6 +657,14 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   return o;
 }
 
+#define ATTN_INSTANTIATE_CPU_ATTENTION(X, T)                                                                               \
+  X template void kernels::mha_flash_forward<T>(cpu, const kernels::MhaProblem<T>&, T*, T*, AttentionStats*);              \
+  X template void kernels::mha_flash_backward<T>(cpu, const kernels::MhaProblem<T>&, const T*, const T*, const T*, T*,      \
+                                                 AttentionStats*);                                                         \
+  X template void kernels::mha_naive_forward<T>(cpu, const kernels::MhaProblem<T>&, T*, T*, AttentionStats*);              \
+  X template void kernels::mha_naive_backward<T>(cpu, const kernels::MhaProblem<T>&, const T*, const T*, T*, AttentionStats*);
+ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_ATTENTION)
+
 }  // namespace attn
 
 #undef ATTN_MHA_OMP

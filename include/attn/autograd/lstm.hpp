@@ -467,4 +467,22 @@ LstmResult<T, cpu> lstm_from_table(NoGrad&, std::span<const Tensor<T, AnyShape, 
           detail::make_out<AnyShape>(nullptr, std::move(f.c_n), false)};
 }
 
+#define ATTN_INSTANTIATE_CPU_LSTM(X, T)                                                                                    \
+  X template void kernels::lstm_cell_forward<T>(cpu, std::size_t, std::size_t, T*, const T*, const T*, T*, T*);            \
+  X template void kernels::lstm_cell_backward<T>(cpu, std::size_t, std::size_t, const T*, const T*, const T*, const T*, T*, \
+                                                 T*);                                                                      \
+  X template LstmResult<T, cpu> detail::lstm_impl<T, cpu>(Tape*, const Var<T, AnyShape, cpu>&, std::span<const int>,        \
+                                                          const LstmWeights<T, cpu>*, int);                                \
+  X template Tensor<T, AnyShape, cpu> lstm_input_table<T>(const Var<T, AnyShape, cpu>&, const Var<T, AnyShape, cpu>&);     \
+  ATTN_INSTANTIATE_CPU_LSTM_FROM_TABLE(X, T, int)                                                                          \
+  ATTN_INSTANTIATE_CPU_LSTM_FROM_TABLE(X, T, std::int64_t)
+#define ATTN_INSTANTIATE_CPU_LSTM_FROM_TABLE(X, T, I)                                                                      \
+  X template LstmResult<T, cpu> lstm_from_table<T, I, Shape<dyn, dyn>>(NoGrad&, std::span<const Tensor<T, AnyShape, cpu>>,  \
+                                                                      const Tensor<I, Shape<dyn, dyn>, cpu>&,               \
+                                                                      std::span<const int>, std::span<const LstmWeights<T, cpu>>); \
+  X template LstmResult<T, cpu> lstm_from_table<T, I, AnyShape>(NoGrad&, std::span<const Tensor<T, AnyShape, cpu>>,         \
+                                                               const Tensor<I, AnyShape, cpu>&, std::span<const int>,       \
+                                                               std::span<const LstmWeights<T, cpu>>);
+ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_LSTM)
+
 }  // namespace attn

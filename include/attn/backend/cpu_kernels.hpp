@@ -152,3 +152,19 @@ void copy_rows(cpu, std::size_t n, std::size_t w, const T* src, std::size_t src_
 }
 
 }  // namespace attn::kernels
+
+namespace attn {
+#define ATTN_INSTANTIATE_CPU_KERNELS(X, T)                                                                                 \
+  X template void kernels::sum_to<T>(cpu, const T*, const Dims&, T*, const Dims&, bool);                                   \
+  X template void kernels::softmax_rows<T>(cpu, const T*, T*, std::size_t, std::size_t, bool);                             \
+  X template void kernels::softmax_rows_backward<T>(cpu, const T*, const T*, T*, std::size_t, std::size_t, bool);          \
+  X template void kernels::gather_rows<T, int>(cpu, const T*, std::size_t, std::size_t, const int*, std::size_t, T*);       \
+  X template void kernels::gather_rows<T, std::int64_t>(cpu, const T*, std::size_t, std::size_t, const std::int64_t*,       \
+                                                        std::size_t, T*);                                                  \
+  X template void kernels::scatter_add_rows<T, int>(cpu, T*, std::size_t, const int*, std::size_t, const T*, long long);    \
+  X template void kernels::scatter_add_rows<T, std::int64_t>(cpu, T*, std::size_t, const std::int64_t*, std::size_t,        \
+                                                             const T*, long long);                                         \
+  X template void kernels::copy_rows<T>(cpu, std::size_t, std::size_t, const T*, std::size_t, const std::int64_t*, T*,      \
+                                        std::size_t, const std::int64_t*, bool);
+ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_KERNELS)
+}  // namespace attn

@@ -183,3 +183,26 @@ void masked_max_backward(cpu, const T* g, const std::int64_t* arg, std::size_t b
 }
 
 }  // namespace attn::kernels
+
+namespace attn {
+#define ATTN_INSTANTIATE_CPU_LAYER_KERNELS(X, T)                                                                           \
+  X template double kernels::cross_entropy_forward<T, int>(cpu, const T*, const int*, std::size_t, std::size_t, long long, T); \
+  X template double kernels::cross_entropy_forward<T, std::int64_t>(cpu, const T*, const std::int64_t*, std::size_t,        \
+                                                                    std::size_t, long long, T);                             \
+  X template void kernels::cross_entropy_backward<T, int>(cpu, const T*, const int*, std::size_t, std::size_t, long long, T, \
+                                                          const T*, std::size_t, T*);                                      \
+  X template void kernels::cross_entropy_backward<T, std::int64_t>(cpu, const T*, const std::int64_t*, std::size_t,         \
+                                                                   std::size_t, long long, T, const T*, std::size_t, T*);  \
+  X template void kernels::layer_norm_forward<T>(cpu, const T*, const T*, const T*, std::size_t, std::size_t, double, T*,   \
+                                                 T*, T*);                                                                  \
+  X template void kernels::layer_norm_backward<T>(cpu, const T*, const T*, const T*, const T*, std::size_t, std::size_t,    \
+                                                  T*, T*, T*);                                                             \
+  X template void kernels::masked_mean_forward<T>(cpu, const T*, const T*, std::size_t, std::size_t, std::size_t, T*, T*);  \
+  X template void kernels::masked_mean_backward<T>(cpu, const T*, const T*, const T*, std::size_t, std::size_t, std::size_t, \
+                                                   T*);                                                                    \
+  X template void kernels::masked_max_forward<T>(cpu, const T*, const T*, std::size_t, std::size_t, std::size_t, T*,        \
+                                                 std::int64_t*);                                                           \
+  X template void kernels::masked_max_backward<T>(cpu, const T*, const std::int64_t*, std::size_t, std::size_t, std::size_t, \
+                                                  T*);
+ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_LAYER_KERNELS)
+}  // namespace attn

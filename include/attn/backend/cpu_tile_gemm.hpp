@@ -133,3 +133,10 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std:
 }
 
 }  // namespace attn::kernels::tile
+
+namespace attn {
+#define ATTN_INSTANTIATE_CPU_TILE_GEMM(X, T)                                                                               \
+  X template void kernels::tile::gemm<T>(std::size_t, std::size_t, std::size_t, T, const T*, std::size_t, std::size_t,      \
+                                         const T*, std::size_t, bool, T*, std::size_t);
+ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_TILE_GEMM)
+}  // namespace attn

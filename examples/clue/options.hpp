@@ -1,0 +1,63 @@
+// The CLUE program's options and its command line (parsed in options.cpp, the one translation
+// unit of the program that compiles CLI11).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../common/options.hpp"
+
+namespace clue {
+
+/// The --heads default: nn::recommended_heads(kDim) (main.cpp checks that they agree).
+inline constexpr std::size_t kDefaultHeads = 4;
+
+inline constexpr const char* kExampleTitle = "凌云研发的国产两轮电动车怎么样，有什么惊喜？";
+
+struct DataOptions {
+  std::string dir;
+  bool keywords = false;
+  bool skip_bad_lines = false;
+  double valid_fraction = 0.1;
+  std::uint64_t seed = 42;
+  std::size_t min_freq = 2, max_vocab = 0, max_len = 128;
+  std::size_t limit = 0;  // use only the first N training lines (quick runs)
+};
+
+struct Options {
+  DataOptions data{.dir = "examples/clue/sample/tnews_public"};
+  examples::TrainOptions train{.out = "runs/clue", .epochs = 5, .batch = 64, .patience = 3, .warmup = 0.05};
+  std::size_t heads = kDefaultHeads;
+  bool sweep = false;
+  std::size_t threads = 0;
+  double dropout = 0.2, attn_dropout = 0.1, label_smoothing = 0.1;
+  bool residual = true;
+  bool bench = false;
+  double bench_seconds = 10;
+  std::size_t bench_latency = 1000;
+  std::string model_dir;  // --bench with a trained model
+  bool fold = true;       // --bench: nn::embedded_lstm (--no-fold: the two layers in turn)
+  std::vector<std::string> explain;
+};
+
+/// `clue predict`: titles to classify with a trained run directory.
+struct PredictOptions {
+  std::string model_dir, keywords;
+  std::vector<std::string> texts;
+  std::size_t top = 5;
+};
+
+/// What the command line asks for: training or --bench (options), or `predict` (prediction).
+struct Command {
+  Options options;
+  bool predict = false;
+  PredictOptions prediction;
+};
+
+/// Parses argv into cmd: nothing when the program should go on, else the code to exit with (0 after
+/// --help; non-zero after a bad option, which has been printed).
+std::optional<int> parse_command_line(int argc, char** argv, Command& cmd);
+
+}  // namespace clue

@@ -1,0 +1,22 @@
+// The training loop's options (examples::TrainOptions), shared by the example programs. This header
+// does not include CLI11: each program parses its command line in its own options.cpp (see
+// common/cli.hpp), so that its main translation unit does not compile CLI11's parser as well.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace examples {
+
+/// What the loop needs to know; each program sets its own defaults before registering the flags.
+struct TrainOptions {
+  std::string out;             // the run directories go below it
+  std::uint64_t seed = 42;     // the data order and dropout (the programs also seed their split and initialisation with it)
+  std::size_t epochs = 5, batch = 64, patience = 3;
+  double lr = 2e-3, weight_decay = 0.01, warmup = 0.05, clip = 1.0;
+  bool resume = false;
+  std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
+  std::string on_non_finite = "stop";
+};
+
+}  // namespace examples

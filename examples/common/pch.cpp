@@ -1,0 +1,1 @@
+// The examples' precompiled header is built from this file (examples/CMakeLists.txt).

@@ -1,0 +1,50 @@
+// The IMDb program's options and its command line (parsed in options.cpp, the one translation unit
+// of the program that compiles CLI11).
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../common/options.hpp"
+
+namespace imdb {
+
+inline constexpr const char* kArticleSentence = "The movie was not good, but the acting was brilliant.";
+
+struct Options {
+  std::string data = "examples/imdb/sample/aclImdb";
+  examples::TrainOptions train{.out = "runs/imdb", .epochs = 2, .batch = 32, .patience = 2, .warmup = 0.06};
+  std::size_t heads = 8;
+  bool sweep = false;
+  std::size_t max_len = 256, min_freq = 2, max_vocab = 30000, threads = 0;
+  std::size_t ngram_buckets = 0;  // the n-gram bag: off (the NB-LR score carries the n-grams)
+  std::size_t nblr_buckets = std::size_t(1) << 22, nblr_order = 3, nblr_folds = 5;
+  double nblr_c = 1.0;
+  double dropout = 0.3, attn_dropout = 0.1;
+  double valid_fraction = 0.1;
+  bool ffn = true;
+  std::string truncate = "head+tail";
+  std::size_t bag_max_len = 2048;
+  std::vector<std::string> explain;
+  std::size_t limit = 0;  // use only the first N training reviews (smoke tests)
+};
+
+/// `imdb predict`: texts to classify with a trained run directory.
+struct PredictOptions {
+  std::string model_dir;
+  std::vector<std::string> texts;
+};
+
+/// What the command line asks for: training (options) or `predict` (prediction).
+struct Command {
+  Options options;
+  bool predict = false;
+  PredictOptions prediction;
+};
+
+/// Parses argv into cmd: nothing when the program should go on, else the code to exit with (0 after
+/// --help; non-zero after a bad option, which has been printed).
+std::optional<int> parse_command_line(int argc, char** argv, Command& cmd);
+
+}  // namespace imdb

@@ -1,0 +1,6 @@
+// attn::compiled: the double instantiations of the CPU kernels (attn/core/instantiate.hpp).
+#include <attn/impl/instantiate_cpu.hpp>
+
+namespace attn {
+ATTN_INSTANTIATE_ALL_CPU(, double)
+}  // namespace attn

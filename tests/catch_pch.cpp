@@ -1,0 +1,1 @@
+// The tests' precompiled header is built from this file (tests/CMakeLists.txt).
