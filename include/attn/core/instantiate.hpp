@@ -4,8 +4,9 @@
 // A program that defines ATTN_SEPARATE_COMPILATION (linking the attn::compiled CMake target does
 // that) sees the float and double instantiations of the CPU kernels, the GEMMs and the LSTM and
 // attention implementations declared `extern template`, and compiles none of them; one translation
-// unit defines them all by including <attn/impl/src.hpp>, which is what attn::compiled is built
-// from. The two ways give the same code: the kernels are the same templates, compiled once.
+// unit defines them all by including <attn/impl/src.hpp> (attn::compiled does the same, one element
+// type per unit). The two ways give the same code: the kernels are the same templates, compiled
+// once.
 //
 // Each header lists its instantiations as a macro ATTN_INSTANTIATE_<NAME>(X, T) whose X is
 // `extern` for the declarations and empty for the definitions, and passes it to
