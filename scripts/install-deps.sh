@@ -2,7 +2,7 @@
 # Installs attn's build and test dependencies from Debian 12 packages, only those missing.
 # Usage: scripts/install-deps.sh [--mpi]   (run as root, or with sudo available)
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build libeigen3-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblinear-dev)
+pkgs=(build-essential cmake ninja-build libeigen3-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblinear-dev libblis-openmp-dev)
 for a in "$@"; do
   case "$a" in
     --mpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;

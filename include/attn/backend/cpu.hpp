@@ -1,4 +1,5 @@
-// The CPU backend: aligned host memory, Eigen GEMMs threaded with OpenMP, and thread control.
+// The CPU backend: aligned host memory, GEMMs (BLIS or OpenBLAS when configured, else Eigen's)
+// threaded with OpenMP, and thread control.
 //   attn::cpu::gemm<float>(Trans::no, Trans::yes, m, n, k, 1.f, a, k, b, k, 0.f, c, n);
 #pragma once
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include <Eigen/Core>
 #if defined(_OPENMP)
@@ -18,6 +20,7 @@
 #include "../core/instantiate.hpp"
 #include "../core/pool.hpp"
 #include "concept.hpp"
+#include "cpu_blas.hpp"
 
 namespace attn {
 
@@ -131,6 +134,11 @@ void cpu::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int
     else c *= beta;
     return;
   }
+#if defined(ATTN_HAVE_BLAS)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    if (static_cast<long long>(m) * n * k >= detail::kBlasMinVolume)
+      return detail::blas_gemm<T>(ta == Trans::yes, tb == Trans::yes, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
   // op(A) is (m,k): stored (m,k) when not transposed, (k,m) when transposed.
   MapA a(A, ta == Trans::no ? m : k, ta == Trans::no ? k : m, Eigen::OuterStride<>(lda));
   MapA b(B, tb == Trans::no ? k : n, tb == Trans::no ? n : k, Eigen::OuterStride<>(ldb));

@@ -1,0 +1,69 @@
+// An optional BLAS under cpu::gemm: BLIS or OpenBLAS, chosen when attn is configured
+// (ATTN_BLAS=auto|blis|openblas|none; the CMake target defines ATTN_BLAS_BLIS or
+// ATTN_BLAS_OPENBLAS and links the library). Their GEMM kernels are tuned per CPU and chosen at
+// run time; Eigen's are fixed at compile time and on Zen 3 run at 0.55-0.75x of BLIS's on attn's
+// projection shapes (benchmarks/README.md). Without either macro nothing here is declared and
+// cpu::gemm uses Eigen's product.
+//
+// Only the reference BLAS ABI is used (sgemm_/dgemm_ with 32-bit integers, which the Debian
+// packages export), declared here instead of including blis.h or cblas.h: those headers differ
+// between the two libraries and cost compile time in every unit.
+#pragma once
+
+#if defined(ATTN_BLAS_BLIS) || defined(ATTN_BLAS_OPENBLAS)
+#define ATTN_HAVE_BLAS 1
+#include <atomic>
+#include <type_traits>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+extern "C" {
+void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const float* alpha, const float* a,
+            const int* lda, const float* b, const int* ldb, const float* beta, float* c, const int* ldc);
+void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc);
+#if defined(ATTN_BLAS_BLIS)
+void bli_thread_set_num_threads(long long n);  // dim_t: 64-bit in Debian's build; the register is the same for 32
+#else
+void openblas_set_num_threads(int n);
+#endif
+}
+
+namespace attn::detail {
+
+/// Smallest m n k that goes to the BLAS: below it (a 64^3 product) the library's per-call
+/// set-up costs more than Eigen's small-product path (16 x 48 x 16 runs at 0.35-0.45x).
+inline constexpr long long kBlasMinVolume = 64LL * 64 * 64;
+
+/// The BLAS keeps its own thread count; this hands it attn's (omp_get_max_threads(), which
+/// cpu::set_threads, ATTN_NUM_THREADS and OMP_NUM_THREADS set) before a call from outside a
+/// parallel region. Inside one, the OpenMP builds of both libraries run on the calling thread.
+inline void blas_sync_threads() {
+#if defined(_OPENMP)
+  static std::atomic<int> current{0};
+  if (omp_in_parallel()) return;
+  const int n = omp_get_max_threads();
+  if (current.load(std::memory_order_relaxed) == n) return;
+  current.store(n, std::memory_order_relaxed);
+#if defined(ATTN_BLAS_BLIS)
+  bli_thread_set_num_threads(n);
+#else
+  openblas_set_num_threads(n);
+#endif
+#endif
+}
+
+/// Row-major C (m, n) = alpha op(A) op(B) + beta C through the column-major BLAS: C^T = op(B)^T op(A)^T.
+template <class T>
+inline void blas_gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta, T* c,
+                      int ldc) {
+  blas_sync_threads();
+  const char ca = ta ? 'T' : 'N', cb = tb ? 'T' : 'N';
+  if constexpr (std::is_same_v<T, float>) sgemm_(&cb, &ca, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+  else dgemm_(&cb, &ca, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+
+}  // namespace attn::detail
+#endif

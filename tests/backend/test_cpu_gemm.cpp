@@ -1,0 +1,112 @@
+// cpu::gemm against a plain triple loop in both precisions, on sizes either side of the volume where
+// it hands the product to the BLAS (when attn was configured with one), and the thread count the
+// BLAS is given.
+#include <attn/backend/cpu.hpp>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+using attn::Trans;
+
+namespace {
+
+template <class T>
+std::vector<T> filled(std::size_t n, std::uint32_t seed) {
+  std::vector<T> v(n);
+  std::uint32_t s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = T(int(s >> 9) % 2001 - 1000) / T(500);  // [-2, 2]
+  }
+  return v;
+}
+
+struct Size {
+  int m, n, k;
+};
+
+template <class T>
+void check_gemm(double tol) {
+  // 5 x 7 x 3 and 40 x 33 x 17 stay below attn::detail::kBlasMinVolume (64^3); the others are above.
+  for (const Size s : {Size{5, 7, 3}, Size{40, 33, 17}, Size{70, 65, 66}, Size{130, 97, 80}, Size{1, 300, 900}}) {
+    for (Trans ta : {Trans::no, Trans::yes}) {
+      for (Trans tb : {Trans::no, Trans::yes}) {
+        for (T beta : {T(0), T(1), T(-0.5)}) {
+          const int m = s.m, n = s.n, k = s.k;
+          INFO("m " << m << " n " << n << " k " << k << (ta == Trans::yes ? " A^T" : " A") << (tb == Trans::yes ? " B^T" : " B")
+                    << " beta " << beta);
+          // Row strides wider than the rows, so that a GEMM reading or writing past a row shows.
+          const int lda = (ta == Trans::no ? k : m) + 3, ldb = (tb == Trans::no ? n : k) + 2, ldc = n + 4;
+          const auto a = filled<T>(std::size_t(ta == Trans::no ? m : k) * lda, 1);
+          const auto b = filled<T>(std::size_t(tb == Trans::no ? k : n) * ldb, 2);
+          auto c = filled<T>(std::size_t(m) * ldc, 3);
+          if (beta == T(0))  // beta 0 must not read C: NaN there must not reach the result
+            for (int i = 0; i < m; ++i)
+              for (int j = 0; j < n; ++j) c[std::size_t(i) * ldc + j] = std::numeric_limits<T>::quiet_NaN();
+          const auto c0 = c;
+          const T alpha = T(0.75);
+          attn::cpu::gemm<T>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+          auto at = [&](int i, int p) { return double(ta == Trans::no ? a[std::size_t(i) * lda + p] : a[std::size_t(p) * lda + i]); };
+          auto bt = [&](int p, int j) { return double(tb == Trans::no ? b[std::size_t(p) * ldb + j] : b[std::size_t(j) * ldb + p]); };
+          bool ok = true;
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < ldc; ++j) {
+              const T got = c[std::size_t(i) * ldc + j];
+              const T old = c0[std::size_t(i) * ldc + j];
+              if (j >= n) {  // the gap between rows of C stays as it was
+                ok = ok && got == old;
+                continue;
+              }
+              double ref = 0, mag = 0;
+              for (int p = 0; p < k; ++p) {
+                ref += at(i, p) * bt(p, j);
+                mag += std::abs(at(i, p) * bt(p, j));
+              }
+              const double prior = beta == T(0) ? 0.0 : double(beta) * double(old);
+              ref = alpha * ref + prior;
+              mag = alpha * mag + std::abs(prior);
+              ok = ok && std::isfinite(double(got)) && std::abs(double(got) - ref) <= tol * (mag + 1);
+            }
+          CHECK(ok);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu::gemm in float: every transposition pair, strided rows, beta 0 / 1 / -0.5, below and above the BLAS volume") {
+  check_gemm<float>(1e-5);
+}
+
+TEST_CASE("cpu::gemm in double: every transposition pair, strided rows, beta 0 / 1 / -0.5, below and above the BLAS volume") {
+  check_gemm<double>(1e-12);
+}
+
+#if defined(ATTN_BLAS_BLIS)
+extern "C" long long bli_thread_get_num_threads(void);
+static long long blas_threads() { return bli_thread_get_num_threads(); }
+#elif defined(ATTN_BLAS_OPENBLAS)
+extern "C" int openblas_get_num_threads(void);
+static long long blas_threads() { return openblas_get_num_threads(); }
+#endif
+
+#if defined(ATTN_HAVE_BLAS) && defined(_OPENMP)
+TEST_CASE("cpu::gemm gives the BLAS attn's thread count (cpu::set_threads) before each call") {
+  const int before = attn::cpu::threads();
+  const int n = 96;
+  const auto a = filled<float>(std::size_t(n) * n, 1);
+  const auto b = filled<float>(std::size_t(n) * n, 2);
+  std::vector<float> c(std::size_t(n) * n);
+  for (int t : {1, 3, 2}) {
+    attn::cpu::set_threads(t);
+    attn::cpu::gemm<float>(Trans::no, Trans::no, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    CHECK(blas_threads() == t);
+  }
+  attn::cpu::set_threads(before);
+}
+#endif
