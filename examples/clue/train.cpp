@@ -89,13 +89,7 @@ std::string heatmaps_html(const Model& model, const Prepared& p, const std::stri
   const std::size_t t = std::min<std::size_t>(ids.size(), 32), full = ids.size();
   shown.resize(t);
   if (t < full) html += fmt::format("<p>(the first {} of {} characters)</p>", t, full);
-  for (std::size_t h = 0; h < H; ++h) {
-    std::vector<float> m(t * t);
-    for (std::size_t i = 0; i < t; ++i)
-      for (std::size_t j = 0; j < t; ++j) m[i * t + j] = w(std::size_t(0), h, i, j);
-    html += examples::svg_heatmap(fmt::format("head {} of {}", h + 1, H), shown, shown, m);
-  }
-  return html + "</div>";
+  return html + examples::head_heatmaps(w, shown, H) + "</div>";
 }
 
 /// CLUE's submission format: one {"id", "label", "label_desc"} line per test title.

@@ -27,7 +27,6 @@ inline void add_training_flags(CLI::App& app, TrainOptions& t) {
   app.add_option("--stop-after", t.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)");
 }
 
-
 /// Parses argv: nothing when the program should run, else the code to exit with (0 after --help,
 /// non-zero after an error, which CLI11 has printed).
 inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {

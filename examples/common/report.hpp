@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <attn/core/tensor.hpp>
 #include <attn/data/file_io.hpp>
 #include <fmt/format.h>
 
@@ -93,6 +94,20 @@ inline std::string svg_heatmap(const std::string& title, const std::vector<std::
     }
   }
   return s + "</svg>";
+}
+
+/// One heatmap per head of the first sample's attention weights w (batch, heads, T, T), over its
+/// first labels.size() tokens.
+inline std::string head_heatmaps(const attn::Tensor<float>& w, const std::vector<std::string>& labels, std::size_t heads) {
+  const std::size_t t = labels.size();
+  std::string html;
+  for (std::size_t h = 0; h < heads; ++h) {
+    std::vector<float> m(t * t);
+    for (std::size_t i = 0; i < t; ++i)
+      for (std::size_t j = 0; j < t; ++j) m[i * t + j] = w(std::size_t(0), h, i, j);
+    html += svg_heatmap(fmt::format("head {} of {}", h + 1, heads), labels, labels, m);
+  }
+  return html;
 }
 
 /// Collects sections and writes one HTML file atomically.

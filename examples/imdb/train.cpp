@@ -72,14 +72,7 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
   auto logits = model.forward(ctx, b, &w);
   auto pr = attn::softmax(ctx, logits).value();
   std::string html = fmt::format("<p><b>{}</b> &rarr; positive with probability {:.3f}</p><div>", examples::html_escape(text), pr(0, 1));
-  const std::size_t t = shown.size();
-  for (std::size_t h = 0; h < H; ++h) {
-    std::vector<float> m(t * t);
-    for (std::size_t i = 0; i < t; ++i)
-      for (std::size_t j = 0; j < t; ++j) m[i * t + j] = w(std::size_t(0), h, i, j);
-    html += examples::svg_heatmap(fmt::format("head {} of {}", h + 1, H), shown, shown, m);
-  }
-  return html + "</div>";
+  return html + examples::head_heatmaps(w, shown, H) + "</div>";
 }
 
 template <std::size_t Heads>

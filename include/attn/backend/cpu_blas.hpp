@@ -1,7 +1,7 @@
 // An optional BLAS under cpu::gemm: BLIS or OpenBLAS, chosen when attn is configured
 // (ATTN_BLAS=auto|blis|openblas|none; the CMake target defines ATTN_BLAS_BLIS or
 // ATTN_BLAS_OPENBLAS and links the library). Their GEMM kernels are tuned per CPU and chosen at
-// run time; Eigen's are fixed at compile time and on Zen 3 run at 0.55-0.75x of BLIS's on attn's
+// run time; Eigen's are fixed at compile time and on Zen 3 run at 0.55-0.9x of BLIS's speed on attn's
 // projection shapes (benchmarks/README.md). Without either macro nothing here is declared and
 // cpu::gemm uses Eigen's product.
 //
