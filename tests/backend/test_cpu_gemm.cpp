@@ -3,6 +3,8 @@
 // BLAS is given.
 #include <attn/backend/cpu.hpp>
 
+#include "fill_util.hpp"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -11,18 +13,9 @@
 
 using attn::Trans;
 
-namespace {
+using testutil::filled;
 
-template <class T>
-std::vector<T> filled(std::size_t n, std::uint32_t seed) {
-  std::vector<T> v(n);
-  std::uint32_t s = seed;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = T(int(s >> 9) % 2001 - 1000) / T(500);  // [-2, 2]
-  }
-  return v;
-}
+namespace {
 
 struct Size {
   int m, n, k;

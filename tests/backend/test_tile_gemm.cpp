@@ -1,6 +1,8 @@
 // kernels::tile::gemm, the attention kernels' register-tiled GEMM, against a plain triple loop.
 #include <attn/backend/cpu_tile_gemm.hpp>
 
+#include "fill_util.hpp"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -9,18 +11,9 @@
 
 namespace tile = attn::kernels::tile;
 
-namespace {
+using testutil::filled;
 
-template <class T>
-std::vector<T> filled(std::size_t n, std::uint32_t seed) {
-  std::vector<T> v(n);
-  std::uint32_t s = seed;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = T(int(s >> 9) % 2001 - 1000) / T(500);  // [-2, 2]
-  }
-  return v;
-}
+namespace {
 
 template <class T>
 void check_tile_gemm(double tol) {
