@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // attn's benchmark harness for the reference models of BENCHMARKS.md, side by side with the
 // PyTorch peer. Each case runs in a fresh process (for its peak RSS); attn and the peer are
 // interleaved per case; the table gives samples/s, the attn/peer ratio and peak RSS, and for R1 and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Measures what attn costs to compile: every translation unit of the example programs, what they
 # share (attn::compiled's kernels, the examples' precompiled header) and the largest test
 # translation units, one at a time at -O2 with the project's flags (CPU seconds and wall seconds).

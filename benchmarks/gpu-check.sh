@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds and runs attn's CUDA tests on a machine with a GPU, from a fresh copy of the repo:
 # nvidia-smi, configure with -DATTN_CUDA=ON, build tests/cuda, ctest -L cuda (a skip is a failure here).
 # Warnings are not errors there: -Werror is checked where the project is developed (g++ 12).

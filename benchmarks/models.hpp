@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The reference models of the benchmarks (R1-R4), identical in shape to the PyTorch peer's
 // (benchmarks/peer/peer.py): R1 the IMDb attention classifier, R2 the TNEWS BiLSTM + attention
 // classifier, R3 the attention layer alone.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One core's multiply-add rate for the element types a CPU inference path could use, AVX2: FP32
 // FMA (vfmadd231ps), int16 pairs (vpmaddwd) and int8 (vpmaddubsw widened to int32 by vpmaddwd,
 // the int8 GEMM's inner step without AVX-VNNI). Each loop runs independent accumulator chains

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The attn::cuda target: attn plus cuBLAS and the nvcc flags that Eigen 3.4 and fmt 9 need.
 find_package(CUDAToolkit REQUIRED)
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Finds attn's dependencies: all from Debian packages (scripts/install-deps.sh); nothing is downloaded.
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)

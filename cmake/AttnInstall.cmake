@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Installs headers and an attnConfig.cmake so that `find_package(attn)` works downstream.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -19,3 +20,4 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/attnConfigVersion.c
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attnConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/attnConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
+install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/attn)

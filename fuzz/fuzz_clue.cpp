@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: CLUE JSON-lines files (read_clue with every option, and read_clue_labels).
 // The first input byte picks the reader and options, the rest is the file. Contract checked:
 // a result whose counts add up, with valid UTF-8 text and labels in range, or a FormatError

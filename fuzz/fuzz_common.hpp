@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers shared by the libFuzzer targets: invariant checks that crash (so libFuzzer records the
 // input), a per-process scratch directory for readers that take a path, and error-message checks.
 //   fuzz::require(v.size() >= 2, "a vocabulary holds <pad> and <unk>");

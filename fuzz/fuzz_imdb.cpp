@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: one aclImdb review file, read through read_imdb_dir from a scratch
 // SPLIT/{neg,pos} layout, then tokenized as the IMDb example does. Contract checked: a non-empty
 // file becomes one review whose text is the sanitized bytes (substitutions counted, file listed),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: safetensors bytes through both readers (in memory and from a file).
 // Contract checked: the two readers agree (same tensors or the same FormatError message), every
 // error names the file and a byte offset inside it, accepted files convert to numbers and survive

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: UTF-8 decoding/validation/sanitizing and the English and Chinese tokenizers
 // on arbitrary bytes. The first input byte picks the tokenizer options, the rest is the text.
 // Contract checked: the UTF-8 functions agree with each other, sanitized text is valid and equals

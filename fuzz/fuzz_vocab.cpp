@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: vocabulary files through Vocab::load. Contract checked: a vocabulary with
 // <pad> = 0 and <unk> = 1, unique non-empty valid UTF-8 tokens whose ids round-trip, that
 // save() writes back to a file load() reads as the same vocabulary; or a FormatError naming the

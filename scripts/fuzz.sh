@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the libFuzzer targets in fuzz/ with clang (-fsanitize=fuzzer,address,undefined) and runs
 # each for a bounded time, starting from its committed seed corpus fuzz/corpus/<name>/ (never
 # modified: new inputs go to <build>/corpus/<name>/). Prints the inputs executed per target and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs attn's build and test dependencies from Debian 12 packages, only those missing.
 # Usage: scripts/install-deps.sh [--mpi]   (run as root, or with sudo available)
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Rebuilds the small data samples bundled with the examples, deterministically, from the full archives:
 #   examples/imdb/sample/aclImdb/train/{pos,neg}/*.txt   1,250 + 1,250 IMDb training reviews (< 2 MB)
 #   examples/clue/sample/tnews_public/{train,labels}.json 5,000 TNEWS training lines + labels (< 1 MB)
@@ -14,7 +15,7 @@ set -euo pipefail
 export LC_ALL=C
 
 if [ $# -ne 2 ]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 imdb_archive=$1

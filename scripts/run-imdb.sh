@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Sets up, builds and runs the main job: the IMDb attention classifier.
 #   scripts/run-imdb.sh                 # the bundled 2,500-review sample, 8 heads (a few minutes)
 #   scripts/run-imdb.sh --full [ARGS]   # the full train split from ../shared/data, if present

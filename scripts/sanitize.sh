@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds attn's tests in Debug with AddressSanitizer + UndefinedBehaviorSanitizer (ATTN_SANITIZE)
 # and runs them with ctest. Any ASan/UBSan report fails the test that produced it (UBSan does not
 # recover, leaks are checked; the only suppressions are in scripts/lsan.supp).

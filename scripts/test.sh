@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds attn with warnings as errors and runs every test (ctest). Installs missing Debian
 # packages first. The CUDA backend and its tests are compiled whenever nvcc exists; they run
 # only where a GPU is present and are reported as skipped otherwise.

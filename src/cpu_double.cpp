@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // attn::compiled: the double instantiations of the CPU kernels (attn/core/instantiate.hpp).
 #include <attn/impl/instantiate_cpu.hpp>
 

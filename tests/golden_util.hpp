@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Test helpers: load PyTorch golden tensors (tests/golden/*.safetensors) and compare with a
 // norm-relative error, max|a - b| / max(max|b|, tiny), recording the largest error seen.
 #pragma once

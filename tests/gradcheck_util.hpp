@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Test helper: a gradient check in double of f(Tape&, inputs) at the given inputs, reported as one
 // Catch2 check that names the case, the largest relative error and where it occurred.
 #pragma once

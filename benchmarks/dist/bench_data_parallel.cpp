@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Data-parallel training throughput of the R1 attention classifier (shared/BENCHMARKS.md:
 // Embedding(20000, 128) + learned positions, Attention<8, 128>, masked mean-pool, Linear(128, 2)),
 // with the global batch split over the MPI ranks. Prints samples/s and the all-reduce volume/time.

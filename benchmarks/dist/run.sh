@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Compares data-parallel training on 2 ranks x 1 thread with 1 rank x 2 threads (and 1 x 1), same
 # global batch, interleaved ROUNDS times; prints each run's JSON line and the ratios of the medians.
 #   benchmarks/dist/run.sh build-bench-dist/bench_dist_data_parallel [--batch 32 --seq 256 ...]

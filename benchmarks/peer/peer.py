@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch CPU peer for attn's reference benchmarks (shared/BENCHMARKS.md).
 
 Runs the reference models R1-R4 with plain PyTorch on the CPU and prints

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Runs the PyTorch CPU peer (peer.py) with its best settings: OMP_NUM_THREADS
 # and torch threads = 2 (or --threads N), optionally jemalloc preloaded.
 # Usage: run-peer.sh [--jemalloc] [--passive] [peer.py args...]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Inference speed of a trained (or freshly initialised) TNEWS classifier on real title lengths:
 // throughput at batch 64 (consecutive titles padded to the longest in their batch, as the R4
 // reference case does; and again with the titles sorted by length first, as an offline job

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // TNEWS data for the CLUE example: reads tnews_public/{train,dev,test}.json and labels.json,
 // carves a fixed-seed stratified validation split from train, tokenizes by character (keywords
 // optionally appended after a <sep> token) and encodes everything with one vocabulary.

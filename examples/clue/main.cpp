@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CLUE TNEWS news-title classification (15 classes) with a character BiLSTM and multi-head
 // self-attention: trains one head count (--heads) or all of them (--sweep), reports accuracy,
 // macro-F1, per-class scores and the confusion matrix, writes checkpoints, metrics.jsonl and a

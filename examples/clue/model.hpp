@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The TNEWS classifier (reference model R2): character embeddings, a BiLSTM, one multi-head
 // self-attention block (optionally residual + LayerNorm), masked mean pooling and a linear head
 // over the 15 news classes. Heads is a template argument: each head count is its own type.

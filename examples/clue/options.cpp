@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CLUE program's command line.
 #include "options.hpp"
 

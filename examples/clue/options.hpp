@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CLUE program's options and its command line (parsed in options.cpp, the one translation
 // unit of the program that compiles CLI11).
 #pragma once

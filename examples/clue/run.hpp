@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the CLUE program's translation units share: the result of training one head count, and
 // train_heads(), defined in train.cpp (training, evaluation, the heatmaps) so that main.cpp (the
 // command, the sweep, the report, predict and --bench) compiles separately.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Training and evaluating one head count of the CLUE model (train_heads, declared in run.hpp).
 #include "run.hpp"
 

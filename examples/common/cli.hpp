@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Command-line parsing for the example programs' options.cpp files: the training loop's flags, and
 // CLI11's parse wrapped so that main() gets an exit code instead of a return from within a macro.
 #pragma once

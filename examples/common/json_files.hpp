@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // JSON files of the example programs (config.json, state.json, metrics.jsonl): reading with
 // errors that name the file, appending lines.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The training loop's options (examples::TrainOptions), shared by the example programs. This header
 // does not include CLI11: each program parses its command line in its own options.cpp (see
 // common/cli.hpp), so that its main translation unit does not compile CLI11's parser as well.

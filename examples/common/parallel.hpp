@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Data-parallel training for the example programs. Started by `mpirun -np N` (and built with MPI),
 // every rank takes its share of each global batch of N x --batch samples, gradients are averaged
 // in place by attn::dist::DataParallel, and only rank 0 prints, shows progress and writes files.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A one-line progress bar on stderr: done/total, samples/s, ETA and a running loss. Redraws in
 // place on a terminal; on a pipe or file it prints a line every 10%.
 #pragma once

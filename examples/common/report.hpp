@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A self-contained HTML report: line charts (loss, accuracy) and attention heatmaps as inline SVG,
 // no scripts or external files. Written atomically.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The training loop of the example programs: AdamW with linear warm-up and cosine decay, shuffled
 // length-bucketed batches, gradient-norm clipping, the non-finite guard, data-parallel sharding
 // (examples::Parallel), early stopping on validation accuracy, and a run directory that survives

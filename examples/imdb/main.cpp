@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // IMDb sentiment with single- and multi-head self-attention: trains one head count (--heads) or
 // all of them (--sweep), reports validation accuracy overall and by review length, writes
 // checkpoints, metrics.jsonl and a report.html with loss curves and per-head attention heatmaps;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The IMDb sentiment classifier: token + learned position embeddings, one multi-head self-attention
 // block (residual, LayerNorm, optional feed-forward) over the first and last --max-len/2 tokens,
 // masked mean+max pooling, an optional hashed unigram+bigram bag over the whole review, the log-odds

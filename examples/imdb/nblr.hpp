@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // NB-LR: Wang and Manning's NBSVM ("Baselines and Bigrams", ACL 2012) with the logistic loss. Each
 // review is the set of its distinct hashed n-grams (orders 1..order); feature i has the value
 // r_i, the naive-Bayes log-count ratio of n-gram i counted over the training reviews, and an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The IMDb program's command line.
 #include "options.hpp"
 

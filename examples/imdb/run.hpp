@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the IMDb program's translation units share: the prepared data, the result of training one
 // head count, and train_heads(), defined in train.cpp (training, evaluation, the heatmaps) so that
 // main.cpp (data preparation, the sweep, the report and predict) compiles separately.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // attn: compile-time-shaped tensors, tape autograd and attention layers. Include this one header.
 //   #include <attn/attn.hpp>
 #pragma once

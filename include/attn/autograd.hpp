@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The autograd layer: Var, Tape, NoGrad and every differentiable op.
 //   #include <attn/autograd.hpp>
 #pragma once

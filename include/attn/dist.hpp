@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // attn/dist: data-parallel training over MPI (host memory) and, when compiled by nvcc with
 // ATTN_NCCL, NCCL (CUDA memory). Optional: link attn::mpi. Not included by attn/attn.hpp.
 //   #include <attn/dist.hpp>   attn::dist::Environment env(argc, argv); attn::dist::Communicator comm;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The nn layer: Module, initialisers, layers and layer functions.
 //   #include <attn/nn.hpp>
 #pragma once

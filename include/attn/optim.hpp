@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The optim layer: Adam/AdamW, SGD, gradient clipping, LR schedules, the non-finite guard.
 //   #include <attn/optim.hpp>
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every differentiable op: backward against central finite differences in double precision, on
 // random inputs (never zeros or ones), including broadcasting cases.
 #include "../gradcheck_util.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tape::backward with a BackwardObserver: each watched leaf is reported once, right after the
 // last step that can add to its gradient, with its final gradient already in place.
 #include <catch2/catch.hpp>

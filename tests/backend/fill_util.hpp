@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Test helper for the GEMM tests: reproducible operands from a fixed seed.
 #pragma once
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // cpu::gemm against a plain triple loop in both precisions, on sizes either side of the volume where
 // it hands the product to the BLAS (when attn was configured with one), and the thread count the
 // BLAS is given.

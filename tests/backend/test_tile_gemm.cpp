@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // kernels::tile::gemm, the attention kernels' register-tiled GEMM, against a plain triple loop.
 #include <attn/backend/cpu_tile_gemm.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // expect: attn element-wise op: static extents differ at output axis
 // (4, 3) + (4, 5): the last axis is static on both sides, differs, and neither is 1.
 #include <attn/attn.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // expect: nn::Linear: the input's last extent differs from In
 // A Linear<128, 2> applied to a (B, T, 64) input: a static width mismatch at the user's line.
 #include <attn/attn.hpp>

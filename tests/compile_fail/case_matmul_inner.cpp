@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // expect: matmul: static extents differ on the contracted axis
 // (dyn, 16) x (32, 8): the contracted extents 16 and 32 are both static and differ.
 #include <attn/attn.hpp>

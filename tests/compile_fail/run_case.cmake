@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Compiles SRC (syntax only). Exit 1 when it fails with the message on SRC's "// expect: " line;
 # exit 0 when it compiles or fails for another reason (the WILL_FAIL test then fails).
 file(STRINGS ${SRC} _expect REGEX "^// expect: ")

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Driver of the consumer test: install, configure the consumer against the prefix, build, run.
 file(REMOVE_RECURSE ${PREFIX} ${WORK})
 macro(run)
@@ -7,6 +8,9 @@ macro(run)
   endif()
 endmacro()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
+if(NOT EXISTS ${PREFIX}/share/doc/attn/LICENSE)
+  message(FATAL_ERROR "consumer: the installed package has no share/doc/attn/LICENSE")
+endif()
 run(${CMAKE_COMMAND} -S ${PROJECT_DIR} -B ${WORK} -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${PREFIX} -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK})
 run(${WORK}/consumer)

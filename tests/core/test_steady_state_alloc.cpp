@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Steady state: once a training or inference loop has run its first steps, attn allocates nothing
 // more. Tensor buffers, their control blocks and VarData come back from the host pool, the tape
 // keeps its closures in memory it reuses, and the kernels keep per-thread scratch. This program

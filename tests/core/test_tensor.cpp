@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tensor construction, views, static/dynamic shape checks and lazy expressions.
 #include <catch2/catch.hpp>
 

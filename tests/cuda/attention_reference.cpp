@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CPU side of test_attention_kernels.cu (see attention_reference.hpp), compiled by g++.
 #include "attention_reference.hpp"
 

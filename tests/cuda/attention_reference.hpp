@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CPU attention kernels (autograd/attention.hpp) behind plain functions, compiled by g++ in
 // attention_reference.cpp, for test_attention_kernels.cu to compare the CUDA kernels with.
 //   attn_test::cpu_mha(c, data, /*flash=*/true, out, stats_or_weights, dqkv);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backend-conformance suite: each case runs one op, layer or small model forward and backward
 // on a backend B with inputs drawn on the host from a seed (so every backend sees the same values),
 // and returns every output and gradient as named host arrays. The cases are templates over

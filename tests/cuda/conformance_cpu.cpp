@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The conformance cases on the CPU backend, compiled by g++ (the reference the CUDA runs are
 // compared with; see conformance.hpp).
 #include "conformance_layers.hpp"

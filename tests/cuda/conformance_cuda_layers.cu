@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The layer conformance cases on the CUDA backend (see conformance.hpp).
 #include <attn/cuda.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The op conformance cases on the CUDA backend (see conformance.hpp). A TU of its own, so that
 // the op and layer instantiations compile in parallel.
 #include <attn/cuda.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Conformance cases of the layers and layer functions: layer_norm, masked pooling, dropout,
 // Linear, Embedding, LSTM, BiLSTM and a small BiLSTM classifier trained one step's worth
 // (forward, cross-entropy, backward). Parameters are initialised on the host from their names,

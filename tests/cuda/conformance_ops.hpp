@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Conformance cases of the autograd ops: element-wise with broadcasting, matmul, shape ops,
 // reductions, softmax, masked_fill, embedding and cross-entropy, forward and backward.
 // Included by the TUs that instantiate run_ops<T, B> (see conformance.hpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers of the conformance cases: inputs drawn on the host and copied to backend B, upstream
 // gradients, and the recording of outputs and gradients into a conformance::Result.
 //   auto x = conformance::input<T, B>(rng, {3, 5, 7});   y = f(tape, x);   conformance::backward_from(tape, y, rng);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CPU backend's GEMMs for the CUDA tests (see cpu_reference.hpp).
 #include "cpu_reference.hpp"
 

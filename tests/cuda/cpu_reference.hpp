@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // attn::cpu::gemm behind plain functions, compiled by g++ in cpu_reference.cpp, so that the CUDA
 // tests compare against the CPU backend without compiling Eigen under nvcc.
 //   attn_test::cpu_gemm(Trans::no, Trans::yes, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);

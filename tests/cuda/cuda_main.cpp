@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Catch2 main for the CUDA device tests. Checks for a device before Catch2 starts: without one it
 // prints "SKIPPED: no CUDA device (<reason>)" and exits 77, which ctest reports as skipped, unless
 // ATTN_CUDA_REQUIRE_DEVICE is set (not "0"), which makes a missing device a failure.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The device check of the CUDA test main (see device_check.hpp).
 #include "device_check.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the CUDA test main asks before Catch2 starts: is there a device, and which one.
 // Defined in device_check.cu (nvcc), called from cuda_main.cpp (g++).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA attention kernels (backend/cuda/attention.cuh) against the CPU ones with the same
 // inputs, masks and dropout seed: flash and naive, forward (out, lse / weights) and backward
 // (dqkv), float and double, head dims below, at and above a warp, including the opt-in shared

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Backend conformance: every op and layer of conformance_ops.hpp / conformance_layers.hpp runs
 // forward and backward on the CPU and on CUDA with the same random inputs, and every output and
 // gradient must agree: float within 1e-4, double within 1e-10, relative to (1 + |cpu value|).

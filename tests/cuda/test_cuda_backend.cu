@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // attn::cuda against the CPU backend on a GPU: GEMMs (every transpose, plain and strided batched,
 // float and double) against attn::cpu::gemm, copies, fill, and map with attn::expr's functors.
 // Its main (cuda_main.cpp) checks for a device first: without one the program prints

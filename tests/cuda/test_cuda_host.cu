@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The host side of attn::cuda, which runs with or without a GPU: the row-major to cuBLAS mapping
 // (checked against a column-major GEMM written from cuBLAS's definition), argument checks, calls
 // that must not touch the device, and clean attn::Errors when there is no device.

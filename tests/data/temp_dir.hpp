@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A scratch directory for one test, removed with everything in it when the test ends.
 //   TempDir tmp; write_bytes(tmp.path() / "a.txt", "hello");
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Padding/masking, length-bucketed batch order, and fixed-seed train/validation splits.
 #include <catch2/catch.hpp>
 

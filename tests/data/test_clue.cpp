@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CLUE JSON-lines reader: labels.json, label mapping, and truncated/missing-field/unknown-label/
 // non-UTF-8/empty-sentence/BOM/CRLF lines.
 #include <catch2/catch.hpp>

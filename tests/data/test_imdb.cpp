@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // aclImdb reader: layout, order, labels, and missing/empty/oversized/non-UTF-8/stray files.
 #include <catch2/catch.hpp>
 

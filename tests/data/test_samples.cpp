@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The data samples bundled with the examples (scripts/make-samples.sh) read cleanly end to end.
 #include <catch2/catch.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // English word and Chinese character tokenizers on mixed scripts, emoji and invalid bytes.
 #include <catch2/catch.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // UTF-8 decoding: valid boundaries, every class of ill-formed input, and a naive reference check.
 #include <catch2/catch.hpp>
 

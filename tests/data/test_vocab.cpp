@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Vocabulary: deterministic build, encode/decode, save/load round trip and hostile files.
 #include <catch2/catch.hpp>
 

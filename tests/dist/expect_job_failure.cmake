@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Runs an MPI job that must fail, and checks that it fails cleanly: a non-zero exit, within
 # MAX_SECONDS (it must not hang), with EXPECT (a regular expression) in its output.
 #   cmake -DLAUNCH="mpirun;-np;2;prog;throw" -DEXPECT="uncaught exception" -DMAX_SECONDS=60

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A data-parallel job that fails on purpose, for the failure tests (expect_job_failure.cmake):
 //   mpi_fail_job throw    rank 1 throws mid-step, uncaught: the terminate handler aborts the job
 //   mpi_fail_job unwind   rank 1 throws through the Environment: its destructor aborts the job

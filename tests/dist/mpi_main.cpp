@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Catch2 main of the MPI test programs: starts MPI, runs the same test cases in the same order
 // on every rank, and fails the job when any rank fails.
 #define CATCH_CONFIG_RUNNER

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::Communicator under mpirun: collectives give the right numbers on every rank, long buffers
 // are split into several MPI calls, bad arguments and MPI failures become attn errors.
 #include <catch2/catch.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::DataParallel under mpirun: parameters broadcast from rank 0, gradients living in the
 // buckets, averaging, and the central property: N ranks training on shards of each global batch
 // end with the parameters one process reaches on the whole batches.

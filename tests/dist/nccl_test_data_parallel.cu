@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::NcclCommunicator and DataParallel<float, cuda, NcclCommunicator> on CUDA memory. Under
 // mpirun (one rank per GPU) the NCCL id travels over MPI; started alone it runs as a job of one,
 // without MPI. Without a CUDA device it exits 77 (skipped).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::GradBuckets (no MPI): the bucket layout, gradients as views of bucket memory that
 // backward fills in place, zeroing, and re-attaching gradients an optimizer dropped.
 #include <catch2/catch.hpp>

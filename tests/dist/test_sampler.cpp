@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::DistributedSampler: PyTorch's sharding rule; shards partition the epoch, and the ranks'
 // k-th local batches together are a single process's k-th global batch.
 #include <catch2/catch.hpp>

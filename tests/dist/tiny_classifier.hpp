@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A small attention classifier and a seeded synthetic dataset shared by the dist tests: embedding,
 // one attention layer, masked mean pooling, linear head. Every parameter takes part in the loss.
 #pragma once

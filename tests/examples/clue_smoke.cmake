@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # CLUE TNEWS example smoke test on tests/fixtures/clue_small (60 train titles of 4 classes, 12 dev,
 # 6 unlabelled test titles): the training loss falls over 2 epochs, every output file is written
 # and parses, --resume continues, predict and --bench work, and bad input fails clearly.

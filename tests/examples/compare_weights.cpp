@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compares two safetensors files tensor by tensor: the same names, shapes and dtypes, and values
 // within a norm-relative tolerance (max |a - b| / max |b|). Exits 1 and names the tensors that differ.
 //   compare_weights A.safetensors B.safetensors 1e-5 [--skip NAME]...

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # IMDb example smoke test: a 300-review, 2-epoch run lowers the training loss and writes every
 # output file, and they parse; an unsupported --heads fails and lists the supported values.
 #   cmake -DPROGRAM=<imdb> -DDATA=<aclImdb> -DWORK=<dir> -P imdb_smoke.cmake

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # An example under `mpirun -np 2` with --batch b trains the same model as one process with
 # --batch 2b: the weights after one epoch agree within TOL (dropout off, so that both see the
 # same computation; the all-reduce only changes the order of floating-point sums). The attention's

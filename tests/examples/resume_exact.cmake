@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Exact resume: training for 2 epochs must give bit-identical weights and optimizer state to
 # training for 1 epoch, stopping, and resuming for the second (same data order, same dropout
 # streams, same Adam state and learning-rate schedule). Also checks the numerical guard: a

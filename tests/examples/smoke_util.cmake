@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Helpers for the example smoke tests (cmake -P scripts): run a program, and check that the files
 # it wrote exist and parse (JSON, JSON lines, safetensors headers, vocabularies, HTML).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The IMDb example's NB-LR score (examples/imdb/nblr.hpp): n-gram extraction, the sign of the
 // fitted log-odds whichever label LIBLINEAR sees first, and cross-fitting (a review's score comes
 // from a fit that did not see it).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Module and optimizer checkpoints: round trips, strict name/shape/dtype checks listing every
 // difference, atomic replacement, and a file written by PyTorch loading into attn modules.
 #include "../golden_util.hpp"

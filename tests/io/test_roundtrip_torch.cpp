@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Weights move between PyTorch and attn: a state_dict saved by torch (an nn.MultiheadAttention
 // "attn" and a bidirectional nn.LSTM "lstm") loads into the attn modules with the same names, and
 // attn writes it back with every tensor bit-identical. The other half (attn's file loading with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Safetensors reader/writer: round trips, files from Python's `safetensors`, hostile bytes, atomic writes.
 #include <catch2/catch.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Accuracy, confusion matrix, per-class precision/recall/F1 and macro-F1 against hand-computed values.
 #include <catch2/catch.hpp>
 

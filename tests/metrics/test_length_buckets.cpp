@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Accuracy per input-length bucket: bucket edges, labels, empty buckets and the table.
 #include <catch2/catch.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::Attention and attn::self_attention: module contract, gradient checks of both kernels, flash
 // vs naive agreement, PyTorch goldens (nn.MultiheadAttention), dropout and the O(T) memory of flash.
 #include "../gradcheck_util.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Linear, Embedding, LayerNorm, dropout, pooling: gradient checks, PyTorch goldens, module registry.
 #include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A learning test: a small attention classifier must learn an order-sensitive rule that no bag of
 // tokens can express — label = whether token 7 appears before token 9 — to at least 95% accuracy.
 #include <catch2/catch.hpp>

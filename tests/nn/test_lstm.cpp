@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // LSTM / BiLSTM: gradient checks of the fused op on ragged, unsorted batches, PyTorch goldens,
 // per-sample consistency, thread-count independence, module names and bad lengths.
 #include "../gradcheck_util.hpp"

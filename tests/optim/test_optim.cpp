@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Adam, AdamW and SGD with momentum against PyTorch's three-step goldens; clipping; schedules.
 #include "../golden_util.hpp"
 

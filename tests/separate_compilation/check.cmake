@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Compiles uses_kernels.cpp twice and lists its symbols with nm: header-only, each kernel it uses
 # must be defined in the object (instantiated there); with ATTN_SEPARATE_COMPILATION, each must be
 # an undefined reference (declared extern, left to attn::compiled). Fails otherwise.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Odr-uses one instantiation from each list of attn/core/instantiate.hpp's extern templates.
 // check.cmake compiles this file with and without ATTN_SEPARATE_COMPILATION and reads its symbols.
 #include <attn/attn.hpp>

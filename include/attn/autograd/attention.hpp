@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Multi-head scaled dot-product self-attention on a fused QKV tensor, as one op with a hand-written
 // backward: a tiled online-softmax ("flash") kernel with O(T) memory, and a naive kernel that keeps
 // the (B, H, T, T) weights.   qkv (B, T, 3*D) -> (B, T, D), heads merged.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Element-wise ops on Vars with numpy broadcasting: add, sub, mul, div (also with scalars and as
 // operators), exp, log, tanh, sigmoid, relu, gelu, neg. A broadcast operand's gradient is summed
 // back over its broadcast axes.

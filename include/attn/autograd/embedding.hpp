@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Embedding lookup on Vars: rows of a (V, D) table gathered by integer ids. Backward scatter-adds
 // into only the rows that were used, and never into the padding row.
 //   auto x = attn::embedding(tape, table, ids, /*padding_idx=*/0);   // (V, D), (B, T) -> (B, T, D)

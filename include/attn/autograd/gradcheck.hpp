@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Checks an op's backward against central finite differences, in double precision.
 //   auto r = attn::gradcheck([](attn::Tape& t, auto& in) { return attn::tanh(t, in[0]); }, {x});
 //   REQUIRE(r.ok);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Losses on Vars: cross-entropy over class logits with ignore_index and label smoothing
 // (PyTorch's semantics: mean over the targets that are not ignored).
 //   auto loss = attn::cross_entropy(tape, logits, labels);   // (N, C), (N) -> ()

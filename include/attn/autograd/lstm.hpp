@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The fused LSTM op over a ragged batch (PyTorch's nn.LSTM on a packed sequence): one input GEMM per
 // direction, one recurrent GEMM per time step, fused gate kernels, and a hand-written backward through time.
 //   auto r = attn::lstm(tape, x, lengths, {w_ih, w_hh, b_ih, b_hh});   // r.out (B, T, H), r.h_n / r.c_n (1, B, H)
@@ -11,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <Eigen/Core>
+#include "../core/eigen.hpp"
 
 #include "../backend/kernels.hpp"
 #include "var.hpp"

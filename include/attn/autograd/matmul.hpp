@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Matrix products on Vars: (..., M, K) x (K, N) and batched (..., M, K) x (..., K, N), with the
 // right operand optionally transposed (matmul_nt: a @ b^T). One GEMM per batch, none per row.
 //   auto y = attn::matmul_nt(tape, x, w);     // (B, T, In) x (Out, In)^T -> (B, T, Out)

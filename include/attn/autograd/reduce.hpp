@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions on Vars: sum and mean over everything or over one axis.
 //   auto loss = attn::mean(tape, attn::mul(tape, err, err));     // -> shape ()
 //   auto s = attn::sum<1>(tape, x);                               // (B, T, D) -> (B, D)

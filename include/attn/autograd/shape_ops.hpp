@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shape ops on Vars: reshape (no copy), permute/transpose, slice and concat along an axis.
 //   auto h = attn::permute<0, 2, 1, 3>(tape, attn::reshape<Shape<dyn, dyn, 8, 16>>(tape, x, {b, t, 8, 16}));
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // softmax, log_softmax (last axis) and masked_fill on Vars. A row whose every entry is -inf
 // (a fully masked row) gives all-zero softmax weights, never NaN.
 //   auto w = attn::softmax(tape, attn::masked_fill(tape, scores, pad, -INFINITY));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Var (a tensor recorded on a Tape, with a gradient slot), Tape (reverse-mode recording) and
 // NoGrad (records nothing). One model definition runs under either context.
 //   attn::Tape tape; auto y = attn::tanh(tape, x); tape.backward(attn::sum(tape, y)); x.grad();

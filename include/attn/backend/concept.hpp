@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Backend concept: where tensor memory lives and how GEMMs run on it.
 //   template <attn::Backend B> void f() { float* p = B::template allocate<float>(16); ... }
 #pragma once

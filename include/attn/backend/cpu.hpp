@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CPU backend: aligned host memory, GEMMs (BLIS or OpenBLAS when configured, else Eigen's)
 // threaded with OpenMP, and thread control.
 //   attn::cpu::gemm<float>(Trans::no, Trans::yes, m, n, k, 1.f, a, k, b, k, 0.f, c, n);
@@ -11,7 +12,7 @@
 #include <string>
 #include <type_traits>
 
-#include <Eigen/Core>
+#include "../core/eigen.hpp"
 #if defined(_OPENMP)
 #include <omp.h>
 #endif

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An optional BLAS under cpu::gemm: BLIS or OpenBLAS, chosen when attn is configured
 // (ATTN_BLAS=auto|blis|openblas|none; the CMake target defines ATTN_BLAS_BLIS or
 // ATTN_BLAS_OPENBLAS and links the library). Their GEMM kernels are tuned per CPU and chosen at

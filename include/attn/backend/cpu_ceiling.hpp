@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The machine's FP32 GEMM ceiling as attn's CPU backend reaches it: what benchmarks quote their
 // GFLOP/s against, and what bounds a model's throughput from its FLOP count.
 //   const double gflops = attn::cpu_gemm_ceiling_gflops();          // 2048^3, current thread count

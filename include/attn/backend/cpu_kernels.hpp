@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU kernels that the autograd ops call beyond GEMM and element-wise expressions: broadcast
 // reductions, row softmax, row gather/scatter/copy. Each is overloaded on the backend tag, so that
 // another backend adds its own overloads (backend/kernels.hpp gathers them).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU kernels of the loss and layer functions: cross-entropy over log-probabilities, layer
 // normalisation, masked mean/max pooling over time. Overloaded on the backend tag like
 // cpu_kernels.hpp; the ops in autograd/loss.hpp and nn/functional.hpp call them as kernels::xxx(B{}, ...).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A register-tiled FP32 GEMM for the small, cache-resident tiles of the attention kernels:
 //   C (m, n) = alpha A B (+ C),   A(i, p) = a[i * ai + p * ak],   B (k, n) row-major (row stride ldb).
 // A is read in place through two strides (so A and A^T are the same call) and B in place by rows:

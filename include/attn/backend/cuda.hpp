@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA backend: device memory from a stream-ordered pool, cuBLAS GEMMs with the row-major
 // contract of attn::cpu, and element-wise kernels. Compiled by nvcc only (link attn::cuda).
 //   if (attn::cuda::available()) { float* p = attn::cuda::allocate<float>(n); attn::cuda::fill(p, n, 1.f); }

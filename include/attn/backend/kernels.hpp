@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every backend's kernels behind the ops: the CPU ones always, the CUDA ones when the source is
 // compiled by nvcc. The ops call them as attn::kernels::xxx(B{}, ...); a qualified call binds to
 // the overloads declared before the op's definition, so each op header includes this one first.

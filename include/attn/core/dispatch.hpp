@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Maps a run-time value onto one of a few compile-time instantiations, e.g. a --heads flag onto
 // Attention<1>, <2>, <4>, <8> or <16>. An unsupported value is an ArgumentError listing the
 // supported ones.

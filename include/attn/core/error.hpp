@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Error types thrown by attn. Every message names what failed and where.
 //   try { io::load(model, "m.safetensors"); } catch (const attn::FormatError& e) { std::cerr << e.what(); }
 #pragma once

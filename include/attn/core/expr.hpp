@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Lazy element-wise expressions over tensors, views and scalars, with numpy broadcasting.
 // Nothing is computed until the expression is assigned; then one pass writes the destination
 // (a host loop on the CPU, one kernel on a device backend: B::assign).

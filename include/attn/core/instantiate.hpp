@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Separate compilation of attn's CPU kernels.
 //
 // attn is header-only: every translation unit that calls a kernel instantiates and optimizes it.

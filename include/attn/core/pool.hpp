@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // attn's caching allocator for host memory: tensor buffers of the cpu backend, the control blocks
 // of tensor storage, and VarData. Freed blocks are kept in size classes and handed out again, so
 // a training or inference loop whose shapes repeat stops calling the system allocator after its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions over host tensors: whole-tensor and along one axis.
 //   float total = attn::sum(t);  auto col = attn::sum_axis(t, 0);   // (N, M) -> (M)
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A seeded, portable random generator (xoshiro256**): the same seed gives the same numbers on
 // every platform and compiler, unlike std::normal_distribution.
 //   attn::Rng rng(42); float u = rng.uniform(); std::size_t k = rng.below(10);

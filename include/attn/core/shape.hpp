@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Extents known at compile time or at run time (attn::dyn), and the shape algebra of the ops.
 //   using X = attn::Shape<attn::dyn, attn::dyn, 128>;   // (batch, time, 128)
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tensor<T, Shape, Backend>: owning, reference-counted storage on one backend; TensorView: a
 // non-owning strided window. Static extents are checked when a tensor is made.
 //   attn::Tensor<float, attn::Shape<attn::dyn, 128>> x({batch, 128});   // uninitialised

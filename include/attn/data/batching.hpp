@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Turning id sequences into padded (B, T) batches with masks, and ordering examples into
 // length-bucketed batches that are shuffled deterministically from a seed.
 //   auto order = attn::data::bucketed_batches(lengths, {.batch_size = 32}, rng);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Readers for the CLUE classification tasks stored as JSON lines (TNEWS, IFLYTEK): labels.json
 // fixes the class order, train/dev/test.json hold one {"label", "sentence", ...} object per line.
 //   auto labels = attn::data::read_clue_labels(dir / "labels.json");

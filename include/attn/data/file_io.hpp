@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Small file helpers for the data readers: a size-limited whole-file read, an atomic write
 // (temp file, fsync, rename) and a line splitter that handles a UTF-8 BOM and CRLF endings.
 //   std::string s = attn::data::read_file(p, 1 << 20);  attn::data::write_file_atomic(p, s);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reader for the Large Movie Review Dataset (aclImdb) directory layout:
 // ROOT/{train,test}/{pos,neg}/<id>_<rating>.txt, one review per file.
 //   auto train = attn::data::read_imdb("data/aclImdb", "train");  // train.reviews[i].text, .label

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fixed-seed train/validation splits of example indices, optionally stratified by label, so
 // that a run's validation set is the same on every machine and every rerun.
 //   auto s = attn::data::stratified_split(labels, 0.2, 42);  // s.train, s.valid: sorted indices

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Rule-based tokenizers for the text classifiers: English words (IMDb) and Chinese characters
 // (CLUE). Input is UTF-8; invalid bytes become U+FFFD tokens/characters and are counted.
 //   attn::data::EnglishTokenizer en;  auto toks = en("Don't<br />stop!");  // {"don't", "stop", "!"}

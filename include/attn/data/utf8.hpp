@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // UTF-8 decoding, encoding and validation. Invalid input never throws: every ill-formed
 // sequence becomes U+FFFD and is counted, so readers can report "N bytes replaced" and go on.
 //   auto d = attn::data::decode_utf8(bytes);  // d.code_points, d.invalid (number of U+FFFD substitutions)

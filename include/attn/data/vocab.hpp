@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Token <-> id vocabulary with PAD = 0 and UNK = 1, built from corpus counts and stored as a
 // text file with one token per line (line n holds id n-1).
 //   attn::data::TokenCounts c; c.add(tokens);  auto v = attn::data::Vocab::build(c, {.min_freq = 2});

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::Communicator: broadcast, sum/mean all-reduce, all-gather and barrier over MPI on host memory,
 // non-blocking underneath, every wait bounded by a watchdog that aborts the job; MPI errors -> attn::Error.
 //   attn::dist::Communicator comm;  comm.all_reduce(std::span(grads), attn::dist::ReduceOp::mean);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::DataParallel: PyTorch-DDP-style data parallelism for one nn::Module replicated on every rank
 // (rank 0's parameters broadcast, gradients in flat buckets averaged across ranks without copies).
 //   attn::dist::DataParallel<float> ddp(model, comm);  ddp.zero_grad(); ...; ddp.backward(tape, loss); opt.step();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::Environment: MPI start-up and shut-down for a data-parallel job, checked MPI calls, and the
 // fail-fast path: an uncaught exception or a timed-out wait on any rank aborts the whole job.
 //   int main(int argc, char** argv) { attn::dist::Environment env(argc, argv); if (env.is_main()) log(...); }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::GradBuckets: parameters' gradients as aliases of slices of a few flat buffers, so collectives
 // run on the gradient memory itself (PyTorch DDP's gradient_as_bucket_view).
 //   attn::dist::GradBuckets<float> b(named_vars, 25 << 20, 1 << 20);  b.zero();  tape.backward(loss);  // lands in b

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::NcclCommunicator: DataParallel's collectives on CUDA memory with NCCL, on attn's stream, with a
 // watchdog. nvcc with ATTN_NCCL only (attn/dist.hpp then includes it); link attn::cuda, attn::mpi, NCCL.
 //   attn::dist::NcclCommunicator nccl(mpi);  attn::dist::DataParallel<float, attn::cuda, attn::dist::NcclCommunicator> ddp(model, nccl);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dist::DistributedSampler: each rank's shard of a dataset's indices per epoch, PyTorch's rule (same
 // shuffle everywhere, padded to a multiple of the world size, rank r takes every world-th index). No MPI.
 //   attn::dist::DistributedSampler s(n, comm.size(), comm.rank(), {.seed = 1});  s.set_epoch(e);  auto idx = s.indices();

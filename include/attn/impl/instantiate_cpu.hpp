@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ATTN_INSTANTIATE_ALL_CPU(X, T): every instantiation that ATTN_SEPARATE_COMPILATION declares
 // extern for one element type (see attn/core/instantiate.hpp). attn/impl/src.hpp defines them for
 // float and double; the attn::compiled library does each type in its own translation unit.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The definitions behind ATTN_SEPARATE_COMPILATION (see attn/core/instantiate.hpp) for a program
 // that does not link the attn::compiled CMake target: define ATTN_SEPARATE_COMPILATION for all of
 // its translation units and include this header in exactly one of them.

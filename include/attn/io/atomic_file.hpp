@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // AtomicFile: write a file so that readers see either the old content or the complete new one.
 //   attn::io::AtomicFile f("model.safetensors");  f.write(bytes);  f.commit();   // no commit: old file kept
 // POSIX only (open/fsync/rename); the temporary lives beside the target so rename() never crosses devices.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Saving and loading a module's named parameters (and an optimizer's state) as safetensors,
 // with PyTorch's names, so that files move between attn and torch's load_state_dict.
 //   attn::io::save(model, "model.safetensors");   attn::io::load(model, "model.safetensors");

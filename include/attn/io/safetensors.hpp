@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Safetensors files: named tensors as raw little-endian bytes, read with strict validation and
 // written atomically, byte-compatible with the reference `safetensors` writer (Rust/Python).
 //   auto f = attn::io::read_safetensors("model.safetensors");  auto w = f.at("head.weight").to_vector<float>();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Classification metrics from a confusion matrix: accuracy, per-class precision/recall/F1,
 // macro-F1 (scikit-learn conventions), and text tables for logs.
 //   attn::metrics::ConfusionMatrix cm(2); cm.add(truth, pred);  double f1 = cm.macro_f1();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Accuracy broken down by input length, to see whether a model fails on long or short texts.
 // Edges {50, 100, 200} make the buckets <50, 50-100, 100-200, >=200 (each [lo, hi)).
 //   attn::metrics::LengthBucketAccuracy acc({50, 100, 200}); acc.add(len, truth == pred);

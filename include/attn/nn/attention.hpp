@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::Attention<Heads, Dim>: multi-head self-attention, torch.nn.MultiheadAttention(batch_first=True)
 // with q = k = v = x and PyTorch's parameter names. One fused QKV GEMM, the flash kernel unless the
 // weights are asked for, heads merged, output projection.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::Embedding<Dim>: a (num_embeddings, Dim) table looked up by integer ids; vocabulary size is
 // a run-time value. PyTorch's name ("weight") and default init N(0, 1), padding row zeroed.
 //   attn::nn::Embedding<128> tokens{this, "embed", vocab_size, {.padding_idx = 0}};

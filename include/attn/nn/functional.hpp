@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Differentiable layer functions: dropout, layer_norm, masked_mean and masked_max pooling.
 // Each has a fused forward and a hand-written backward (formulas cited at each); the loops are
 // backend kernels (backend/cpu_layer_kernels.hpp, backend/cuda/layer_kernels.cuh).

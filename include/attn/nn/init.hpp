@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Parameter initialisers: Xavier (Glorot) uniform, PyTorch's Linear/LSTM default uniform, normal.
 //   attn::nn::init::xavier_uniform(w, rng);          // w (fan_out, fan_in)
 #pragma once

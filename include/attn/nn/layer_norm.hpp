@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::LayerNorm<Dim>: normalisation over the last axis with learned scale and shift (PyTorch's
 // names "weight" and "bias", initialised to ones and zeros).
 //   attn::nn::LayerNorm<128> norm{this, "norm"};   auto y = norm(ctx, x);   // (..., 128)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::Linear<In, Out>: y = x W^T + b over the last axis, PyTorch's layout (weight (Out, In), bias (Out)).
 //   attn::nn::Linear<128, 2> head{this, "head"};   auto logits = head(ctx, pooled);   // (B, 128) -> (B, 2)
 #pragma once

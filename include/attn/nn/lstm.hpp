@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::LSTM<In, Hidden> and nn::BiLSTM<In, Hidden>: single-layer LSTMs over ragged batches, matching
 // torch.nn.LSTM(In, Hidden, batch_first=True[, bidirectional=True]) on a packed sequence, with its names.
 //   attn::nn::BiLSTM<128, 128> rnn{this, "lstm"};   auto [y, h_n, c_n] = rnn(ctx, x, lengths);   // y (B, T, 256)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::Module: the registry of named parameters and sub-modules, with PyTorch's names, plus
 // train/eval mode. Layers are Modules that register themselves with their parent.
 //   struct Net : attn::nn::Module { attn::nn::Linear<4, 2> fc{this, "fc"}; };

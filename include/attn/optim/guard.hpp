@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Numerical guard for training loops: detects a non-finite loss or gradient before the optimizer
 // applies it, then either skips the step (and counts it) or stops with an error that names the
 // step and the first parameter whose gradient is not finite.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimizers with PyTorch's update rules: Adam, AdamW (decoupled weight decay) and SGD with
 // momentum; gradient-norm clipping. Each keeps named state for checkpoints.
 //   attn::optim::Adam<float> opt(model, {.lr = 1e-3, .weight_decay = 0.01, .decoupled = true});
@@ -9,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include <Eigen/Core>
+#include "../core/eigen.hpp"
 
 #include "../nn/module.hpp"
 

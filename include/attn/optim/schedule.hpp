@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Learning-rate schedules: linear warm-up followed by cosine or linear decay to a floor.
 //   attn::optim::WarmupSchedule sched{.base_lr = 1e-3, .warmup = 100, .total = 5000};
 //   opt.set_lr(sched(step));

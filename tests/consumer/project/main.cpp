@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A downstream program built against the installed attn package.
 #include <attn/attn.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Multi-head self-attention kernels for attn::cuda, overloads of the cpu ones in
 // autograd/attention.hpp with the same math, layouts and dropout hash: a fused flash kernel
 // (tiled, online softmax, O(T) memory; backward in two passes, dQ and dK/dV, recomputing the

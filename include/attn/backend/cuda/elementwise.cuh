@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Element-wise map over contiguous device arrays for attn::cuda: out[i] = f(in0[i], in1[i], ...).
 // f is any functor callable on the device: attn::expr's Add, Exp, Sigmoid, ... (shared with the CPU
 // loops) or an extended lambda.

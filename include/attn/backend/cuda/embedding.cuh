@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Row gather, scatter-add and indexed row copies for attn::cuda: the embedding lookup and its
 // gradient, and the LSTM's packing of ragged batches. One thread per element of a row.
 //   attn::kernels::gather_rows(attn::cuda{}, table, rows, dim, ids, n, out);   // ids on the device

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device evaluation of attn's lazy element-wise expressions (core/expr.hpp) for attn::cuda: one
 // kernel writes a strided destination from a bound expression, with broadcasting.
 //   attn::cuda_detail::assign(dev, out, dims, strides, e.bind(dims));   // what `cuda_tensor = a * b + 1.f` runs

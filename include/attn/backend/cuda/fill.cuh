@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fill kernels for attn::cuda: a contiguous array set to one value, and a strided batch of row-major
 // matrices scaled in place (what a GEMM with k == 0 leaves: C = beta * C).
 //   attn::cuda_detail::fill(dev, p, n, 1.5f);

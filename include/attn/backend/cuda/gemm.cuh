@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Row-major GEMM on cuBLAS for attn::cuda, with the same contract as attn::cpu::gemm.
 // cuBLAS is column-major; a row-major (r, c) matrix with row stride ld is, read column-major, its
 // (c, r) transpose with leading dimension ld. So C = op(A) op(B) is computed as

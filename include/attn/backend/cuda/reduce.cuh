@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Broadcast reduction for attn::cuda: kernels::sum_to(cuda, ...), the gradient of every broadcast
 // operand and the sum/mean ops. The src axes split into kept ones (the dst's extents) and summed
 // ones; each dst element is one sum over the summed index space.

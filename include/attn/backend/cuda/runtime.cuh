@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CUDA runtime plumbing for attn::cuda: error checks that throw attn::Error, one stream and memory
 // pool per device, one cuBLAS handle per device per thread, and launch sizes for grid-stride kernels.
 //   cudaStream_t s = attn::cuda_detail::current_device().stream;

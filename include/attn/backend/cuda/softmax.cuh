@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Row softmax and log-softmax for attn::cuda, forward and backward, one warp per row. A row that
 // is all -inf (fully masked) gives zeros (log: -inf) and gets no gradient, never NaN.
 //   attn::kernels::softmax_rows(attn::cuda{}, x, y, rows, cols, /*log=*/false);   // x, y (rows, cols)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Warp- and block-level reductions shared by attn's CUDA kernels (row softmax, layer norm,
 // reductions, attention), and launch sizes for one-warp-per-row kernels.
 //   T s = attn::cuda_detail::warp_sum(partial);   // every lane of the warp gets the sum
