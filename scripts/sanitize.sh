@@ -14,7 +14,7 @@ start=$(date +%s)
 
 # ATTN_BLAS=none: the sanitizers cannot see inside BLIS or OpenBLAS, so this build keeps every GEMM
 # in Eigen's (instrumented) product; scripts/test.sh runs the same tests through the BLAS.
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON -DATTN_WERROR=ON \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" -DATTN_SANITIZE=ON -DATTN_WERROR=ON \
   -DATTN_BUILD_TESTS=ON -DATTN_BUILD_EXAMPLES=ON -DATTN_CUDA=OFF -DATTN_BLAS=none
 
 # Sanitizers only see compiled test programs; the compile-fail, installed-consumer and

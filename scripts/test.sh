@@ -14,7 +14,7 @@ nvcc=$(command -v nvcc || true)
 if [ -n "$nvcc" ] && [ "${ATTN_TEST_CUDA:-1}" != 0 ]; then
   cuda_flags=(-DATTN_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc")
 fi
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_WERROR=ON -DATTN_BUILD_TESTS=ON \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_WERROR=ON -DATTN_ISA_CHECK=ON -DATTN_BUILD_TESTS=ON \
   -DATTN_BUILD_EXAMPLES=ON "${cuda_flags[@]}"
 cmake --build "$build" -j"${ATTN_BUILD_JOBS:-2}"
 ctest --test-dir "$build" --output-on-failure -j"${ATTN_TEST_JOBS:-2}"
