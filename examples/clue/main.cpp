@@ -78,7 +78,7 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
 template <std::size_t Heads>
 int predict(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top) {
   TnewsClassifier<Heads> model(tr.cfg);
-  attn::io::load(model, dir / "model.safetensors");
+  attn::io::load(model, examples::committed_model(dir));
   model.eval();
   model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
   const bool use_kw = tr.config.value("keywords", false);
@@ -131,7 +131,7 @@ void run_bench(const Options& o) {
                        : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
                                      .residual = o.residual};
   TnewsClassifier<Heads> model(cfg);
-  if (tr) attn::io::load(model, fs::path(o.model_dir) / "model.safetensors");
+  if (tr) attn::io::load(model, examples::committed_model(o.model_dir));
   else model.init(o.train.seed);
   model.eval();
   if (o.fold) model.fold_embedding();  // the embedding folded into the BiLSTM's input projections

@@ -113,6 +113,19 @@ inline std::optional<std::size_t> checkpoint_epoch(const std::filesystem::path& 
   return e;
 }
 
+/// The best model of a run directory as committed by state.json: model.safetensors, or its
+/// .pending file when a run ended between committing an epoch and renaming the file. Reads only.
+inline std::filesystem::path committed_model(const std::filesystem::path& dir) {
+  const auto final_path = dir / "model.safetensors", pending = pending_path(final_path);
+  if (!run_detail::present(pending) || !run_detail::present(dir / "state.json")) return final_path;
+  try {
+    if (checkpoint_epoch(pending) == read_state(dir / "state.json").epochs_done) return pending;
+  } catch (const std::exception&) {
+    // not committed: the previous model.safetensors is the run's
+  }
+  return final_path;
+}
+
 /// What a run will do with its directory, decided before anything is written.
 struct RunPlan {
   std::filesystem::path dir;

@@ -200,7 +200,7 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts) {
   auto vocab = data::Vocab::load(dir / "vocab.txt");
   if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
   ImdbClassifier<Heads> model(cfg);
-  attn::io::load(model, dir / "model.safetensors");
+  attn::io::load(model, examples::committed_model(dir));
   model.eval();
   const data::EnglishTokenizer tok;
   for (auto& text : texts) {
