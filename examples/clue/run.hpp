@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -71,7 +73,10 @@ inline Trained trained_config(const fs::path& dir, json config) {
     }
     if (t.labels.size() != kClasses)
       throw examples::FieldError("labels", fmt::format("{} labels, this TNEWS model has {} outputs", t.labels.size(), kClasses));
+    // Read by --bench --model (the model's own preprocessing and split).
     if (j.contains("keywords")) (void)examples::json_bool(j, "keywords");
+    if (j.contains("seed")) (void)examples::json_count(j, "seed", 0, std::numeric_limits<std::uint64_t>::max());
+    if (j.contains("valid_fraction")) (void)examples::json_real(j, "valid_fraction", 0.01, 0.9);
   });
   return t;
 }
