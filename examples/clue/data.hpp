@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/run_dir.hpp"
 #include "model.hpp"
 #include "options.hpp"
 
@@ -82,6 +83,7 @@ inline data::ClueDataset read_split(const fs::path& path, const data::ClueLabels
 inline Prepared prepare(const DataOptions& o, const data::Vocab* fixed = nullptr) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir(o.dir);
+  examples::require_directory(dir, "tnews_public directory (holding labels.json and train.json)");
   Prepared p;
   p.labels = data::read_clue_labels(dir / "labels.json");
   if (p.labels.size() != kClasses)
@@ -90,7 +92,10 @@ inline Prepared prepare(const DataOptions& o, const data::Vocab* fixed = nullptr
   auto train = read_split(dir / "train.json", p.labels, o.skip_bad_lines, true);
   auto& ex = train.examples;
   if (o.limit && ex.size() > o.limit) ex.resize(o.limit);
-  if (ex.size() < 2) throw attn::FormatError((dir / "train.json").string(), 1, "fewer than 2 labelled examples");
+  if (ex.size() < 2)
+    throw attn::FormatError((dir / "train.json").string(), 1,
+                            fmt::format("fewer than 2 labelled examples{}: training needs a training and a validation portion",
+                                        o.limit ? fmt::format(" (--limit {})", o.limit) : ""));
   std::vector<int> labels;
   for (auto& e : ex) labels.push_back(e.label);
   auto split = data::stratified_split(labels, o.valid_fraction, o.seed);
@@ -119,10 +124,15 @@ inline Prepared prepare(const DataOptions& o, const data::Vocab* fixed = nullptr
   for (auto i : split.valid) add(p.valid, toks[i], ex[i]);
   for (auto [name, enc, labeled] : {std::tuple{"dev.json", &p.dev, true}, std::tuple{"test.json", &p.test, false}}) {
     std::error_code ec;
-    if (!fs::is_regular_file(dir / name, ec)) continue;
+    // Optional: absent is fine; a directory, a FIFO or a device there is an error (read_file's).
+    if (!fs::exists(fs::symlink_status(dir / name, ec))) continue;
     auto ds = read_split(dir / name, p.labels, o.skip_bad_lines, labeled);
     for (auto& x : ds.examples) add(*enc, tokens_of(tok, x.sentence, x.keywords, o.keywords), x);
   }
+  std::vector<std::string> names;  // label_desc, or the label when there is none
+  for (std::size_t c = 0; c < p.labels.size(); ++c) names.push_back(p.labels.descriptions[c].empty() ? p.labels.names[c] : p.labels.descriptions[c]);
+  examples::warn_one_class(p.train.labels, names, "training");
+  examples::warn_one_class(p.valid.labels, names, "validation");
   std::size_t unk = 0, total = 0;
   for (auto& s : p.valid.ids) {
     total += s.size();

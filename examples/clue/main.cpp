@@ -75,36 +75,10 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
   fmt::print("\nreport: {}\n", (fs::path(o.train.out) / "report.html").string());
 }
 
-/// A trained run directory: its config, vocabulary and label names.
-struct Trained {
-  json config;
-  ModelConfig cfg;
-  data::Vocab vocab;
-  data::ClueLabels labels;
-  std::size_t heads = 0;
-};
-
-inline Trained load_trained(const fs::path& dir) {
-  Trained t;
-  const auto cpath = (dir / "config.json").string();
-  try {
-    t.config = json::parse(data::read_file(dir / "config.json", 1 << 20));
-    t.cfg = ModelConfig::from_json(t.config.at("model"));
-    t.heads = t.config.at("heads").get<std::size_t>();
-    for (auto& l : t.config.at("labels")) t.labels.add(l.at("label").get<std::string>(), l.at("label_desc").get<std::string>());
-  } catch (const json::exception& e) {
-    throw attn::FormatError(cpath, 1, std::string("not a clue run configuration: ") + e.what());
-  }
-  if (t.labels.size() != kClasses) throw attn::FormatError(cpath, 1, fmt::format("{} labels, expected {}", t.labels.size(), kClasses));
-  t.vocab = data::Vocab::load(dir / "vocab.txt");
-  if (t.vocab.size() != t.cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
-  return t;
-}
-
 template <std::size_t Heads>
 int predict(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top) {
   TnewsClassifier<Heads> model(tr.cfg);
-  attn::io::load(model, dir / "model.safetensors");
+  attn::io::load(model, examples::committed_model(dir));
   model.eval();
   model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
   const bool use_kw = tr.config.value("keywords", false);
@@ -157,7 +131,7 @@ void run_bench(const Options& o) {
                        : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
                                      .residual = o.residual};
   TnewsClassifier<Heads> model(cfg);
-  if (tr) attn::io::load(model, fs::path(o.model_dir) / "model.safetensors");
+  if (tr) attn::io::load(model, examples::committed_model(o.model_dir));
   else model.init(o.train.seed);
   model.eval();
   if (o.fold) model.fold_embedding();  // the embedding folded into the BiLSTM's input projections
@@ -212,14 +186,30 @@ int main(int argc, char** argv) {
       attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { run_bench<H>(o); });
       return 0;
     }
-    auto p = prepare(o.data);
-    std::vector<RunResult> runs;
-    if (o.sweep) {
-      for (std::size_t h : {1, 2, 4, 8}) runs.push_back(train_heads(h, o, p, *par));
-      fmt::print("\n{}", sweep_table(runs));
-    } else {
-      runs.push_back(train_heads(heads, o, p, *par));
+    // Everything is checked before anything is written: the run directories (options against
+    // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.
+    const std::vector<std::size_t> head_counts = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8} : std::vector<std::size_t>{heads};
+    std::vector<examples::RunPlan> plans;
+    for (std::size_t h : head_counts) {
+      plans.push_back(examples::inspect_run_dir(run_dir(o, h), o.train, run_options(o, h)));
+      if (plans.back().resume) (void)resumed(plans.back(), h);
     }
+    auto p = prepare(o.data, examples::resumed_vocab(plans));
+    for (std::size_t k = 0; k < head_counts.size(); ++k) {
+      if (!plans[k].resume) continue;
+      const auto tr = resumed(plans[k], head_counts[k]);
+      if (tr.labels.names != p.labels.names)
+        throw attn::ArgumentError(fmt::format("{}: its labels differ from those of {}", (plans[k].dir / "config.json").string(),
+                                              (fs::path(o.data.dir) / "labels.json").string()));
+      attn::dispatch<1, 2, 4, 8>(head_counts[k], "--heads", [&]<std::size_t H>() {
+        TnewsClassifier<H> model(tr.cfg);
+        examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
+      });
+    }
+    par->barrier();  // no process is still reading when the directories change
+    std::vector<RunResult> runs;
+    for (std::size_t k = 0; k < head_counts.size(); ++k) runs.push_back(train_heads(head_counts[k], o, p, *par, plans[k]));
+    if (o.sweep) fmt::print("\n{}", sweep_table(runs));
     if (!par->main()) return 0;
     fs::create_directories(o.train.out);
     json sj = json::array();

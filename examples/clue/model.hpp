@@ -12,6 +12,9 @@
 #include <span>
 #include <type_traits>
 
+#include "../common/json_files.hpp"
+#include "options.hpp"
+
 namespace clue {
 
 namespace nn = attn::nn;
@@ -34,13 +37,17 @@ struct ModelConfig {
   nlohmann::json to_json() const {
     return {{"vocab", vocab}, {"max_len", max_len}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"residual", residual}};
   }
+  /// Reads config.json's "model" object; every field is range-checked (examples::FieldError
+  /// "model.max_len: ..." otherwise) before anything is allocated from it.
   static ModelConfig from_json(const nlohmann::json& j) {
+    using namespace examples;
+    const std::string m = "model.";
     ModelConfig c;
-    c.vocab = j.at("vocab").get<std::size_t>();
-    c.max_len = j.at("max_len").get<std::size_t>();
-    c.dropout = j.at("dropout").get<double>();
-    c.attn_dropout = j.at("attn_dropout").get<double>();
-    c.residual = j.at("residual").get<bool>();
+    c.vocab = json_count(j, "vocab", 2, kMaxVocab, m);
+    c.max_len = json_count(j, "max_len", 1, kMaxLen, m);
+    c.dropout = json_real(j, "dropout", 0.0, 0.95, m);
+    c.attn_dropout = json_real(j, "attn_dropout", 0.0, 0.95, m);
+    c.residual = json_bool(j, "residual", m);
     return c;
   }
 };

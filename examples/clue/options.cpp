@@ -11,33 +11,35 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   CLI::App app{"CLUE TNEWS news-title classification with a BiLSTM and single- or multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data.dir, "tnews_public directory: labels.json, train.json (dev.json, test.json when present)");
-  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8 (default: nn::recommended_heads(256))");
+  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8 (default: nn::recommended_heads(256))")
+      ->check(examples::count(1, 8));
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and print the ablation table");
   examples::add_training_flags(app, o.train);
-  app.add_option("--dropout", o.dropout, "dropout on embeddings, the attention output and the pooled features")->check(CLI::Range(0.0, 0.95));
-  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(CLI::Range(0.0, 0.95));
-  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--dropout", o.dropout, "dropout on embeddings, the attention output and the pooled features")->check(examples::real(0, 0.95));
+  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
+  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss")->check(examples::real(0, 1));
   app.add_flag("!--no-residual", o.residual, "pool the attention output itself (the plain R2 model), no residual + LayerNorm");
-  app.add_option("--max-len", o.data.max_len, "characters kept per title (keywords included)")->check(CLI::PositiveNumber);
-  app.add_option("--min-freq", o.data.min_freq, "minimum character count for the vocabulary");
-  app.add_option("--max-vocab", o.data.max_vocab, "maximum vocabulary size, <pad> and <unk> included (0: no limit)");
+  app.add_option("--max-len", o.data.max_len, "characters kept per title (keywords included)")->check(examples::count(1, kMaxLen));
+  app.add_option("--min-freq", o.data.min_freq, "minimum character count for the vocabulary")->check(examples::count(0, kMaxCount));
+  app.add_option("--max-vocab", o.data.max_vocab, "maximum vocabulary size, <pad> and <unk> included (0: no limit)")
+      ->check(examples::count(0, kMaxVocab) & examples::except(1, "a vocabulary holds <pad> and <unk> (0: no limit, else at least 2)"));
   app.add_flag("--keywords", o.data.keywords, "append each title's keywords after a <sep> token");
   app.add_flag("--skip-bad-lines", o.data.skip_bad_lines, "skip and count malformed JSON lines instead of stopping at the first");
   app.add_option("--valid-fraction", o.data.valid_fraction, "fraction of train.json held out for validation (fixed seed)")
-      ->check(CLI::Range(0.01, 0.9));
-  app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)");
+      ->check(examples::real(0.01, 0.9));
+  app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)")->check(examples::count(0, examples::kMaxThreads));
   app.add_option("--explain", o.explain, "extra title(s) whose attention heatmaps go into the report");
-  app.add_option("--limit", o.data.limit, "use only the first N lines of train.json (quick runs)");
+  app.add_option("--limit", o.data.limit, "use only the first N lines of train.json (quick runs; 0: all)")->check(examples::count(0));
   app.add_flag("--bench", o.bench, "measure inference: samples/s at batch 64 and batch-1 latency on the validation titles");
   app.add_option("--model", o.model_dir, "with --bench: a trained run directory, e.g. runs/clue/h4 (default: an untrained model)");
-  app.add_option("--bench-seconds", o.bench_seconds, "with --bench: seconds of batch-64 passes")->check(CLI::PositiveNumber);
-  app.add_option("--bench-latency", o.bench_latency, "with --bench: titles timed one at a time (0: skip)");
+  app.add_option("--bench-seconds", o.bench_seconds, "with --bench: seconds of batch-64 passes")->check(examples::real(0, 1e6, true));
+  app.add_option("--bench-latency", o.bench_latency, "with --bench: titles timed one at a time (0: skip)")->check(examples::count(0, 10000000));
   app.add_flag("!--no-fold", o.fold, "with --bench: run the embedding and the BiLSTM's input projection as two layers, not folded into one table");
   PredictOptions& pr = cmd.prediction;
   auto* pred = app.add_subcommand("predict", "classify titles with a trained model");
   pred->add_option("--model", pr.model_dir, "a run directory, e.g. runs/clue/h4")->required();
   pred->add_option("--keywords", pr.keywords, "comma-separated keywords (used when the model was trained with --keywords)");
-  pred->add_option("--top", pr.top, "characters shown, by attention received");
+  pred->add_option("--top", pr.top, "characters shown, by attention received")->check(examples::count(0, 1000000));
   pred->add_option("text", pr.texts, "titles to classify (default: an example title)");
   if (auto exit_code = examples::parse(app, argc, argv)) return exit_code;
   cmd.predict = bool(*pred);

@@ -15,6 +15,11 @@ namespace clue {
 /// The --heads default: nn::recommended_heads(kDim) (main.cpp checks that they agree).
 inline constexpr std::size_t kDefaultHeads = 4;
 
+/// Limits of the count options (also checked when config.json is read).
+inline constexpr std::size_t kMaxLen = 8192;                          // --max-len
+inline constexpr std::size_t kMaxVocab = (std::size_t(1) << 31) - 1;  // --max-vocab (ids are int32)
+inline constexpr std::size_t kMaxCount = std::size_t(1) << 32;        // --min-freq
+
 inline constexpr const char* kExampleTitle = "凌云研发的国产两轮电动车怎么样，有什么惊喜？";
 
 struct DataOptions {

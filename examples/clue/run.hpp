@@ -8,10 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "../common/json_files.hpp"
 #include "../common/parallel.hpp"
+#include "../common/run_dir.hpp"
 #include "../common/training.hpp"
 #include "bench.hpp"
 #include "data.hpp"
@@ -40,8 +46,95 @@ struct RunResult {
   std::vector<float> confusion_rows;  // row-normalised validation confusion matrix, (C, C)
 };
 
+/// A trained run directory: its config, vocabulary and label names.
+struct Trained {
+  json config;
+  ModelConfig cfg;
+  data::Vocab vocab;
+  data::ClueLabels labels;
+  std::size_t heads = 0;
+};
+
+/// A run directory's config.json (already parsed), checked: every field in range, 15 distinct labels.
+inline Trained trained_config(const fs::path& dir, json config) {
+  Trained t;
+  t.config = std::move(config);
+  examples::with_json(dir / "config.json", t.config, [&](const json& j) {
+    if (!j.contains("model")) throw examples::FieldError("model", "missing");
+    t.cfg = ModelConfig::from_json(j.at("model"));
+    t.heads = examples::json_count(j, "heads", 1, 8);
+    const auto ls = j.find("labels");
+    if (ls == j.end() || !ls->is_array()) throw examples::FieldError("labels", "missing or not an array");
+    for (std::size_t i = 0; i < ls->size(); ++i) {
+      const std::string f = fmt::format("labels[{}].", i);
+      const auto name = examples::json_string((*ls)[i], "label", f);
+      if (!t.labels.add(name, examples::json_string((*ls)[i], "label_desc", f)))
+        throw examples::FieldError(f + "label", "duplicate label '" + name + "'");
+    }
+    if (t.labels.size() != kClasses)
+      throw examples::FieldError("labels", fmt::format("{} labels, this TNEWS model has {} outputs", t.labels.size(), kClasses));
+    // Read by --bench --model (the model's own preprocessing and split).
+    if (j.contains("keywords")) (void)examples::json_bool(j, "keywords");
+    if (j.contains("seed")) (void)examples::json_count(j, "seed", 0, std::numeric_limits<std::uint64_t>::max());
+    if (j.contains("valid_fraction")) (void)examples::json_real(j, "valid_fraction", 0.01, 0.9);
+  });
+  return t;
+}
+
+/// trained_config, then the vocabulary, which must have the configured size.
+inline Trained trained_from(const fs::path& dir, json config, data::Vocab vocab) {
+  Trained t = trained_config(dir, std::move(config));
+  t.vocab = std::move(vocab);
+  if (t.vocab.size() != t.cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
+  return t;
+}
+
+/// Reads a trained run directory (predict, --bench --model); the configuration is checked before
+/// the vocabulary is read.
+inline Trained load_trained(const fs::path& dir) {
+  Trained t = trained_config(dir, examples::read_json(dir / "config.json", 1 << 20));
+  return trained_from(dir, std::move(t.config), data::Vocab::load(dir / "vocab.txt"));
+}
+
+/// The run directory of a head count.
+inline fs::path run_dir(const Options& o, std::size_t heads) { return fs::path(o.train.out) / fmt::format("h{}", heads); }
+
+/// The options a run directory is bound to (config.json "options"): everything that shapes the
+/// model, its data or its training, by option name. --resume refuses a different value.
+inline json run_options(const Options& o, std::size_t heads) {
+  return {{"--data", examples::data_path_key(o.data.dir)},
+          {"--limit", o.data.limit},
+          {"--heads", heads},
+          {"--seed", o.train.seed},
+          {"--batch", o.train.batch},
+          {"--lr", o.train.lr},
+          {"--weight-decay", o.train.weight_decay},
+          {"--warmup", o.train.warmup},
+          {"--clip", o.train.clip},
+          {"--dropout", o.dropout},
+          {"--attn-dropout", o.attn_dropout},
+          {"--label-smoothing", o.label_smoothing},
+          {"--no-residual", !o.residual},
+          {"--max-len", o.data.max_len},
+          {"--min-freq", o.data.min_freq},
+          {"--max-vocab", o.data.max_vocab},
+          {"--keywords", o.data.keywords},
+          {"--skip-bad-lines", o.data.skip_bad_lines},
+          {"--valid-fraction", o.data.valid_fraction}};
+}
+
+/// The checked configuration of a resumed run directory (plan.resume) of `heads` heads.
+inline Trained resumed(const examples::RunPlan& plan, std::size_t heads) {
+  auto t = trained_from(plan.dir, plan.config, *plan.vocab);
+  if (t.heads != heads)
+    throw attn::FormatError::in_field((plan.dir / "config.json").string(), "heads",
+                                      fmt::format("{}, but the directory is that of {} heads", t.heads, heads));
+  return t;
+}
+
 /// Trains the model with `heads` heads (1, 2, 4 or 8; else ArgumentError) on p under o, in
-/// o.train.out/h<heads>, and evaluates its best epoch (on rank 0; other ranks return the history).
-RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par);
+/// plan.dir (inspected and checked: see main), and evaluates its best epoch (on rank 0; other
+/// ranks return the history).
+RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan);
 
 }  // namespace clue

@@ -104,11 +104,12 @@ inline void write_test_predictions(const fs::path& path, const Prepared& p, cons
 }
 
 template <std::size_t Heads>
-RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par) {
-  const fs::path dir = fs::path(o.train.out) / fmt::format("h{}", Heads);
-  fs::create_directories(dir);
-  ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
-                  .residual = o.residual};
+RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
+  const fs::path& dir = plan.dir;
+  // A resumed run's configuration is the directory's (its options equal ours: inspect_run_dir).
+  const ModelConfig cfg = plan.resume ? resumed(plan, Heads).cfg
+                                      : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout,
+                                                    .attn_dropout = o.attn_dropout, .residual = o.residual};
   TnewsClassifier<Heads> model(cfg);
   model.init(o.train.seed);
   RunResult res;
@@ -120,18 +121,22 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   json labels = json::array();
   for (std::size_t c = 0; c < p.labels.size(); ++c) labels.push_back({{"label", p.labels.names[c]}, {"label_desc", p.labels.descriptions[c]}});
   json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"embed", kEmbed}, {"hidden", kHidden}, {"labels", labels},
-                 {"keywords", o.data.keywords}, {"seed", o.train.seed}, {"epochs", o.train.epochs}, {"batch", o.train.batch}, {"lr", o.train.lr},
+                 {"keywords", o.data.keywords}, {"seed", o.train.seed}, {"batch", o.train.batch}, {"lr", o.train.lr},
                  {"weight_decay", o.train.weight_decay}, {"label_smoothing", o.label_smoothing}, {"min_freq", o.data.min_freq},
-                 {"valid_fraction", o.data.valid_fraction}, {"data", o.data.dir}};
-  if (par.main()) {
-    p.vocab.save(dir / "vocab.txt");
-    data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+                 {"valid_fraction", o.data.valid_fraction}, {"data", o.data.dir}, {"options", run_options(o, Heads)}};
+  if (par.main()) {  // every check has passed: the first write to the directory
+    examples::begin_writing(plan);
+    if (!plan.resume) {
+      p.vocab.save(dir / "vocab.txt");
+      data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+    }
   }
+  par.barrier();  // the other processes read the checkpoints begin_writing() committed
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train.ids) lengths.push_back(x.size());
   const auto log = examples::train(
-      model, o.train, dir, Heads, par, lengths,
+      model, o.train, plan, Heads, par, lengths,
       [&](const std::vector<std::size_t>& idx) {
         std::vector<const std::vector<std::int32_t>*> seqs;
         std::vector<int> lab;
@@ -192,8 +197,8 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   return res;
 }
 
-RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par) {
-  return attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { return train_variant<H>(o, p, par); });
+RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
+  return attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { return train_variant<H>(o, p, par, plan); });
 }
 
 }  // namespace clue

@@ -4,28 +4,88 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <optional>
+#include <string>
 
 #include "options.hpp"
 
 namespace examples {
 
+namespace cli_detail {
+inline std::string show(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace cli_detail
+
+/// A real-number option: finite (NaN and infinities are refused, unlike CLI::Range) and in
+/// [lo, hi], or (lo, hi] when open_low.
+inline CLI::Validator real(double lo, double hi, bool open_low = false) {
+  const std::string range = (open_low ? "(" : "[") + cli_detail::show(lo) + ", " + cli_detail::show(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        const char* b = s.c_str();
+        char* end = nullptr;
+        const double v = std::strtod(b, &end);
+        if (s.empty() || end == b || *end != '\0') return "'" + s + "' is not a number (allowed: " + range + ")";
+        if (!std::isfinite(v)) return "'" + s + "' is not a finite number (allowed: " + range + ")";
+        if (v < lo || v > hi || (open_low && v == lo)) return "'" + s + "' is outside " + range;
+        return {};
+      },
+      "REAL in " + range, "real");
+}
+
+/// A whole-number option in [lo, hi], written in decimal digits: a sign (so -1 never wraps to
+/// 2^64-1), a fraction or a value above 2^64-1 is refused.
+inline CLI::Validator count(std::uint64_t lo, std::uint64_t hi = std::numeric_limits<std::uint64_t>::max()) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ptr != s.data() + s.size() || (ec != std::errc() && ec != std::errc::result_out_of_range) ||
+            s.find_first_not_of("0123456789") != std::string::npos)
+          return "'" + s + "' is not a whole number in " + range;
+        if (ec == std::errc::result_out_of_range || v < lo || v > hi) return "'" + s + "' is outside " + range;
+        return {};
+      },
+      "UINT in " + range, "count");
+}
+
+/// Refuses one value of a count option (e.g. --max-vocab 1: 0 means no limit, else >= 2).
+inline CLI::Validator except(std::uint64_t bad, const std::string& why) {
+  return CLI::Validator(
+      [=](std::string& s) -> std::string { return s == std::to_string(bad) ? "'" + s + "': " + why : std::string(); }, "", "except");
+}
+
+/// --threads: 0 (ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores) or 1..4096, like ATTN_NUM_THREADS.
+inline constexpr std::uint64_t kMaxThreads = 4096;
+
 /// Registers --out, --epochs, --batch, --lr, --weight-decay, --warmup, --patience, --clip,
-/// --on-nonfinite, --seed, --resume and --stop-after.
+/// --on-nonfinite, --seed, --resume, --overwrite and --stop-after, each with its range.
 inline void add_training_flags(CLI::App& app, TrainOptions& t) {
   app.add_option("--out", t.out, "output directory (one sub-directory per head count)");
-  app.add_option("--epochs", t.epochs, "maximum epochs")->check(CLI::PositiveNumber);
-  app.add_option("--batch", t.batch, "batch size (per process under mpirun)")->check(CLI::PositiveNumber);
-  app.add_option("--lr", t.lr, "peak learning rate (AdamW)")->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", t.weight_decay, "AdamW weight decay")->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup", t.warmup, "fraction of steps for linear warm-up (then cosine decay)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--patience", t.patience, "stop after this many epochs without validation improvement")->check(CLI::PositiveNumber);
-  app.add_option("--clip", t.clip, "gradient-norm clipping threshold (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", t.epochs, "maximum epochs")->check(count(1, kMaxTrainEpochs));
+  app.add_option("--batch", t.batch, "batch size (per process under mpirun)")->check(count(1, kMaxBatch));
+  app.add_option("--lr", t.lr, "peak learning rate (AdamW)")->check(real(0, 1e30, true));
+  app.add_option("--weight-decay", t.weight_decay, "AdamW weight decay")->check(real(0, 100));
+  app.add_option("--warmup", t.warmup, "fraction of steps for linear warm-up (then cosine decay)")->check(real(0, 1));
+  app.add_option("--patience", t.patience, "stop after this many epochs without validation improvement")->check(count(1, kMaxTrainEpochs));
+  app.add_option("--clip", t.clip, "gradient-norm clipping threshold (0: off)")->check(real(0, 1e30));
   app.add_option("--on-nonfinite", t.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")
       ->check(CLI::IsMember({"stop", "skip"}));
-  app.add_option("--seed", t.seed, "seed of the split, the initialisation, the data order and dropout");
-  app.add_flag("--resume", t.resume, "continue an interrupted run from its last completed epoch");
-  app.add_option("--stop-after", t.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)");
+  app.add_option("--seed", t.seed, "seed of the split, the initialisation, the data order and dropout")->check(count(0));
+  auto* resume = app.add_flag("--resume", t.resume, "continue an interrupted run from its last completed epoch (same options)");
+  app.add_flag("--overwrite", t.overwrite, "replace the run a run directory already holds")->excludes(resume);
+  app.add_option("--stop-after", t.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)")
+      ->check(count(0, kMaxTrainEpochs));
 }
 
 /// Parses argv: nothing when the program should run, else the code to exit with (0 after --help,

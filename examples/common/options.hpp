@@ -9,6 +9,10 @@
 
 namespace examples {
 
+/// Limits of the training loop's count options (--epochs, --patience, --stop-after; --batch).
+inline constexpr std::size_t kMaxTrainEpochs = 100000;
+inline constexpr std::size_t kMaxBatch = 65536;
+
 /// What the loop needs to know; each program sets its own defaults before registering the flags.
 struct TrainOptions {
   std::string out;             // the run directories go below it
@@ -16,6 +20,7 @@ struct TrainOptions {
   std::size_t epochs = 5, batch = 64, patience = 3;
   double lr = 2e-3, weight_decay = 0.01, warmup = 0.05, clip = 1.0;
   bool resume = false;
+  bool overwrite = false;      // replace the run a directory already holds
   std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
   std::string on_non_finite = "stop";
 };

@@ -102,6 +102,13 @@ class Parallel {
   /// True (on every rank alike) when a global batch is too small to give each rank a sample.
   bool skip_batch(std::size_t global_size) const noexcept { return global_size < std::size_t(world_); }
 
+  /// Waits until every process gets here (data-parallel; a no-op for one process).
+  void barrier() const {
+#if defined(ATTN_EXAMPLES_MPI)
+    if (comm_ && world_ > 1) comm_->barrier();
+#endif
+  }
+
   /// After a caught error: a data-parallel job must end on every rank, not leave the others
   /// waiting in a collective. Returns code when this is a single process.
   int fail(int code, const std::string& why) const {

@@ -1,15 +1,22 @@
 // SPDX-License-Identifier: MIT
 // The training loop of the example programs: AdamW with linear warm-up and cosine decay, shuffled
 // length-bucketed batches, gradient-norm clipping, the non-finite guard, data-parallel sharding
-// (examples::Parallel), early stopping on validation accuracy, and a run directory that survives
-// an interruption:
+// (examples::Parallel), early stopping on validation accuracy, and a run directory (run_dir.hpp)
+// that survives an interruption at any point:
 //   model.safetensors      the best epoch's weights (by validation accuracy)
 //   last.safetensors, optimizer.safetensors, state.json   the last epoch's weights, the optimizer
 //                          and the loop's counters and history, for --resume
 //   metrics.jsonl          one line per epoch
+// An epoch ends with: its metrics.jsonl line appended; model.safetensors (when best),
+// last.safetensors and optimizer.safetensors written as <name>.pending; state.json replaced (the
+// commit point); the .pending files renamed. Killed anywhere in between, the directory holds the
+// previous committed epoch (whose model.safetensors still loads) and --resume repeats the epoch
+// exactly: it finishes or drops the .pending files and cuts metrics.jsonl back (begin_writing).
 // A program supplies its batches, the loss of a batch and its validation figures:
 //   examples::TrainOptions t;  examples::add_training_flags(app, t);  // in the program's options.cpp
-//   auto log = examples::train(model, t, dir, Heads, par, lengths,
+//   auto plan = examples::inspect_run_dir(dir, t, options);  // before anything is written
+//   ... examples::begin_writing(plan) ...
+//   auto log = examples::train(model, t, plan, Heads, par, lengths,
 //       [&](const std::vector<std::size_t>& idx) { return the batch of training samples idx; },
 //       [&](attn::Tape& tape, const Batch& b) { return the mean loss of b; },
 //       [&] { return examples::Validation{loss, accuracy, macro_f1}; });
@@ -30,20 +37,13 @@
 #include "options.hpp"
 #include "parallel.hpp"
 #include "progress.hpp"
+#include "run_dir.hpp"
 
 namespace examples {
 
 /// A validation pass: every process computes the same figures. macro_f1 NaN: not measured.
 struct Validation {
   double loss = 0, accuracy = 0, macro_f1 = std::numeric_limits<double>::quiet_NaN();
-};
-
-struct EpochRecord {
-  std::size_t epoch = 0;
-  double train_loss = 0;  // NaN when every step of the epoch was skipped
-  double valid_loss = 0, valid_acc = 0;
-  double valid_f1 = std::numeric_limits<double>::quiet_NaN();
-  double seconds = 0;
 };
 
 struct TrainLog {
@@ -55,33 +55,51 @@ struct TrainLog {
 namespace training_detail {
 using nlohmann::json;
 inline json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
-inline double number_or_nan(const json& v) { return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN(); }
 inline json to_json(const EpochRecord& e) {
-  return {{"epoch", e.epoch}, {"train_loss", number_or_null(e.train_loss)}, {"valid_loss", e.valid_loss},
+  return {{"epoch", e.epoch}, {"train_loss", number_or_null(e.train_loss)}, {"valid_loss", number_or_null(e.valid_loss)},
           {"valid_accuracy", e.valid_acc}, {"valid_macro_f1", number_or_null(e.valid_f1)}, {"seconds", e.seconds}};
 }
-inline EpochRecord record_from_json(const json& j) {
-  return {j.at("epoch").get<std::size_t>(), number_or_nan(j.at("train_loss")), j.at("valid_loss").get<double>(),
-          j.at("valid_accuracy").get<double>(), number_or_nan(j.at("valid_macro_f1")), j.at("seconds").get<double>()};
+inline std::size_t steps_per_epoch(const TrainOptions& t, std::size_t samples, int world) {
+  const std::size_t global_batch = t.batch * std::size_t(world);  // --batch per process
+  return (samples + global_batch - 1) / global_batch;
 }
 }  // namespace training_detail
 
+/// Checks, before anything is written, that a resumed run's checkpoints fit `model` (a model of
+/// the directory's config.json; it is overwritten) and agree with state.json and this data.
+template <class Model>
+void check_resume(Model& model, const RunPlan& plan, const TrainOptions& t, std::size_t samples, int world) {
+  if (!plan.resume) return;
+  const std::size_t per_epoch = training_detail::steps_per_epoch(t, samples, world);
+  if (std::uint64_t(plan.state.step) > std::uint64_t(plan.state.epochs_done) * per_epoch)
+    throw attn::FormatError::in_field((plan.dir / "state.json").string(), "step",
+                                      fmt::format("{} exceeds {} epochs of {} steps on this data", plan.state.step,
+                                                  plan.state.epochs_done, per_epoch));
+  attn::io::load(model, plan.state.last);
+  attn::optim::Adam<float> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
+  attn::io::load_optimizer(opt, plan.state.optimizer);
+  if (opt.steps() > plan.state.step)
+    throw attn::FormatError::at_offset(plan.state.optimizer.string(), 0,
+                                       fmt::format("metadata 'step' {} exceeds state.json's step {}", opt.steps(), plan.state.step));
+}
+
 /// Trains `model` for up to t.epochs (early stopping after t.patience epochs without a better
-/// validation accuracy) and leaves the best epoch's weights in dir/model.safetensors (`heads` goes
-/// into its metadata). lengths[i] is training sample i's length (batches group similar lengths);
+/// validation accuracy) and leaves the best epoch's weights in plan.dir/model.safetensors (`heads`
+/// goes into its metadata). begin_writing(plan) must have run (on the main process). lengths[i] is training sample i's length (batches group similar lengths);
 /// make_batch(idx) assembles samples idx, this process's share of a batch, and loss(tape, batch) is
 /// their mean loss (the batch lives until the backward pass is done); validate() runs on every
-/// process. With t.resume and a dir/state.json, the run continues after its last epoch
-/// with the same weights, optimizer state, step count and history.
+/// process. With plan.resume, the run continues after its last committed epoch with the same
+/// weights, optimizer state, step count and history.
 template <class Model, class MakeBatch, class Loss, class Validate>
-TrainLog train(Model& model, const TrainOptions& t, const std::filesystem::path& dir, std::size_t heads, Parallel& par,
+TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::size_t heads, Parallel& par,
                const std::vector<std::size_t>& lengths, MakeBatch&& make_batch, Loss&& loss, Validate&& validate) {
   namespace fs = std::filesystem;
   using training_detail::json;
+  const fs::path& dir = plan.dir;
   attn::optim::Adam<float> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
   const std::size_t samples = lengths.size();
   const std::size_t global_batch = t.batch * std::size_t(par.world());  // --batch per process
-  const std::size_t steps_per_epoch = (samples + global_batch - 1) / global_batch;
+  const std::size_t steps_per_epoch = training_detail::steps_per_epoch(t, samples, par.world());
   const auto total_steps = static_cast<long long>(steps_per_epoch * t.epochs);
   attn::optim::WarmupSchedule sched{
       .base_lr = t.lr, .warmup = (long long)(t.warmup * double(total_steps)), .total = total_steps, .min_lr = t.lr * 0.02};
@@ -89,22 +107,17 @@ TrainLog train(Model& model, const TrainOptions& t, const std::filesystem::path&
   TrainLog log;
   std::size_t start_epoch = 0, stale = 0, skipped_before = 0;
   long long step = 0;
-  if (t.resume && fs::exists(dir / "state.json")) {
-    with_json_file(dir / "state.json", [&](const json& st) {
-      start_epoch = st.at("epochs_done").get<std::size_t>();
-      step = st.at("step").get<long long>();
-      stale = st.at("stale").get<std::size_t>();
-      skipped_before = st.at("skipped_steps").get<std::size_t>();
-      log.best_valid = st.at("best_valid").get<double>();
-      for (auto& e : st.at("history")) log.history.push_back(training_detail::record_from_json(e));
-    });
+  if (plan.resume) {  // begin_writing() has renamed committed .pending checkpoints
+    start_epoch = plan.state.epochs_done;
+    step = plan.state.step;
+    stale = plan.state.stale;
+    skipped_before = plan.state.skipped_steps;
+    log.best_valid = plan.state.best_valid;
+    log.history = plan.state.history;
     attn::io::load(model, dir / "last.safetensors");
     attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
     for (auto& e : log.history) log.train_seconds += e.seconds;
     fmt::print("resumed after epoch {} (best validation accuracy {:.2f}%)\n", start_epoch, 100 * log.best_valid);
-  } else {
-    std::error_code ec;
-    fs::remove(dir / "metrics.jsonl", ec);
   }
   bool have_best = start_epoch > 0;  // dir/model.safetensors belongs to this run
 
@@ -161,24 +174,26 @@ TrainLog train(Model& model, const TrainOptions& t, const std::filesystem::path&
       append_line(dir / "metrics.jsonl", line.dump());
     }
     // Every process evaluates the same validation set, so all take the same early-stopping path.
+    const std::string epoch_str = std::to_string(epoch + 1);
     if (v.accuracy > log.best_valid || !have_best) {
       log.best_valid = v.accuracy;
       stale = 0;
       have_best = true;
       if (par.main())
-        attn::io::save(model, dir / "model.safetensors", {{"heads", std::to_string(heads)}, {"epoch", std::to_string(epoch + 1)}});
+        attn::io::save(model, pending_path(dir / "model.safetensors"), {{"heads", std::to_string(heads)}, {"epoch", epoch_str}});
     } else {
       ++stale;
     }
     if (!par.main()) continue;
-    // Resumable state: the last weights, the optimizer, and the loop counters.
-    attn::io::save(model, dir / "last.safetensors");
-    attn::io::save_optimizer(opt, dir / "optimizer.safetensors");
+    // Resumable state: the last weights, the optimizer, and the loop counters; state.json commits them.
+    attn::io::save(model, pending_path(dir / "last.safetensors"), {{"epoch", epoch_str}});
+    attn::io::save_optimizer(opt, pending_path(dir / "optimizer.safetensors"), {{"epoch", epoch_str}});
     json hist = json::array();
     for (auto& e : log.history) hist.push_back(training_detail::to_json(e));
     attn::data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"step", step}, {"stale", stale},
                                                            {"skipped_steps", skipped}, {"best_valid", log.best_valid}, {"history", hist}}
                                                           .dump() + "\n");
+    commit_pending(dir);
   }
   if (stale >= t.patience) fmt::print("early stop: no validation improvement in {} epochs\n", t.patience);
   par.detach();

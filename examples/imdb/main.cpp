@@ -16,6 +16,7 @@
 
 #include "../common/json_files.hpp"
 #include "../common/report.hpp"
+#include "../common/run_dir.hpp"
 #include "run.hpp"
 
 namespace imdb {
@@ -60,11 +61,16 @@ inline void fit_nblr_scores(const Options& o, Prepared& p) {
              c.order, c.buckets, c.c, 100 * p.nblr_valid_acc, c.folds, p.nblr_scale.a, p.nblr_scale.b, secs);
 }
 
-inline Prepared prepare(const Options& o) {
+/// Reads and encodes the reviews; the vocabulary is built from the training portion unless
+/// `fixed` is given (a resumed run's own). An empty training or validation portion is an error; one
+/// holding a single class gets a warning.
+inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr) {
   const data::EnglishTokenizer tok;
   auto t0 = std::chrono::steady_clock::now();
+  examples::require_directory(o.data, "aclImdb root directory (holding train/pos and train/neg)");
   auto train_split = data::read_imdb(o.data, "train");
   auto& reviews = train_split.reviews;
+  const std::size_t found = reviews.size();
   if (o.limit && reviews.size() > o.limit) {
     // Keep both classes: take every k-th review.
     std::vector<data::Review> kept;
@@ -72,15 +78,27 @@ inline Prepared prepare(const Options& o) {
     for (std::size_t i = 0; i < reviews.size() && kept.size() < o.limit; i += std::max<std::size_t>(step, 1)) kept.push_back(reviews[i]);
     reviews = std::move(kept);
   }
+  const std::string train_dir = (fs::path(o.data) / "train").string();
+  const auto too_few = [&](const std::string& why) {
+    return attn::ArgumentError(fmt::format("{}: {} review{} found{}: {}", train_dir, found, found == 1 ? "" : "s",
+                                           o.limit ? fmt::format(", {} used (--limit {})", reviews.size(), o.limit) : "", why));
+  };
+  if (reviews.size() < 2) throw too_few("training needs a training and a validation portion, at least 2 reviews");
   std::vector<int> labels;
   for (auto& r : reviews) labels.push_back(r.label);
   auto split = data::stratified_split(labels, o.valid_fraction, o.train.seed);
+  if (split.train.empty() || split.valid.empty())
+    throw too_few(fmt::format("--valid-fraction {} leaves the {} portion empty", o.valid_fraction, split.train.empty() ? "training" : "validation"));
   std::vector<std::vector<std::string>> toks(reviews.size());
   for (std::size_t i = 0; i < reviews.size(); ++i) toks[i] = tok(reviews[i].text);
-  data::TokenCounts counts;
-  for (auto i : split.train) counts.add(toks[i]);
   Prepared p;
-  p.vocab = data::Vocab::build(counts, {.min_freq = o.min_freq, .max_size = o.max_vocab});
+  if (fixed) {
+    p.vocab = *fixed;
+  } else {
+    data::TokenCounts counts;
+    for (auto i : split.train) counts.add(toks[i]);
+    p.vocab = data::Vocab::build(counts, {.min_freq = o.min_freq, .max_size = o.max_vocab});
+  }
   for (auto i : split.train) {
     p.train.push_back(encode(p.vocab, toks[i]));
     p.train_y.push_back(labels[i]);
@@ -100,6 +118,8 @@ inline Prepared prepare(const Options& o) {
       p.test_words.push_back(word_count(t));
     }
   }
+  examples::warn_one_class(p.train_y, {"negative", "positive"}, "training");
+  examples::warn_one_class(p.valid_y, {"negative", "positive"}, "validation");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("data: {} train / {} validation reviews (fixed-seed {:.0f}% split of {}/train){}; vocabulary {} (min freq {}); {:.1f}s\n",
              p.train.size(), p.valid.size(), 100 * o.valid_fraction, o.data,
@@ -180,7 +200,7 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts) {
   auto vocab = data::Vocab::load(dir / "vocab.txt");
   if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
   ImdbClassifier<Heads> model(cfg);
-  attn::io::load(model, dir / "model.safetensors");
+  attn::io::load(model, examples::committed_model(dir));
   model.eval();
   const data::EnglishTokenizer tok;
   for (auto& text : texts) {
@@ -233,20 +253,31 @@ int main(int argc, char** argv) {
       PredictOptions& pr = cmd.prediction;
       if (pr.texts.empty()) pr.texts.push_back(kArticleSentence);
       const auto heads = examples::with_json_file(fs::path(pr.model_dir) / "config.json",
-                                                  [](const json& j) { return j.at("heads").get<std::size_t>(); });
+                                                  [](const json& j) { return examples::json_count(j, "heads", 1, 16); });
       return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(pr.model_dir, pr.texts); });
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
     fmt::print("attn IMDb example: {} thread(s){}\n", attn::cpu::threads(),
                par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
-    auto p = prepare(o);
-    std::vector<RunResult> runs;
-    if (o.sweep) {
-      for (std::size_t h : {1, 2, 4, 8, 16}) runs.push_back(train_heads(h, o, p, *par));
-      print_sweep(runs);
-    } else {
-      runs.push_back(train_heads(o.heads, o, p, *par));
+    // Everything is checked before anything is written: the run directories (options against
+    // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.
+    const std::vector<std::size_t> heads = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads};
+    std::vector<examples::RunPlan> plans;
+    for (std::size_t h : heads) {
+      plans.push_back(examples::inspect_run_dir(run_dir(o, h), o.train, run_options(o, h)));
+      if (plans.back().resume) (void)resumed_config(plans.back(), h);
     }
+    auto p = prepare(o, examples::resumed_vocab(plans));
+    for (std::size_t k = 0; k < heads.size(); ++k)
+      if (plans[k].resume)
+        attn::dispatch<1, 2, 4, 8, 16>(heads[k], "--heads", [&]<std::size_t H>() {
+          ImdbClassifier<H> model(resumed_config(plans[k], H));
+          examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
+        });
+    par->barrier();  // no process is still reading when the directories change
+    std::vector<RunResult> runs;
+    for (std::size_t k = 0; k < heads.size(); ++k) runs.push_back(train_heads(heads[k], o, p, *par, plans[k]));
+    if (o.sweep) print_sweep(runs);
     if (!par->main()) return 0;
     fs::create_directories(o.train.out);
     json sj = json::array();

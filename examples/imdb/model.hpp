@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/json_files.hpp"
 #include "nblr.hpp"
+#include "options.hpp"
 
 namespace imdb {
 
@@ -65,19 +67,25 @@ struct ModelConfig {
             {"ngram_buckets", ngram_buckets}, {"nblr_buckets", nblr_buckets}, {"nblr_order", nblr_order},
             {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"ffn", ffn}};
   }
+  /// Reads config.json's "model" object; every field is range-checked (examples::FieldError
+  /// "model.max_len: ..." otherwise) before anything is allocated from it.
   static ModelConfig from_json(const nlohmann::json& j) {
+    using namespace examples;
+    const std::string m = "model.";
     ModelConfig c;
-    c.vocab = j.at("vocab").get<std::size_t>();
-    c.max_len = j.at("max_len").get<std::size_t>();
-    c.truncate = parse_truncate(j.at("truncate").get<std::string>());
-    c.bag_max_len = j.at("bag_max_len").get<std::size_t>();
-    c.ngram_buckets = j.at("ngram_buckets").get<std::size_t>();
-    c.nblr_buckets = j.at("nblr_buckets").get<std::size_t>();
-    c.nblr_order = j.at("nblr_order").get<std::size_t>();
-    c.nblr_max_tokens = j.at("nblr_max_tokens").get<std::size_t>();
-    c.dropout = j.at("dropout").get<double>();
-    c.attn_dropout = j.at("attn_dropout").get<double>();
-    c.ffn = j.at("ffn").get<bool>();
+    c.vocab = json_count(j, "vocab", 2, kMaxVocab, m);
+    c.max_len = json_count(j, "max_len", 1, kMaxLen, m);
+    const std::string t = json_string(j, "truncate", m);
+    if (t != "head" && t != "tail" && t != "head+tail") throw FieldError(m + "truncate", "'" + t + "' is not head, tail or head+tail");
+    c.truncate = parse_truncate(t);
+    c.bag_max_len = json_count(j, "bag_max_len", 1, kMaxBagLen, m);
+    c.ngram_buckets = json_count(j, "ngram_buckets", 0, kMaxNgramBuckets, m);
+    c.nblr_buckets = json_count(j, "nblr_buckets", 0, kMaxNblrBuckets, m);
+    c.nblr_order = json_count(j, "nblr_order", 1, 5, m);
+    c.nblr_max_tokens = json_count(j, "nblr_max_tokens", 1, kMaxBagLen, m);
+    c.dropout = json_real(j, "dropout", 0.0, 0.95, m);
+    c.attn_dropout = json_real(j, "attn_dropout", 0.0, 0.95, m);
+    c.ffn = json_bool(j, "ffn", m);
     return c;
   }
   /// The n-gram settings of the NB-LR score (C and the folds only matter when fitting).

@@ -11,28 +11,29 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   CLI::App app{"IMDb sentiment classification with single- and multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data, "aclImdb root holding train/{pos,neg} (and optionally test/)");
-  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16")->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16")->check(examples::count(1, 16));
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8, 16 and print the comparison tables");
   examples::add_training_flags(app, o.train);
-  app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(CLI::Range(0.0, 0.95));
-  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(CLI::Range(0.0, 0.95));
-  app.add_option("--max-len", o.max_len, "tokens kept per review")->check(CLI::PositiveNumber);
+  app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(examples::real(0, 0.95));
+  app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
+  app.add_option("--max-len", o.max_len, "tokens kept per review")->check(examples::count(1, kMaxLen));
   app.add_option("--truncate", o.truncate, "tokens of a longer review the attention sees: head, tail or head+tail (half of each)")
       ->check(CLI::IsMember({"head", "tail", "head+tail"}));
-  app.add_option("--bag-max-len", o.bag_max_len, "tokens of a review the n-gram bag sees")->check(CLI::PositiveNumber);
-  app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary");
-  app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included)");
-  app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the unigram+bigram bag feature (0: off)");
+  app.add_option("--bag-max-len", o.bag_max_len, "tokens of a review the n-gram bag sees")->check(examples::count(1, kMaxBagLen));
+  app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary")->check(examples::count(0, kMaxCount));
+  app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included; 0: no limit)")
+      ->check(examples::count(0, kMaxVocab) & examples::except(1, "a vocabulary holds <pad> and <unk> (0: no limit, else at least 2)"));
+  app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the unigram+bigram bag feature (0: off)")->check(examples::count(0, kMaxNgramBuckets));
   app.add_option("--nblr-buckets", o.nblr_buckets, "hash buckets of the NB-LR score's n-grams (0: no NB-LR)")
-      ->check(CLI::Range(std::size_t(0), std::size_t(1) << 30));
-  app.add_option("--nblr-order", o.nblr_order, "longest n-gram of the NB-LR score")->check(CLI::Range(1, 5));
-  app.add_option("--nblr-c", o.nblr_c, "NB-LR's inverse L2 regularisation strength (LIBLINEAR's C)")->check(CLI::PositiveNumber);
-  app.add_option("--nblr-folds", o.nblr_folds, "cross-fitting folds of the training reviews' NB-LR scores")->check(CLI::Range(2, 20));
+      ->check(examples::count(0, kMaxNblrBuckets));
+  app.add_option("--nblr-order", o.nblr_order, "longest n-gram of the NB-LR score")->check(examples::count(1, 5));
+  app.add_option("--nblr-c", o.nblr_c, "NB-LR's inverse L2 regularisation strength (LIBLINEAR's C)")->check(examples::real(0, 1e9, true));
+  app.add_option("--nblr-folds", o.nblr_folds, "cross-fitting folds of the training reviews' NB-LR scores")->check(examples::count(2, 20));
   app.add_flag("!--no-ffn", o.ffn, "no feed-forward block after the attention");
-  app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)")->check(CLI::Range(0.01, 0.9));
-  app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)");
+  app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)")->check(examples::real(0.01, 0.9));
+  app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)")->check(examples::count(0, examples::kMaxThreads));
   app.add_option("--explain", o.explain, "extra text(s) whose attention heatmaps go into the report");
-  app.add_option("--limit", o.limit, "use only N training reviews (quick runs)");
+  app.add_option("--limit", o.limit, "use only N training reviews (quick runs; 0: all)")->check(examples::count(0));
   PredictOptions& pr = cmd.prediction;
   auto* pred = app.add_subcommand("predict", "classify text with a trained model");
   pred->add_option("--model", pr.model_dir, "a run directory, e.g. runs/imdb/h8")->required();

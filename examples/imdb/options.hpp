@@ -11,6 +11,14 @@
 
 namespace imdb {
 
+/// Limits of the count options (also checked when config.json is read).
+inline constexpr std::size_t kMaxLen = 8192;                        // --max-len
+inline constexpr std::size_t kMaxBagLen = std::size_t(1) << 20;     // --bag-max-len
+inline constexpr std::size_t kMaxVocab = (std::size_t(1) << 31) - 1;  // --max-vocab (ids are int32)
+inline constexpr std::size_t kMaxCount = std::size_t(1) << 32;      // --min-freq
+inline constexpr std::size_t kMaxNgramBuckets = std::size_t(1) << 24;
+inline constexpr std::size_t kMaxNblrBuckets = std::size_t(1) << 30;
+
 inline constexpr const char* kArticleSentence = "The movie was not good, but the acting was brilliant.";
 
 struct Options {

@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "../common/parallel.hpp"
+#include "../common/run_dir.hpp"
 #include "../common/training.hpp"
 #include "model.hpp"
 #include "options.hpp"
@@ -67,8 +70,54 @@ struct RunResult {
   std::string html_heatmaps;
 };
 
+/// The run directory of a head count.
+inline fs::path run_dir(const Options& o, std::size_t heads) { return fs::path(o.train.out) / fmt::format("h{}", heads); }
+
+/// The options a run directory is bound to (config.json "options"): everything that shapes the
+/// model, its data or its training, by option name. --resume refuses a different value.
+inline json run_options(const Options& o, std::size_t heads) {
+  return {{"--data", examples::data_path_key(o.data)},
+          {"--limit", o.limit},
+          {"--heads", heads},
+          {"--seed", o.train.seed},
+          {"--batch", o.train.batch},
+          {"--lr", o.train.lr},
+          {"--weight-decay", o.train.weight_decay},
+          {"--warmup", o.train.warmup},
+          {"--clip", o.train.clip},
+          {"--dropout", o.dropout},
+          {"--attn-dropout", o.attn_dropout},
+          {"--max-len", o.max_len},
+          {"--truncate", o.truncate},
+          {"--bag-max-len", o.bag_max_len},
+          {"--min-freq", o.min_freq},
+          {"--max-vocab", o.max_vocab},
+          {"--ngram-buckets", o.ngram_buckets},
+          {"--nblr-buckets", o.nblr_buckets},
+          {"--nblr-order", o.nblr_order},
+          {"--nblr-c", o.nblr_c},
+          {"--nblr-folds", o.nblr_folds},
+          {"--no-ffn", !o.ffn},
+          {"--valid-fraction", o.valid_fraction}};
+}
+
+/// The model configuration of a resumed run directory (plan.resume), checked: config.json's
+/// fields in range, its head count `heads`, vocab.txt of its vocabulary size.
+inline ModelConfig resumed_config(const examples::RunPlan& plan, std::size_t heads) {
+  const auto cfg = examples::with_json(plan.dir / "config.json", plan.config, [&](const json& j) {
+    const auto h = examples::json_count(j, "heads", 1, 16);
+    if (h != heads) throw examples::FieldError("heads", fmt::format("{}, but the directory is that of {} heads", h, heads));
+    if (!j.contains("model")) throw examples::FieldError("model", "missing");
+    return ModelConfig::from_json(j.at("model"));
+  });
+  if (plan.vocab->size() != cfg.vocab)
+    throw attn::FormatError((plan.dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
+  return cfg;
+}
+
 /// Trains the model with `heads` heads (1, 2, 4, 8 or 16; else ArgumentError) on p under o, in
-/// o.train.out/h<heads>, and evaluates its best epoch (on rank 0; other ranks return the history).
-RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par);
+/// plan.dir (inspected and checked: see main), and evaluates its best epoch (on rank 0; other
+/// ranks return the history).
+RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan);
 
 }  // namespace imdb

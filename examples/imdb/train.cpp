@@ -77,12 +77,14 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
 }
 
 template <std::size_t Heads>
-RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par) {
-  const fs::path dir = fs::path(o.train.out) / fmt::format("h{}", Heads);
-  fs::create_directories(dir);
-  ModelConfig cfg{.vocab = p.vocab.size(), .max_len = o.max_len, .truncate = parse_truncate(o.truncate), .bag_max_len = o.bag_max_len,
-                  .ngram_buckets = o.ngram_buckets, .nblr_buckets = o.nblr_buckets, .nblr_order = o.nblr_order, .dropout = o.dropout,
-                  .attn_dropout = o.attn_dropout, .ffn = o.ffn};
+RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
+  const fs::path& dir = plan.dir;
+  // A resumed run's configuration is the directory's (its options equal ours: inspect_run_dir).
+  const ModelConfig cfg =
+      plan.resume ? resumed_config(plan, Heads)
+                  : ModelConfig{.vocab = p.vocab.size(), .max_len = o.max_len, .truncate = parse_truncate(o.truncate),
+                                .bag_max_len = o.bag_max_len, .ngram_buckets = o.ngram_buckets, .nblr_buckets = o.nblr_buckets,
+                                .nblr_order = o.nblr_order, .dropout = o.dropout, .attn_dropout = o.attn_dropout, .ffn = o.ffn};
   ImdbClassifier<Heads> model(cfg);
   model.init(o.train.seed);
   if (cfg.nblr_buckets) model.set_nblr(p.nblr, p.nblr_scale);  // fitted on the training portion only
@@ -91,17 +93,22 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   res.params = model.parameter_count();
   fmt::print("\n== {} head{} (Attention<{}, {}>), {} parameters\n", Heads, Heads > 1 ? "s" : "", Heads, kDim, res.params);
 
-  json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.train.seed}, {"epochs", o.train.epochs},
-                 {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"nblr_c", o.nblr_c}, {"nblr_folds", o.nblr_folds}};
-  if (par.main()) {
-    p.vocab.save(dir / "vocab.txt");
-    data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+  json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.train.seed},
+                 {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"nblr_c", o.nblr_c},
+                 {"nblr_folds", o.nblr_folds}, {"options", run_options(o, Heads)}};
+  if (par.main()) {  // every check has passed: the first write to the directory
+    examples::begin_writing(plan);
+    if (!plan.resume) {
+      p.vocab.save(dir / "vocab.txt");
+      data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
+    }
   }
+  par.barrier();  // the other processes read the checkpoints begin_writing() committed
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train) lengths.push_back(x.size());
   const auto log = examples::train(
-      model, o.train, dir, Heads, par, lengths,
+      model, o.train, plan, Heads, par, lengths,
       [&](const std::vector<std::size_t>& idx) {
         std::vector<const std::vector<std::int32_t>*> seqs;
         std::vector<int> lab;
@@ -144,8 +151,8 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   return res;
 }
 
-RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par) {
-  return attn::dispatch<1, 2, 4, 8, 16>(heads, "--heads", [&]<std::size_t H>() { return train_variant<H>(o, p, par); });
+RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
+  return attn::dispatch<1, 2, 4, 8, 16>(heads, "--heads", [&]<std::size_t H>() { return train_variant<H>(o, p, par, plan); });
 }
 
 }  // namespace imdb

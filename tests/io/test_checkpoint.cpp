@@ -5,8 +5,10 @@
 
 #include <attn/io/checkpoint.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace nn = attn::nn;
 namespace fs = std::filesystem;
@@ -107,5 +109,71 @@ TEST_CASE("checkpoint: a failed save leaves the existing file as it was") {
   CHECK_THROWS(attn::io::write_safetensors(dir / "keep.safetensors", bad));
   CHECK(fs::file_size(dir / "keep.safetensors") == size);
   CHECK_NOTHROW(attn::io::load(a, dir / "keep.safetensors"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: a NaN or infinite value is refused naming the tensor, model untouched") {
+  auto dir = tmpdir();
+  Small a, b;
+  a.init(1);
+  b.init(2);
+  auto sd = attn::io::state_dict(a);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    auto rec = sd.at("emb.weight");
+    std::memcpy(rec.bytes.data() + 4 * sizeof(float), &bad, sizeof bad);
+    auto copy = sd;
+    copy.at("emb.weight") = rec;
+    attn::io::write_safetensors(dir / "bad.safetensors", copy);
+    const float before = b.emb.weight.raw()[0];
+    CHECK_THROWS_AS(attn::io::load(b, dir / "bad.safetensors"), attn::FormatError);
+    CHECK_THROWS_WITH(attn::io::load(b, dir / "bad.safetensors"),
+                      Catch::Contains("bad.safetensors") && Catch::Contains("'emb.weight': non-finite value") &&
+                          Catch::Contains("element 4"));
+    CHECK(b.emb.weight.raw()[0] == before);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: load_optimizer checks 'step' and the moments before it modifies the optimizer") {
+  auto dir = tmpdir();
+  Small a;
+  a.init(1);
+  attn::optim::Adam<float> oa(a, {.lr = 0.01f});
+  {
+    attn::Tape tape;
+    attn::Var<float> x(attn::Tensor<float>::full({4, 3}, 0.1f));
+    tape.backward(attn::cross_entropy(tape, a.fc(tape, x), attn::Tensor<std::int64_t>::from({4}, {0, 1, 1, 0})));
+    oa.step();
+  }
+  attn::io::save_optimizer(oa, dir / "o.safetensors");
+  const auto good = attn::io::read_safetensors(dir / "o.safetensors");
+  Small b;
+  b.init(2);
+  attn::optim::Adam<float> ob(b, {.lr = 0.01f});
+  const auto moments_before = [&] {
+    std::vector<float> v;
+    for (auto& [name, t] : ob.state())
+      for (float x : t.to_vector()) v.push_back(x);
+    return v;
+  };
+  const auto before = moments_before();
+  for (const std::string step : {"9223372036854775807", "9007199254740993", "-1", "1.5", "x"}) {
+    auto meta = good.metadata;
+    meta["step"] = step;
+    attn::io::write_safetensors(dir / "s.safetensors", good.tensors, meta);
+    CHECK_THROWS_WITH(attn::io::load_optimizer(ob, dir / "s.safetensors"), Catch::Contains("metadata 'step'") && Catch::Contains(step));
+    CHECK(ob.steps() == 0);
+    CHECK(moments_before() == before);
+  }
+  auto tensors = good.tensors;
+  auto& rec = tensors.begin()->second;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(rec.bytes.data(), &nan, sizeof nan);
+  attn::io::write_safetensors(dir / "n.safetensors", tensors, good.metadata);
+  CHECK_THROWS_WITH(attn::io::load_optimizer(ob, dir / "n.safetensors"),
+                    Catch::Contains("'" + tensors.begin()->first + "': non-finite value"));
+  CHECK(moments_before() == before);
+  attn::io::load_optimizer(ob, dir / "o.safetensors");
+  CHECK(ob.steps() == 1);
   fs::remove_all(dir);
 }

@@ -27,9 +27,10 @@ struct IoError : Error {
   std::string path_;
 };
 
-/// Malformed content. The message is "path:line: what" or "path: byte offset N: what".
+/// Malformed content. The message is "path: line N: what", "path: byte offset N: what", or for a
+/// value of a structured file (a JSON configuration) "path: field NAME: what".
 struct FormatError : IoError {
-  enum class Kind { line, offset };
+  enum class Kind { line, offset, field };
   FormatError(const std::string& path, std::uint64_t line, const std::string& what)
       : IoError(path, "line " + std::to_string(line) + ": " + what), kind_(Kind::line), where_(line) {}
   FormatError(const std::string& path, Kind kind, std::uint64_t where, const std::string& what)
@@ -38,10 +39,16 @@ struct FormatError : IoError {
   static FormatError at_offset(const std::string& path, std::uint64_t offset, const std::string& what) {
     return FormatError(path, Kind::offset, offset, what);
   }
+  /// "path: field NAME: what" (where() is 0).
+  static FormatError in_field(const std::string& path, const std::string& field, const std::string& what) {
+    return FormatError(path, field, what);
+  }
   Kind kind() const noexcept { return kind_; }
   std::uint64_t where() const noexcept { return where_; }
 
  private:
+  FormatError(const std::string& path, const std::string& field, const std::string& what)
+      : IoError(path, "field " + field + ": " + what), kind_(Kind::field), where_(0) {}
   Kind kind_;
   std::uint64_t where_;
 };

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "../core/error.hpp"
+#include "fault.hpp"
 
 namespace attn::io {
 
@@ -83,6 +84,7 @@ class AtomicFile {
     const int close_rc = std::fclose(file_);
     file_ = nullptr;
     fd_ = -1;
+    fault_point();  // the temporary is complete, the target not yet replaced
     if (close_rc != 0 || std::rename(temp_.c_str(), target_.c_str()) != 0) {
       const int err = errno;
       discard();
@@ -90,6 +92,7 @@ class AtomicFile {
       fail(close_rc != 0 ? "close failed" : "cannot rename " + temp_.string() + " onto it");
     }
     temp_.clear();
+    fault_point();  // the target replaced
     const std::filesystem::path dir = target_.parent_path().empty() ? "." : target_.parent_path();
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {

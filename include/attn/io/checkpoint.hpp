@@ -4,6 +4,8 @@
 //   attn::io::save(model, "model.safetensors");   attn::io::load(model, "model.safetensors");
 #pragma once
 #include <charconv>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -27,6 +29,31 @@ inline DType file_dtype(attn::DType t) {
   return DType::F32;
 }
 inline std::vector<std::size_t> shape_of(const Dims& d) { return {d.v.begin(), d.v.begin() + d.n}; }
+
+/// The first non-finite value of a floating-point record: its index, or npos (integer dtypes and
+/// finite data). A checkpoint must not bring NaN or infinity into a model or an optimizer.
+inline std::size_t first_non_finite(const TensorRecord& r) {
+  auto scan = [&]<class T>() -> std::size_t {
+    const std::size_t n = r.bytes.size() / sizeof(T);
+    for (std::size_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, r.bytes.data() + i * sizeof(T), sizeof(T));
+      if (!std::isfinite(v)) return i;
+    }
+    return std::string::npos;
+  };
+  if (r.dtype == DType::F32) return scan.template operator()<float>();
+  if (r.dtype == DType::F64) return scan.template operator()<double>();
+  return std::string::npos;
+}
+inline void non_finite_problem(std::vector<std::string>& problems, const std::string& name, const TensorRecord& r) {
+  if (const std::size_t i = first_non_finite(r); i != std::string::npos)
+    problems.push_back("'" + name + "': non-finite value (NaN or infinity) at element " + std::to_string(i));
+}
+
+/// The largest step count an optimizer file may hold: far beyond any real run, and small enough
+/// that the step and the bias corrections derived from it stay exact.
+inline constexpr long long kMaxOptimizerStep = 1LL << 53;
 
 template <class T, class S, class B>
 TensorRecord record_of(const Tensor<T, S, B>& t) {
@@ -53,8 +80,9 @@ inline void save(const nn::Module& model, const std::filesystem::path& path, con
 }
 
 /// Copies tensors into `model`'s parameters. Every name, shape and dtype must match exactly
-/// (strict, like torch's load_state_dict); otherwise nothing is changed and a FormatError lists
-/// every difference. Tensors whose names start with a prefix in `ignore_prefixes` are skipped.
+/// (strict, like torch's load_state_dict) and every floating-point value must be finite;
+/// otherwise nothing is changed and a FormatError lists every difference and names every tensor
+/// holding NaN or infinity. Tensors whose names start with a prefix in `ignore_prefixes` are skipped.
 inline void load_state_dict(nn::Module& model, const SafetensorsFile& file, const std::vector<std::string>& ignore_prefixes = {}) {
   std::vector<std::string> problems;
   std::set<std::string> used;
@@ -74,6 +102,8 @@ inline void load_state_dict(nn::Module& model, const SafetensorsFile& file, cons
     if (it->second.dtype != want_dtype)
       problems.push_back("'" + name + "': dtype " + std::string(dtype_name(it->second.dtype)) + " in the file, model has " +
                          std::string(dtype_name(want_dtype)));
+    else if (it->second.shape == want_shape)
+      detail::non_finite_problem(problems, name, it->second);
   }
   for (auto& [name, r] : file.tensors) {
     if (used.count(name)) continue;
@@ -108,7 +138,9 @@ void save_optimizer(const optim::Adam<T, B>& opt, const std::filesystem::path& p
   write_safetensors(path, m, metadata);
 }
 
-/// Restores what save_optimizer wrote; names, shapes and dtypes must match the optimizer's.
+/// Restores what save_optimizer wrote; names, shapes and dtypes must match the optimizer's, every
+/// moment must be finite and metadata 'step' an integer in [0, 2^53]. Everything is checked before
+/// the optimizer is modified: on a FormatError it is left as it was.
 template <class T, class B>
 MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& path) {
   auto f = read_safetensors(path);
@@ -119,24 +151,30 @@ MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& 
     if (it == f.tensors.end()) problems.push_back("missing tensor '" + name + "'");
     else if (it->second.shape != detail::shape_of(t.dims()) || it->second.dtype != detail::file_dtype(dtype_of<T>()))
       problems.push_back("'" + name + "': shape or dtype differs from the optimizer's " + t.dims().str());
+    else
+      detail::non_finite_problem(problems, name, it->second);
   }
   if (f.tensors.size() != state.size()) problems.push_back("the file holds " + std::to_string(f.tensors.size()) + " tensors, the optimizer " + std::to_string(state.size()));
-  if (!f.metadata.count("step")) problems.push_back("metadata has no 'step'");
+  long long step = 0;
+  if (auto m = f.metadata.find("step"); m == f.metadata.end()) {
+    problems.push_back("metadata has no 'step'");
+  } else {
+    const std::string& sv = m->second;
+    auto [ptr, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), step);
+    if (ec != std::errc() || ptr != sv.data() + sv.size() || step < 0 || step > detail::kMaxOptimizerStep)
+      problems.push_back("metadata 'step' is not an integer in [0, 2^53]: '" + sv + "'");
+  }
   if (!problems.empty()) {
     std::string msg = "does not fit the optimizer:";
     for (auto& p : problems) msg += "\n  " + p;
     throw FormatError::at_offset(f.source, 0, msg);
   }
+  // Everything is checked: from here on nothing throws on the file's account.
   for (auto& [name, t] : state) {
     auto& r = f.tensors.at(name);
     auto dst = t;  // shares storage with the optimizer's moment
     B::template from_host<T>(dst.data(), reinterpret_cast<const T*>(r.bytes.data()), dst.numel());
   }
-  long long step = 0;
-  const std::string& sv = f.metadata.at("step");
-  auto [ptr, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), step);
-  if (ec != std::errc() || ptr != sv.data() + sv.size() || step < 0)
-    throw FormatError::at_offset(f.source, 8, "metadata 'step' is not a non-negative integer: '" + sv + "'");
   opt.set_steps(step);
   return f.metadata;
 }

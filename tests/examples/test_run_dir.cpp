@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+// The example programs' run directory (examples/common/run_dir.hpp, json_files.hpp): range-checked
+// JSON fields, state.json, the checks of inspect_run_dir, metrics.jsonl cut back to the committed
+// epochs, stale temporaries, the committed model.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+#include "../../examples/common/run_dir.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Catch::Contains;
+
+namespace {
+fs::path fresh_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("attn-rundir-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+std::string read(const fs::path& p) { return attn::data::read_file(p, 1 << 20); }
+json good_state() {
+  return json::parse(R"({"epochs_done": 2, "step": 10, "stale": 1, "skipped_steps": 0, "best_valid": 0.75,
+    "history": [{"epoch": 1, "train_loss": 0.7, "valid_loss": 0.6, "valid_accuracy": 0.75, "valid_macro_f1": null, "seconds": 1.5},
+                {"epoch": 2, "train_loss": null, "valid_loss": 0.65, "valid_accuracy": 0.5, "valid_macro_f1": 0.4, "seconds": 1.0}]})");
+}
+}  // namespace
+
+TEST_CASE("run_dir: JSON fields are range-checked without wrapping or undefined casts") {
+  const json j = json::parse(R"({"neg": -8, "big": 1e30, "frac": 3.5, "str": "8", "ok": 8, "huge": 18446744073709551615, "nan": null})");
+  CHECK(examples::json_count(j, "ok", 1, 16) == 8);
+  CHECK_THROWS_WITH(examples::json_count(j, "neg", 1, 16), Contains("-8 is outside [1, 16]"));
+  CHECK_THROWS_WITH(examples::json_count(j, "big", 1, 16), Contains("expected an integer in [1, 16], found 1e+30"));
+  CHECK_THROWS_WITH(examples::json_count(j, "frac", 1, 16), Contains("expected an integer"));
+  CHECK_THROWS_WITH(examples::json_count(j, "str", 1, 16), Contains("found \"8\""));
+  CHECK_THROWS_WITH(examples::json_count(j, "huge", 1, 16), Contains("18446744073709551615 is outside"));
+  CHECK_THROWS_WITH(examples::json_count(j, "missing", 1, 16), Contains("missing"));
+  CHECK_THROWS_WITH(examples::json_real(j, "nan", 0, 1), Contains("expected a number"));
+  CHECK(std::isnan(examples::json_real_or_nan(j, "nan", 0, 1)));
+  try {
+    examples::json_count(j, "neg", 1, 16, "model.");
+    FAIL("no throw");
+  } catch (const examples::FieldError& e) {
+    CHECK(e.field == "model.neg");
+  }
+}
+
+TEST_CASE("run_dir: state.json fields are range-checked, naming the file and the field") {
+  auto dir = fresh_dir("state");
+  write(dir / "state.json", good_state().dump());
+  const auto s = examples::read_state(dir / "state.json");
+  CHECK(s.epochs_done == 2);
+  CHECK(s.step == 10);
+  CHECK(s.history.size() == 2);
+  CHECK(std::isnan(s.history[1].train_loss));
+  const std::vector<std::pair<std::string, json>> bad = {
+      {"epochs_done", -1}, {"epochs_done", 1e30}, {"epochs_done", 0}, {"step", 9223372036854775807LL}, {"step", -1},
+      {"skipped_steps", -3}, {"skipped_steps", 11}, {"best_valid", 2.0}, {"best_valid", nullptr}, {"stale", 1000000000},
+      {"stale", 3}, {"history", json::array()}};
+  for (auto& [field, value] : bad) {
+    auto st = good_state();
+    st[field] = value;
+    write(dir / "state.json", st.dump());
+    CHECK_THROWS_AS(examples::read_state(dir / "state.json"), attn::FormatError);
+    CHECK_THROWS_WITH(examples::read_state(dir / "state.json"), Contains("state.json: field " + field + ": "));
+  }
+  auto st = good_state();
+  st["history"][1]["epoch"] = 1;  // a duplicated epoch
+  write(dir / "state.json", st.dump());
+  CHECK_THROWS_WITH(examples::read_state(dir / "state.json"), Contains("field history[1].epoch: 1 is outside [2, 2]"));
+  write(dir / "state.json", good_state().dump().substr(0, 40));
+  CHECK_THROWS_WITH(examples::read_state(dir / "state.json"), Contains("state.json: byte offset "));
+}
+
+TEST_CASE("run_dir: inspect_run_dir refuses a run without --resume or --overwrite, and other options on --resume") {
+  auto dir = fresh_dir("inspect") / "h2";
+  examples::TrainOptions t;
+  const json options = {{"--limit", 200}, {"--max-len", 64}};
+  CHECK_FALSE(examples::inspect_run_dir(dir, t, options).replace);  // nothing there yet
+  fs::create_directories(dir);
+  write(dir / "metrics.jsonl", "");
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("already holds a run (metrics.jsonl)") && Contains("--overwrite"));
+  t.overwrite = true;
+  CHECK(examples::inspect_run_dir(dir, t, options).replace);
+  t.overwrite = false;
+  t.resume = true;
+  CHECK_FALSE(examples::inspect_run_dir(dir, t, options).resume);  // no epoch committed: afresh
+  write(dir / "model.safetensors", "x");
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("no state.json"));
+  fs::remove(dir / "model.safetensors");
+  write(dir / "state.json", good_state().dump());
+  write(dir / "config.json", json{{"options", {{"--limit", 200}, {"--max-len", 32}}}}.dump());
+  CHECK_THROWS_AS(examples::inspect_run_dir(dir, t, options), attn::ArgumentError);
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("--max-len: 64 differs from the run's 32"));
+  write(dir / "config.json", json{{"model", 1}}.dump());
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("config.json: field options: missing"));
+  write(dir / "config.json", json{{"options", options}}.dump());
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("last.safetensors: missing"));
+  fs::remove_all(dir.parent_path());
+}
+
+TEST_CASE("run_dir: metrics.jsonl is cut back to the committed epochs") {
+  auto dir = fresh_dir("metrics");
+  const std::string l1 = R"({"epoch":1,"x":1})", l2 = R"({"epoch":2,"x":2})";
+  write(dir / "m.jsonl", l1 + "\n" + l2 + "\n" + l2 + "\n" + R"({"epoch":3,)");
+  examples::truncate_metrics(dir / "m.jsonl", 2);
+  CHECK(read(dir / "m.jsonl") == l1 + "\n" + l2 + "\n");
+  examples::truncate_metrics(dir / "m.jsonl", 5);  // fewer lines than epochs: kept as they are
+  CHECK(read(dir / "m.jsonl") == l1 + "\n" + l2 + "\n");
+  write(dir / "m.jsonl", l2 + "\n" + l1 + "\n");
+  examples::truncate_metrics(dir / "m.jsonl", 2);
+  CHECK(read(dir / "m.jsonl").empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run_dir: stale temporaries of ended processes are removed, others kept") {
+  auto dir = fresh_dir("temps");
+  const std::string mine = ".state.json.tmp-" + std::to_string(::getpid()) + "-3";
+  write(dir / ".model.safetensors.pending.tmp-2147483646-17", "x");
+  write(dir / mine, "x");
+  write(dir / ".notes.tmp", "x");
+  write(dir / "vocab.txt", "x");
+  examples::remove_stale_temporaries(dir);
+  CHECK_FALSE(fs::exists(dir / ".model.safetensors.pending.tmp-2147483646-17"));
+  CHECK(fs::exists(dir / mine));
+  CHECK(fs::exists(dir / ".notes.tmp"));
+  CHECK(fs::exists(dir / "vocab.txt"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("run_dir: the committed model is model.safetensors.pending only when state.json names its epoch") {
+  auto dir = fresh_dir("committed");
+  attn::io::TensorMap m;
+  m.emplace("w", attn::io::TensorRecord::from_values(attn::io::DType::F32, {1}, std::vector<float>{1.0f}));
+  attn::io::write_safetensors(examples::pending_path(dir / "model.safetensors"), m, {{"epoch", "2"}});
+  CHECK(examples::committed_model(dir) == dir / "model.safetensors");  // no state.json
+  write(dir / "state.json", good_state().dump());                         // epochs_done 2
+  CHECK(examples::committed_model(dir) == examples::pending_path(dir / "model.safetensors"));
+  auto st = good_state();
+  st["epochs_done"] = 1;
+  st["history"].erase(1);
+  st["stale"] = 0;
+  write(dir / "state.json", st.dump());
+  CHECK(examples::committed_model(dir) == dir / "model.safetensors");
+  fs::remove_all(dir);
+}
