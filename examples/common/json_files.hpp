@@ -4,7 +4,7 @@
 #pragma once
 #include <attn/core/error.hpp>
 #include <attn/data/file_io.hpp>
-#include <attn/io/fault.hpp>
+#include <attn/core/fault.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -127,7 +127,7 @@ inline void append_line(const std::filesystem::path& p, const std::string& line)
     f.flush();
     if (!f) throw attn::IoError(p.string(), "cannot append");
   }
-  attn::io::fault_point();
+  attn::fault_point();
 }
 
 }  // namespace examples

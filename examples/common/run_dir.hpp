@@ -256,7 +256,7 @@ inline void commit_pending(const std::filesystem::path& dir) {
     const fs::path p = pending_path(dir / f);
     if (!run_detail::present(p)) continue;
     fs::rename(p, dir / f);
-    attn::io::fault_point();
+    attn::fault_point();
   }
 }
 
@@ -277,7 +277,7 @@ inline void begin_writing(const RunPlan& plan) {
       } else {
         fs::remove(p);
       }
-      attn::io::fault_point();
+      attn::fault_point();
     }
     truncate_metrics(plan.dir / "metrics.jsonl", plan.state.epochs_done);
     return;
@@ -287,7 +287,7 @@ inline void begin_writing(const RunPlan& plan) {
   // state.json first: from then on the directory holds no run that could be resumed.
   fs::remove(plan.dir / "state.json");
   for (auto* f : run_detail::kRunFiles) fs::remove(plan.dir / f);
-  attn::io::fault_point();
+  attn::fault_point();
 }
 
 /// Checks that every resumed directory of a sweep has the same vocabulary and returns it (nullptr:

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "../core/error.hpp"
-#include "../io/fault.hpp"
+#include "../core/fault.hpp"
 
 namespace attn::data {
 
@@ -99,9 +99,9 @@ inline void write_file_atomic(const fs::path& path, std::string_view content) {
     f.fd = -1;
     if (::close(fd) != 0) throw fail("close failed", errno);
   }
-  io::fault_point();  // the temporary is complete, the target not yet replaced
+  fault_point();  // the temporary is complete, the target not yet replaced
   if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail("rename failed", errno);
-  io::fault_point();  // the target replaced
+  fault_point();  // the target replaced
   // Make the rename itself durable; failure here is not fatal for correctness of the content.
   detail::Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (d.fd >= 0) ::fsync(d.fd);

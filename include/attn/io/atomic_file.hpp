@@ -18,7 +18,7 @@
 #include <string_view>
 
 #include "../core/error.hpp"
-#include "fault.hpp"
+#include "../core/fault.hpp"
 
 namespace attn::io {
 

@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 
-namespace attn::io {
+namespace attn {
 
 /// The exit status of a process ended by ATTN_FAULT_AFTER_WRITES.
 inline constexpr int kFaultExitCode = 86;
@@ -28,4 +28,4 @@ inline void fault_point() noexcept {
   if (count.fetch_add(1) + 1 == limit) ::_exit(kFaultExitCode);
 }
 
-}  // namespace attn::io
+}  // namespace attn
