@@ -11,7 +11,7 @@
 #include "core/dispatch.hpp"
 #include "backend/concept.hpp"
 #include "backend/cpu.hpp"
-#include "backend/cpu_kernels.hpp"
+#include "backend/kernels.hpp"
 #include "autograd.hpp"
 #include "nn.hpp"
 #include "optim.hpp"
