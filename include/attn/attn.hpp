@@ -9,7 +9,7 @@
 #include "core/reduce.hpp"
 #include "core/rng.hpp"
 #include "core/dispatch.hpp"
-#include "backend/concept.hpp"
+#include "core/backend_concept.hpp"
 #include "backend/cpu.hpp"
 #include "backend/kernels.hpp"
 #include "autograd.hpp"

@@ -21,7 +21,7 @@
 #include "../core/error.hpp"
 #include "../core/instantiate.hpp"
 #include "../core/pool.hpp"
-#include "concept.hpp"
+#include "../core/backend_concept.hpp"
 
 namespace attn {
 
