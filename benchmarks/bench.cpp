@@ -19,7 +19,7 @@
 #include <functional>
 #include <string>
 
-#include <attn/backend/cpu_ceiling.hpp>
+#include <attn/backend/cpu/ceiling.hpp>
 
 #include "models.hpp"
 

@@ -6,7 +6,7 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.11 REQUIRED)
 find_package(MPI QUIET COMPONENTS CXX)
 
-# The GEMM library under cpu::gemm (include/attn/backend/cpu_blas.hpp). BLIS and OpenBLAS pick
+# The GEMM library under cpu::gemm (include/attn/backend/cpu/blas.hpp). BLIS and OpenBLAS pick
 # their kernels for the CPU at run time and beat Eigen's compile-time kernels on the projection
 # shapes (benchmarks/README.md). Only their OpenMP builds are used (Debian's libblis-openmp-dev,
 # libopenblas-openmp-dev): they share attn's OpenMP runtime and run on the calling thread inside

@@ -8,7 +8,7 @@
 //   clue predict --model runs/clue/h4 "国产两轮电动车怎么样，有什么惊喜？"
 //   clue --bench --model runs/clue/h4 --data /tmp/tnews_public
 #include <attn/attn.hpp>
-#include <attn/backend/cpu_ceiling.hpp>
+#include <attn/backend/cpu/ceiling.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -2,6 +2,7 @@
 // The autograd layer: Var, Tape, NoGrad and every differentiable op.
 //   #include <attn/autograd.hpp>
 #pragma once
+#include "autograd/tape.hpp"
 #include "autograd/var.hpp"
 #include "autograd/elementwise.hpp"
 #include "autograd/matmul.hpp"

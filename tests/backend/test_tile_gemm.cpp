@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // kernels::tile::gemm, the attention kernels' register-tiled GEMM, against a plain triple loop.
-#include <attn/backend/cpu_tile_gemm.hpp>
+#include <attn/backend/cpu/tile_gemm.hpp>
 
 #include "fill_util.hpp"
 

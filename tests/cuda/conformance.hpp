@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <attn/backend/concept.hpp>
+#include <attn/core/backend_concept.hpp>
 
 namespace conformance {
 

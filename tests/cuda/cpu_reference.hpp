@@ -3,7 +3,7 @@
 // tests compare against the CPU backend without compiling Eigen under nvcc.
 //   attn_test::cpu_gemm(Trans::no, Trans::yes, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);
 #pragma once
-#include <attn/backend/concept.hpp>
+#include <attn/core/backend_concept.hpp>
 
 namespace attn_test {
 

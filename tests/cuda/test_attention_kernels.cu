@@ -21,23 +21,6 @@ using attn_test::MhaData;
 
 namespace {
 
-/// The fields of kernels::MhaProblem that the CUDA kernels read (they take the problem type as a
-/// template parameter, so this test needs no autograd header under nvcc).
-template <class T>
-struct Problem {
-  std::size_t batch = 0, time = 0, heads = 0, head_dim = 0;
-  const T* qkv = nullptr;
-  const T* key_mask = nullptr;
-  const T* attn_mask = nullptr;
-  T scale = 1;
-  double dropout = 0;
-  std::uint64_t seed = 0;
-};
-struct Stats {
-  std::size_t largest = 0;
-  void note(std::size_t bytes) { largest = std::max(largest, bytes); }
-};
-
 template <class T>
 struct DeviceBuffer {
   T* p = nullptr;
@@ -60,7 +43,7 @@ struct DeviceBuffer {
 template <class T>
 void cuda_mha(const MhaCase& c, const MhaData<T>& data, bool flash, std::vector<T>& out, std::vector<T>& saved, std::vector<T>& dqkv) {
   DeviceBuffer<T> qkv(data.qkv), km(data.key_mask), am(data.attn_mask), dout(data.dout);
-  Problem<T> p;
+  attn::kernels::MhaProblem<T> p;
   p.batch = c.batch;
   p.time = c.time;
   p.heads = c.heads;
@@ -74,12 +57,12 @@ void cuda_mha(const MhaCase& c, const MhaData<T>& data, bool flash, std::vector<
   const std::size_t D = c.heads * c.head_dim;
   DeviceBuffer<T> o(std::vector<T>(c.batch * c.time * D, T(0))), g(std::vector<T>(data.qkv.size(), T(0)));
   DeviceBuffer<T> s(std::vector<T>(c.batch * c.heads * c.time * (flash ? 1 : c.time), T(0)));
-  Stats stats;
+  attn::AttentionStats stats;
   if (flash) {
     attn::kernels::mha_flash_forward(attn::cuda{}, p, o.p, s.p, &stats);
     attn::kernels::mha_flash_backward(attn::cuda{}, p, o.p, dout.p, s.p, g.p, &stats);
     // O(T) memory: nothing the size of the (T, T) scores.
-    CHECK(stats.largest < std::max<std::size_t>(c.time * c.time * sizeof(T), 300 * 1024));
+    CHECK(stats.largest_bytes < std::max<std::size_t>(c.time * c.time * sizeof(T), 300 * 1024));
   } else {
     attn::kernels::mha_naive_forward(attn::cuda{}, p, o.p, s.p, &stats);
     attn::kernels::mha_naive_backward(attn::cuda{}, p, s.p, dout.p, g.p, &stats);

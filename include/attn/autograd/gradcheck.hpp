@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../backend/cpu.hpp"
 #include "../core/rng.hpp"
 #include "var.hpp"
 

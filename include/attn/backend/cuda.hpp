@@ -12,7 +12,7 @@
 #include <string>
 
 #include "../core/error.hpp"
-#include "concept.hpp"
+#include "../core/backend_concept.hpp"
 #include "cuda/elementwise.cuh"
 #include "cuda/expr.cuh"
 #include "cuda/fill.cuh"

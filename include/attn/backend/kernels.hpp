@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
-// Every backend's kernels behind the ops: the CPU ones always, the CUDA ones when the source is
-// compiled by nvcc. The ops call them as attn::kernels::xxx(B{}, ...); a qualified call binds to
+// Every backend's kernels behind the ops: the CPU ones (backend/cpu/) always, the CUDA ones
+// (backend/cuda/) when the source is compiled by nvcc, one kernel family per file in each. The ops call them as attn::kernels::xxx(B{}, ...); a qualified call binds to
 // the overloads declared before the op's definition, so each op header includes this one first.
 //   #include "../backend/kernels.hpp"   // in an autograd/ or nn/ header
 #pragma once
-#include "cpu_kernels.hpp"
-#include "cpu_layer_kernels.hpp"
+#include "cpu/attention.hpp"
+#include "cpu/embedding.hpp"
+#include "cpu/layer_kernels.hpp"
+#include "cpu/lstm.hpp"
+#include "cpu/reduce.hpp"
+#include "cpu/softmax.hpp"
 
 #if defined(__CUDACC__)
 #include "cuda.hpp"

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../backend/concept.hpp"
+#include "backend_concept.hpp"
 #include "error.hpp"
 #include "pool.hpp"
 #include "shape.hpp"

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/utf8.hpp"
 #include "atomic_file.hpp"
 
 namespace attn::io {
@@ -131,34 +132,11 @@ inline std::string shape_str(std::span<const std::size_t> shape) {
   return s + "]";
 }
 
-// Index of the first byte that is not part of well-formed UTF-8 (no overlongs, no surrogates,
-// nothing above U+10FFFF), or nullopt.
+// Index of the first byte that is not part of well-formed UTF-8, or nullopt.
 inline std::optional<std::size_t> utf8_error(std::string_view s) noexcept {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len = 0;
-    unsigned lo = 0x80, hi = 0xbf;  // allowed range of the second byte
-    if (c >= 0xc2 && c <= 0xdf) len = 2;
-    else if (c == 0xe0) len = 3, lo = 0xa0;
-    else if (c == 0xed) len = 3, hi = 0x9f;
-    else if (c >= 0xe1 && c <= 0xef) len = 3;
-    else if (c == 0xf0) len = 4, lo = 0x90;
-    else if (c == 0xf4) len = 4, hi = 0x8f;
-    else if (c >= 0xf1 && c <= 0xf3) len = 4;
-    else return i;
-    if (s.size() - i < len) return i;
-    for (std::size_t k = 1; k < len; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xbfu)) return i;
-    }
-    i += len;
-  }
-  return std::nullopt;
+  const std::size_t i = utf8::first_invalid_utf8(s);
+  if (i == std::string_view::npos) return std::nullopt;
+  return i;
 }
 
 // The dtype whose bytes are exactly T's, if any (lets conversions between them be one memcpy).

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Differentiable layer functions: dropout, layer_norm, masked_mean and masked_max pooling.
 // Each has a fused forward and a hand-written backward (formulas cited at each); the loops are
-// backend kernels (backend/cpu_layer_kernels.hpp, backend/cuda/layer_kernels.cuh).
+// backend kernels (backend/cpu/layer_kernels.hpp, backend/cuda/layer_kernels.cuh).
 //   auto pooled = attn::nn::masked_mean(ctx, y, mask);     // (B, T, D), (B, T) -> (B, D)
 #pragma once
 #include <cmath>

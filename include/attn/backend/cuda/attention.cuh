@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Multi-head self-attention kernels for attn::cuda, overloads of the cpu ones in
-// autograd/attention.hpp with the same math, layouts and dropout hash: a fused flash kernel
+// backend/cpu/attention.hpp with the same math, layouts and dropout hash: a fused flash kernel
 // (tiled, online softmax, O(T) memory; backward in two passes, dQ and dK/dV, recomputing the
 // scores) and a naive reference on cuBLAS that keeps the (B, H, T, T) weights.
 //   attn::kernels::mha_flash_forward(attn::cuda{}, problem, out, lse, stats);   // problem: kernels::MhaProblem<T>
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "../../core/error.hpp"
+#include "../attention_problem.hpp"
 #include "../cuda.hpp"
 #include "softmax.cuh"
 #include "warp.cuh"
@@ -386,13 +387,9 @@ struct MhaScratch {
 
 namespace attn::kernels {
 
-// The problem and stats types (kernels::MhaProblem<T>, AttentionStats) are the autograd layer's;
-// these overloads take them as template parameters, so that they are declared before the op
-// that calls them without the backend depending on that layer.
-
 /// Flash forward, as mha_flash_forward(cpu, ...): out (B, T, D), lse (B, H, T) on the device.
-template <template <class> class Problem, class T, class Stats>
-void mha_flash_forward(cuda, const Problem<T>& p, T* out, T* lse, Stats* stats) {
+template <class T>
+void mha_flash_forward(cuda, const MhaProblem<T>& p, T* out, T* lse, AttentionStats* stats) {
   using namespace cuda_detail;
   if (p.batch == 0 || p.time == 0 || p.heads == 0 || p.head_dim == 0) return;
   const MhaArgs<T> a = mha_args<T>(p);
@@ -402,8 +399,8 @@ void mha_flash_forward(cuda, const Problem<T>& p, T* out, T* lse, Stats* stats) 
 
 /// Flash backward, as mha_flash_backward(cpu, ...): accumulates into dqkv (B, T, 3D). Two passes
 /// over the key/query tiles (dQ, then dK and dV), each owning its outputs, so no atomics.
-template <template <class> class Problem, class T, class Stats>
-void mha_flash_backward(cuda, const Problem<T>& p, const T* out, const T* dout, const T* lse, T* dqkv, Stats* stats) {
+template <class T>
+void mha_flash_backward(cuda, const MhaProblem<T>& p, const T* out, const T* dout, const T* lse, T* dqkv, AttentionStats* stats) {
   using namespace cuda_detail;
   if (p.batch == 0 || p.time == 0 || p.heads == 0 || p.head_dim == 0) return;
   const MhaArgs<T> a = mha_args<T>(p);
@@ -422,8 +419,8 @@ void mha_flash_backward(cuda, const Problem<T>& p, const T* out, const T* dout, 
 
 /// Naive forward, as mha_naive_forward(cpu, ...): weights (B, H, T, T) = softmax(scale Q K^T +
 /// masks) (a row with no visible key all zeros), out = (weights * Z) V, on cuBLAS.
-template <template <class> class Problem, class T, class Stats>
-void mha_naive_forward(cuda, const Problem<T>& p, T* out, T* weights, Stats* stats) {
+template <class T>
+void mha_naive_forward(cuda, const MhaProblem<T>& p, T* out, T* weights, AttentionStats* stats) {
   using namespace cuda_detail;
   if (p.batch == 0 || p.time == 0 || p.heads == 0 || p.head_dim == 0) return;
   const MhaArgs<T> a = mha_args<T>(p);
@@ -456,8 +453,8 @@ void mha_naive_forward(cuda, const Problem<T>& p, T* out, T* weights, Stats* sta
 }
 
 /// Naive backward, as mha_naive_backward(cpu, ...), from the saved weights: accumulates into dqkv.
-template <template <class> class Problem, class T, class Stats>
-void mha_naive_backward(cuda, const Problem<T>& p, const T* weights, const T* dout, T* dqkv, Stats* stats) {
+template <class T>
+void mha_naive_backward(cuda, const MhaProblem<T>& p, const T* weights, const T* dout, T* dqkv, AttentionStats* stats) {
   using namespace cuda_detail;
   if (p.batch == 0 || p.time == 0 || p.heads == 0 || p.head_dim == 0) return;
   const MhaArgs<T> a = mha_args<T>(p);

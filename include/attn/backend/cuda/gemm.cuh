@@ -8,7 +8,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../concept.hpp"
+#include "../../core/backend_concept.hpp"
 #include "fill.cuh"
 #include "runtime.cuh"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Kernels of the loss and layer functions for attn::cuda, overloads of cpu_layer_kernels.hpp:
+// Kernels of the loss and layer functions for attn::cuda, overloads of cpu/layer_kernels.hpp:
 // cross-entropy over log-probabilities, layer normalisation (one warp per row, statistics in
 // double as on the CPU) and masked mean/max pooling over time (one thread per output column,
 // adding in the CPU's order).

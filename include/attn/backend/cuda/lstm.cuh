@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The fused LSTM cell for attn::cuda, forward and backward: overloads of the cpu kernels in
-// autograd/lstm.hpp (same layouts: gates (n, 4H) stacked i, f, g, o), one thread per (row, unit).
+// backend/cpu/lstm.hpp (same layouts: gates (n, 4H) stacked i, f, g, o), one thread per (row, unit).
 //   attn::kernels::lstm_cell_forward(attn::cuda{}, n, h, gates, bias, c_prev, c, h_out);
 #pragma once
 #include <cmath>

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "cpu.hpp"
+#include "../cpu.hpp"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__CUDACC__)
 #include <immintrin.h>

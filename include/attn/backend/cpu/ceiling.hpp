@@ -8,7 +8,7 @@
 #include <chrono>
 #include <vector>
 
-#include "cpu.hpp"
+#include "../cpu.hpp"
 
 namespace attn {
 

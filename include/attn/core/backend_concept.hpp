@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The Backend concept: where tensor memory lives and how GEMMs run on it.
+// The Backend concept: where tensor memory lives and how GEMMs run on it. Core states the contract;
+// backend/ implements it (attn::cpu in backend/cpu.hpp, attn::cuda in backend/cuda.hpp).
 //   template <attn::Backend B> void f() { float* p = B::template allocate<float>(16); ... }
 #pragma once
 #include <concepts>

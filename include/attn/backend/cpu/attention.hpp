@@ -1,0 +1,415 @@
+// SPDX-License-Identifier: MIT
+// Multi-head self-attention kernels of the CPU backend, forward and backward: a tiled online-softmax
+// ("flash") kernel with O(T) memory on the register-tiled GEMM of tile_gemm.hpp, and a naive kernel
+// that keeps the (B, H, T, T) weights. Twin of cuda/attention.cuh; the op is autograd/attention.hpp.
+//   attn::kernels::mha_flash_forward(attn::cpu{}, problem, out, lse, stats);   // problem: kernels::MhaProblem<T>
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "../../core/instantiate.hpp"
+#include "../attention_problem.hpp"
+#include "../cpu.hpp"
+#include "exp.hpp"
+#include "tile_gemm.hpp"
+
+#if defined(_OPENMP)
+#define ATTN_MHA_OMP(x) _Pragma(x)
+#else
+#define ATTN_MHA_OMP(x)
+#endif
+
+namespace attn::kernels {
+
+namespace mha {
+
+inline constexpr std::size_t block_q = 128;  // query rows per tile
+inline constexpr std::size_t block_k = 128;  // key columns per tile: tiles of 64 KiB (float)
+
+/// Dropout factor of weight (b*H + h, i, j): 0 or 1/(1-p). A counter-based hash (splitmix64), so
+/// that forward and backward, flash and naive, in any tile order, agree on the mask.
+template <class T>
+struct DropMask {
+  std::uint64_t seed = 0;
+  std::uint32_t threshold = 0;  // drop when the 24-bit hash < threshold
+  T keep = 1;
+  bool active = false;
+  DropMask(double p, std::uint64_t s) : seed(s) {
+    active = p > 0;
+    threshold = static_cast<std::uint32_t>(p * double(1u << 24));
+    keep = active ? T(1.0 / (1.0 - p)) : T(1);
+  }
+  T operator()(std::uint64_t idx) const {
+    std::uint64_t z = seed + (idx + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return static_cast<std::uint32_t>(z >> 40) < threshold ? T(0) : keep;
+  }
+};
+
+/// Working memory of the calling thread, kept between calls (a thread's buffer in `slot` grows to
+/// the largest n asked for and is reused), so the kernels allocate nothing once warmed up. The
+/// contents are uninitialised. Slots 0-2 hold the masks below, 3-7 the per-thread tiles.
+template <class T>
+class Scratch {
+ public:
+  Scratch(std::size_t slot, std::size_t n) {
+    thread_local std::vector<T> bufs[8];
+    auto& v = bufs[slot];
+    if (v.size() < n) v.resize(n);
+    p_ = v.data();
+    n_ = n;
+  }
+  T* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+  T& operator[](std::size_t i) const noexcept { return p_[i]; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+/// Key-padding and attn_mask summaries shared by the kernels (in the calling thread's scratch).
+template <class T>
+struct Masks {
+  Scratch<T> key_bias;            // (B, T): 0 for a real key, -inf for padding; size 0 without key mask
+  Scratch<unsigned char> kblock;  // (B, nkb): 0 all padding, 1 mixed, 2 all real
+  Scratch<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry
+  Scratch<std::size_t> kend;      // (B): 1 + the last real key (0: none); keys from there on are all padding
+  std::size_t nqb = 0, nkb = 0;
+
+  Masks(const MhaProblem<T>& p, std::size_t bq, std::size_t bk)
+      : key_bias(0, p.key_mask ? p.batch * p.time : 0),
+        kblock(1, p.batch * ((p.time + bk - 1) / bk)),
+        ablock(2, ((p.time + bq - 1) / bq) * ((p.time + bk - 1) / bk)),
+        kend(0, p.batch) {
+    const std::size_t n = p.time;
+    nqb = (n + bq - 1) / bq;
+    nkb = (n + bk - 1) / bk;
+    std::fill_n(kblock.data(), kblock.size(), static_cast<unsigned char>(2));
+    std::fill_n(kend.data(), kend.size(), n);
+    if (p.key_mask) {
+      for (std::size_t b = 0; b < p.batch; ++b) {
+        std::size_t e = n;
+        while (e > 0 && p.key_mask[b * n + e - 1] == T(0)) --e;
+        kend[b] = e;
+        for (std::size_t kb = 0; kb < nkb; ++kb) {
+          std::size_t real = 0, j1 = std::min(n, (kb + 1) * bk);
+          for (std::size_t j = kb * bk; j < j1; ++j) {
+            const bool r = p.key_mask[b * n + j] != T(0);
+            key_bias[b * n + j] = r ? T(0) : neg_inf<T>;
+            real += r;
+          }
+          kblock[b * nkb + kb] = real == 0 ? 0 : real == j1 - kb * bk ? 2 : 1;
+        }
+      }
+    }
+    std::fill_n(ablock.data(), ablock.size(), static_cast<unsigned char>(1));
+    if (p.attn_mask)
+      for (std::size_t qb = 0; qb < nqb; ++qb)
+        for (std::size_t kb = 0; kb < nkb; ++kb) {
+          bool live = false;
+          for (std::size_t i = qb * bq; i < std::min(n, (qb + 1) * bq) && !live; ++i)
+            for (std::size_t j = kb * bk; j < std::min(n, (kb + 1) * bk) && !live; ++j)
+              live = p.attn_mask[i * n + j] != neg_inf<T>;
+          ablock[qb * nkb + kb] = live;
+        }
+  }
+  std::size_t bytes() const { return key_bias.size() * sizeof(T) + kblock.size() + ablock.size() + kend.size() * sizeof(std::size_t); }
+  /// The query rows of sample b that are computed: all, or up to its last real key.
+  std::size_t qend(const MhaProblem<T>& p, std::size_t b) const { return p.skip_padded_queries ? kend[b] : p.time; }
+  /// Adds attn_mask and key padding to score tile s (rows i0.., cols j0.., row stride ld).
+  void apply(const MhaProblem<T>& p, std::size_t b, std::size_t kb, T* s, std::size_t ld, std::size_t i0, std::size_t rows,
+             std::size_t j0, std::size_t cols) const {
+    const std::size_t n = p.time;
+    const T* kbias = p.key_mask && kblock[b * nkb + kb] != 2 ? key_bias.data() + b * n + j0 : nullptr;
+    for (std::size_t r = 0; r < rows; ++r) {
+      T* row = s + r * ld;
+      if (p.attn_mask) {
+        const T* a = p.attn_mask + (i0 + r) * n + j0;
+ATTN_MHA_OMP("omp simd")
+        for (std::size_t j = 0; j < cols; ++j) row[j] += a[j];
+      }
+      if (kbias) {
+ATTN_MHA_OMP("omp simd")
+        for (std::size_t j = 0; j < cols; ++j) row[j] += kbias[j];
+      }
+    }
+  }
+};
+
+/// dst (hd, bc) = the transpose of rows [0, bc) of src (row stride ld, hd columns): a key or value
+/// tile laid out as the B operand of tile::gemm for S = Q K^T and dP = dO V^T.
+template <class T>
+void transpose_tile(const T* src, std::size_t ld, std::size_t bc, std::size_t hd, T* dst) {
+  for (std::size_t c = 0; c < hd; ++c)  // contiguous writes; the bc source rows stay in L1
+    for (std::size_t j = 0; j < bc; ++j) dst[c * bc + j] = src[j * ld + c];
+}
+
+inline int threads_for(std::size_t tasks) {
+#if defined(_OPENMP)
+  return static_cast<int>(std::clamp<std::size_t>(tasks, 1, static_cast<std::size_t>(omp_get_max_threads())));
+#else
+  (void)tasks;
+  return 1;
+#endif
+}
+
+}  // namespace mha
+
+/// Flash forward. out (B, T, D) = softmax(Q K^T * scale + masks) V per head, tile by tile with a
+/// running row max m and sum l (Milakov & Gimelshein, online softmax); lse (B, H, T) = m + log l,
+/// +inf for a row with no visible key (its output is 0). Never forms a T x T matrix.
+template <class T>
+void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionStats* stats) {
+  using namespace mha;
+  const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
+  const Masks<T> masks(p, block_q, block_k);
+  const std::size_t nqb = masks.nqb, nkb = masks.nkb;
+  const long long tasks = static_cast<long long>(p.batch * H * nqb);
+  const int nt = threads_for(std::size_t(tasks));
+  const DropMask<T> drop(p.dropout, p.seed);
+  const std::size_t per_thread = block_q * block_k + 2 * block_q + hd * block_k;
+  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
+ATTN_MHA_OMP("omp parallel num_threads(nt)")
+  {
+    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kt(6, hd * block_k);
+ATTN_MHA_OMP("omp for schedule(dynamic)")
+    for (long long task = 0; task < tasks; ++task) {
+      const std::size_t b = std::size_t(task) / (H * nqb), h = std::size_t(task) / nqb % H, qb = std::size_t(task) % nqb;
+      const std::size_t i0 = qb * block_q, rows = std::min(block_q, n - i0), kend = masks.kend[b];
+      const std::size_t qend = masks.qend(p, b), br = qend > i0 ? std::min(rows, qend - i0) : 0;
+      const T *Q = p.qkv + (b * n + i0) * ld + h * hd, *K = p.qkv + b * n * ld + D + h * hd, *V = K + D;
+      T* O = out + (b * n + i0) * D + h * hd;  // (br, hd), row stride D: the accumulator
+      T* L = lse + (b * H + h) * n + i0;
+      for (std::size_t r = 0; r < rows; ++r) std::fill_n(O + r * D, hd, T(0));
+      for (std::size_t r = br; r < rows; ++r) L[r] = std::numeric_limits<T>::infinity();  // skipped query rows
+      if (br == 0) continue;
+      std::fill_n(m.data(), br, neg_inf<T>);
+      std::fill_n(l.data(), br, T(0));
+      for (std::size_t kb = 0; kb < nkb; ++kb) {
+        const std::size_t j0 = kb * block_k;
+        if (j0 >= kend) break;  // the rest of the keys are padding
+        if (!masks.kblock[b * nkb + kb] || !masks.ablock[qb * nkb + kb]) continue;
+        const std::size_t bc = std::min(block_k, kend - j0);
+        // s (br, bc) = scale * Q_i K_j^T + masks
+        transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
+        tile::gemm<T>(br, bc, hd, p.scale, Q, ld, 1, kt.data(), bc, false, s.data(), bc);
+        masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
+        for (std::size_t r = 0; r < br; ++r) {
+          T* row = s.data() + r * bc;
+          const T mnew = std::max(m[r], row_max(row, bc));
+          if (mnew == neg_inf<T>) {  // nothing visible yet in this row
+            std::fill_n(row, bc, T(0));
+            continue;
+          }
+          const T alpha = m[r] == neg_inf<T> ? T(0) : std::exp(m[r] - mnew);
+          l[r] = l[r] * alpha + exp_shift_sum(row, bc, mnew);
+          m[r] = mnew;
+          if (alpha != T(1))
+            for (std::size_t c = 0; c < hd; ++c) O[r * D + c] *= alpha;
+          if (drop.active) {
+            const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
+            for (std::size_t j = 0; j < bc; ++j) row[j] *= drop(base + j);
+          }
+        }
+        // O_i += P V_j: (br, bc) x (bc, hd)
+        tile::gemm<T>(br, hd, bc, T(1), s.data(), bc, 1, V + j0 * ld, ld, true, O, D);
+      }
+      for (std::size_t r = 0; r < br; ++r) {
+        T* o = O + r * D;
+        if (l[r] > T(0)) {
+          const T inv = T(1) / l[r];
+          for (std::size_t c = 0; c < hd; ++c) o[c] *= inv;
+          L[r] = m[r] + std::log(l[r]);
+        } else {
+          std::fill_n(o, hd, T(0));
+          L[r] = std::numeric_limits<T>::infinity();
+        }
+      }
+    }
+  }
+}
+
+/// Flash backward (FlashAttention-2, Dao 2023): per head, D_i = rowsum(dO_i * O_i); for each key
+/// tile j and query tile i, P = exp(S - L) recomputed, dV_j += (P*Z)^T dO_i, dP = (dO_i V_j^T)*Z,
+/// dS = P * (dP - D_i), dQ_i += scale dS K_j, dK_j += scale dS^T Q_i (Z: dropout factors).
+/// Accumulates into dqkv (B, T, 3D).
+template <class T>
+void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout, const T* lse, T* dqkv, AttentionStats* stats) {
+  using namespace mha;
+  const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
+  const Masks<T> masks(p, block_q, block_k);
+  const std::size_t nqb = masks.nqb, nkb = masks.nkb;
+  const long long tasks = static_cast<long long>(p.batch * H);
+  const int nt = threads_for(std::size_t(tasks));
+  const DropMask<T> drop(p.dropout, p.seed);
+  const std::size_t per_thread = 2 * block_q * block_k + n + 2 * hd * block_k;
+  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
+ATTN_MHA_OMP("omp parallel num_threads(nt)")
+  {
+    const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
+    const Scratch<T> kt(6, hd * block_k), vt(7, hd * block_k);
+ATTN_MHA_OMP("omp for schedule(dynamic)")
+    for (long long task = 0; task < tasks; ++task) {
+      const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
+      const std::size_t qoff = b * n * ld + h * hd, ooff = b * n * D + h * hd;  // Q, K, V at qoff, +D, +2D
+      const T *Q = p.qkv + qoff, *K = Q + D, *V = K + D, *O = out + ooff, *dO = dout + ooff;
+      T *dQ = dqkv + qoff, *dK = dQ + D, *dV = dK + D;
+      const T* L = lse + (b * H + h) * n;
+      const std::size_t kend = masks.kend[b], qend = masks.qend(p, b);
+      for (std::size_t i = 0; i < qend; ++i) {
+        T acc = 0;
+        for (std::size_t c = 0; c < hd; ++c) acc += dO[i * D + c] * O[i * D + c];
+        Dv[i] = acc;
+      }
+      for (std::size_t kb = 0; kb < nkb; ++kb) {
+        const std::size_t j0 = kb * block_k;
+        if (j0 >= kend) break;  // the rest of the keys are padding: no weight, no gradient
+        if (!masks.kblock[b * nkb + kb]) continue;
+        const std::size_t bc = std::min(block_k, kend - j0);
+        transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
+        transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
+        for (std::size_t qb = 0; qb < nqb; ++qb) {
+          const std::size_t i0 = qb * block_q;
+          if (i0 >= qend) break;  // skipped query rows
+          if (!masks.ablock[qb * nkb + kb]) continue;
+          const std::size_t br = std::min(block_q, qend - i0);
+          tile::gemm<T>(br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
+          masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
+          for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
+          // dP (br, bc) = dO_i V_j^T
+          tile::gemm<T>(br, bc, hd, T(1), dO + i0 * D, D, 1, vt.data(), bc, false, dp.data(), bc);
+          for (std::size_t r = 0; r < br; ++r) {
+            T* pr = pt.data() + r * bc;
+            T* gr = dp.data() + r * bc;
+            const T di = Dv[i0 + r];
+            if (drop.active) {
+              const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
+              for (std::size_t j = 0; j < bc; ++j) {
+                const T z = drop(base + j);
+                gr[j] = pr[j] * (gr[j] * z - di);
+                pr[j] *= z;
+              }
+            } else {
+ATTN_MHA_OMP("omp simd")
+              for (std::size_t j = 0; j < bc; ++j) gr[j] = pr[j] * (gr[j] - di);
+            }
+          }
+          // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
+          tile::gemm<T>(bc, hd, br, T(1), pt.data(), 1, bc, dO + i0 * D, D, true, dV + j0 * ld, ld);
+          tile::gemm<T>(br, hd, bc, p.scale, dp.data(), bc, 1, K + j0 * ld, ld, true, dQ + i0 * ld, ld);
+          tile::gemm<T>(bc, hd, br, p.scale, dp.data(), 1, bc, Q + i0 * ld, ld, true, dK + j0 * ld, ld);
+        }
+      }
+    }
+  }
+}
+
+/// Naive forward: per head, weights (B, H, T, T) = softmax(Q K^T * scale + masks) (a row with no
+/// visible key is all zeros), out = (weights * Z) V.
+template <class T>
+void mha_naive_forward(cpu, const MhaProblem<T>& p, T* out, T* weights, AttentionStats* stats) {
+  using namespace mha;
+  const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
+  const Masks<T> masks(p, n ? n : 1, n ? n : 1);
+  const DropMask<T> drop(p.dropout, p.seed);
+  const long long tasks = static_cast<long long>(p.batch * H);
+  const int nt = threads_for(std::size_t(tasks));
+  for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : drop.active ? n * n * sizeof(T) : 0);
+ATTN_MHA_OMP("omp parallel num_threads(nt)")
+  {
+    std::vector<T> pz(drop.active ? n * n : 0);
+ATTN_MHA_OMP("omp for schedule(dynamic)")
+    for (long long task = 0; task < tasks; ++task) {
+      const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
+      const T *Q = p.qkv + b * n * ld + h * hd, *K = Q + D, *V = K + D;
+      T* P = weights + std::size_t(task) * n * n;
+      cpu::gemm<T>(Trans::no, Trans::yes, int(n), int(n), int(hd), p.scale, Q, int(ld), K, int(ld), T(0), P, int(n));
+      masks.apply(p, b, 0, P, n, 0, n, 0, n);
+      for (std::size_t i = 0; i < n; ++i) {
+        T* row = P + i * n;
+        const T mx = row_max(row, n);
+        if (mx == neg_inf<T>) {
+          std::fill_n(row, n, T(0));
+          continue;
+        }
+        const T inv = T(1) / exp_shift_sum(row, n, mx);
+        for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
+      }
+      const T* Pd = P;
+      if (drop.active) {
+        for (std::size_t i = 0; i < n * n; ++i) pz[i] = P[i] * drop(std::size_t(task) * n * n + i);
+        Pd = pz.data();
+      }
+      cpu::gemm<T>(Trans::no, Trans::no, int(n), int(hd), int(n), T(1), Pd, int(n), V, int(ld), T(0), out + b * n * D + h * hd,
+                   int(D));
+    }
+  }
+}
+
+/// Naive backward from the saved weights P: dV += (P*Z)^T dO, dP = (dO V^T)*Z,
+/// dS = P * (dP - rowsum(P * dP)) (softmax Jacobian), dQ += scale dS K, dK += scale dS^T Q.
+template <class T>
+void mha_naive_backward(cpu, const MhaProblem<T>& p, const T* weights, const T* dout, T* dqkv, AttentionStats* stats) {
+  using namespace mha;
+  const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
+  const DropMask<T> drop(p.dropout, p.seed);
+  const long long tasks = static_cast<long long>(p.batch * H);
+  const int nt = threads_for(std::size_t(tasks));
+  if (stats)
+    for (int t = 0; t < nt; ++t) stats->note((drop.active ? 2 : 1) * n * n * sizeof(T));
+ATTN_MHA_OMP("omp parallel num_threads(nt)")
+  {
+    std::vector<T> dp(n * n), pz(drop.active ? n * n : 0);
+ATTN_MHA_OMP("omp for schedule(dynamic)")
+    for (long long task = 0; task < tasks; ++task) {
+      const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
+      const std::size_t qoff = b * n * ld + h * hd;
+      const T *Q = p.qkv + qoff, *K = Q + D, *V = K + D, *dO = dout + b * n * D + h * hd;
+      T *dQ = dqkv + qoff, *dK = dQ + D, *dV = dK + D;
+      const T* P = weights + std::size_t(task) * n * n;
+      const T* Pd = P;
+      cpu::gemm<T>(Trans::no, Trans::yes, int(n), int(n), int(hd), T(1), dO, int(D), V, int(ld), T(0), dp.data(), int(n));
+      if (drop.active) {
+        for (std::size_t i = 0; i < n * n; ++i) {
+          const T z = drop(std::size_t(task) * n * n + i);
+          pz[i] = P[i] * z;
+          dp[i] *= z;
+        }
+        Pd = pz.data();
+      }
+      cpu::gemm<T>(Trans::yes, Trans::no, int(n), int(hd), int(n), T(1), Pd, int(n), dO, int(D), T(1), dV, int(ld));
+      for (std::size_t i = 0; i < n; ++i) {
+        const T* pr = P + i * n;
+        T* gr = dp.data() + i * n;
+        T s = 0;
+ATTN_MHA_OMP("omp simd reduction(+ : s)")
+        for (std::size_t j = 0; j < n; ++j) s += pr[j] * gr[j];
+ATTN_MHA_OMP("omp simd")
+        for (std::size_t j = 0; j < n; ++j) gr[j] = pr[j] * (gr[j] - s);
+      }
+      cpu::gemm<T>(Trans::no, Trans::no, int(n), int(hd), int(n), p.scale, dp.data(), int(n), K, int(ld), T(1), dQ, int(ld));
+      cpu::gemm<T>(Trans::yes, Trans::no, int(n), int(hd), int(n), p.scale, dp.data(), int(n), Q, int(ld), T(1), dK, int(ld));
+    }
+  }
+}
+
+}  // namespace attn::kernels
+
+namespace attn {
+#define ATTN_INSTANTIATE_CPU_ATTENTION(X, T)                                                                               \
+  X template void kernels::mha_flash_forward<T>(cpu, const kernels::MhaProblem<T>&, T*, T*, AttentionStats*);              \
+  X template void kernels::mha_flash_backward<T>(cpu, const kernels::MhaProblem<T>&, const T*, const T*, const T*, T*,      \
+                                                 AttentionStats*);                                                         \
+  X template void kernels::mha_naive_forward<T>(cpu, const kernels::MhaProblem<T>&, T*, T*, AttentionStats*);              \
+  X template void kernels::mha_naive_backward<T>(cpu, const kernels::MhaProblem<T>&, const T*, const T*, T*, AttentionStats*);
+ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_ATTENTION)
+
+}  // namespace attn
+
+#undef ATTN_MHA_OMP

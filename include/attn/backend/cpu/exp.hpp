@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+// Vectorised exponentials and row maxima for the softmax inside the CPU attention kernels: SSE2
+// (Cephes) and, chosen at run time, AVX2 + FMA (degree-5 polynomial, about 2 ulp), exactly 0 below -87.
+//   const float sum = attn::kernels::mha::exp_shift_sum(row, n, row_max);   // row[j] = exp(row[j] - max)
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "tile_gemm.hpp"
+#if defined(ATTN_TILE_GEMM_AVX2)
+#define ATTN_MHA_AVX2 1  // an AVX2+FMA exp, chosen at run time (tile::available()), whatever the build's -m flags
+#endif
+
+namespace attn::kernels::mha {
+
+template <class T>
+inline constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+
+#if defined(__SSE2__)
+/// exp(v) for 4 floats: Cephes' polynomial on v = n ln2 + r. v < -87 (results under FLT_MIN, and
+/// -inf) gives exactly 0, which also keeps denormals out of the GEMMs; NaN stays NaN.
+inline __m128 exp_ps(__m128 v) {
+  const __m128 keep = _mm_cmpge_ps(v, _mm_set1_ps(-87.0f));
+  const __m128 nan = _mm_cmpunord_ps(v, v);
+  const __m128 c = _mm_min_ps(_mm_max_ps(v, _mm_set1_ps(-87.0f)), _mm_set1_ps(88.0f));
+  const __m128i ni = _mm_cvtps_epi32(_mm_mul_ps(c, _mm_set1_ps(1.44269504088896341f)));  // round to nearest
+  const __m128 fn = _mm_cvtepi32_ps(ni);
+  __m128 r = _mm_sub_ps(c, _mm_mul_ps(fn, _mm_set1_ps(0.693359375f)));
+  r = _mm_add_ps(r, _mm_mul_ps(fn, _mm_set1_ps(2.12194440e-4f)));
+  __m128 p = _mm_set1_ps(1.9875691500e-4f);
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.3981999507e-3f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(8.3334519073e-3f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(4.1665795894e-2f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(1.6666665459e-1f));
+  p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(5.0000001201e-1f));
+  p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(_mm_mul_ps(p, r), r), r), _mm_set1_ps(1.0f));
+  const __m128 scale = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(ni, _mm_set1_epi32(127)), 23));
+  return _mm_or_ps(_mm_and_ps(_mm_mul_ps(p, scale), keep), _mm_and_ps(v, nan));
+}
+inline float hsum_ps(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+#endif
+
+#if defined(ATTN_MHA_AVX2)
+/// exp for 8 floats with AVX2 and FMA, for softmax's arguments (<= 0): v = n ln2 + r, |r| <= ln2/2,
+/// e^r by a degree-5 minimax polynomial (relative error <= 2.1e-7, about 2 ulp), 2^n added into the
+/// exponent bits. v < -87 (results under FLT_MIN, and -inf) gives exactly 0, which also keeps
+/// denormals out of the GEMMs; NaN stays NaN (max/min return their second operand for NaN); v is
+/// clamped at 88.
+__attribute__((target("avx2,fma"))) inline __m256 exp8_ps(__m256 v) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 c = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(lo, v));
+  const __m256 fn = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(fn, _mm256_set1_ps(-0.693359375f), c);
+  r = _mm256_fmadd_ps(fn, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(8.2976548001e-03f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1915383190e-02f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6667574644e-01f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.9998894334e-01f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.9999970198e-01f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0000001192e+00f));
+  // c >= -87 keeps p 2^n normal, so adding n to the exponent field is exact.
+  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(fn), 23);
+  const __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+  return _mm256_andnot_ps(_mm256_cmp_ps(v, lo, _CMP_LT_OQ), y);
+}
+/// exp_shift_sum's AVX2 body: whole 8-float groups of x[0..n); returns their count and adds to *sum.
+__attribute__((target("avx2,fma"))) inline std::size_t exp_shift_sum_avx2(float* x, std::size_t n, float m, float* sum) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  std::size_t j = 0;
+  for (; j + 16 <= n; j += 16) {  // two independent chains
+    const __m256 y0 = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+    const __m256 y1 = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), mv));
+    _mm256_storeu_ps(x + j, y0);
+    _mm256_storeu_ps(x + j + 8, y1);
+    a0 = _mm256_add_ps(a0, y0);
+    a1 = _mm256_add_ps(a1, y1);
+  }
+  if (j + 8 <= n) {
+    const __m256 y = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+    _mm256_storeu_ps(x + j, y);
+    a0 = _mm256_add_ps(a0, y);
+    j += 8;
+  }
+  a0 = _mm256_add_ps(a0, a1);
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+  *sum += hsum_ps(h);
+  return j;
+}
+#endif
+
+/// max over x[0..n).
+template <class T>
+T row_max(const T* x, std::size_t n) {
+  T m = neg_inf<T>;
+  for (std::size_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+inline float row_max(const float* x, std::size_t n) {
+  float m = neg_inf<float>;
+  std::size_t j = 0;
+#if defined(__SSE2__)
+  __m128 mv = _mm_set1_ps(m);
+  for (; j + 4 <= n; j += 4) mv = _mm_max_ps(mv, _mm_loadu_ps(x + j));
+  mv = _mm_max_ps(mv, _mm_movehl_ps(mv, mv));
+  mv = _mm_max_ss(mv, _mm_shuffle_ps(mv, mv, 1));
+  m = _mm_cvtss_f32(mv);
+#endif
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+/// x[j] = exp(x[j] - m) in place (0 where x is -inf), returning the sum. m is finite or +inf.
+inline float exp_shift_sum(float* x, std::size_t n, float m) {
+  float s = 0;
+  std::size_t j = 0;
+#if defined(ATTN_MHA_AVX2)
+  if (tile::available()) j = exp_shift_sum_avx2(x, n, m, &s);
+#endif
+#if defined(__SSE2__)
+  const __m128 mv = _mm_set1_ps(m);
+  __m128 acc = _mm_setzero_ps();
+  for (; j + 4 <= n; j += 4) {
+    const __m128 y = exp_ps(_mm_sub_ps(_mm_loadu_ps(x + j), mv));
+    _mm_storeu_ps(x + j, y);
+    acc = _mm_add_ps(acc, y);
+  }
+  s += hsum_ps(acc);
+#endif
+  for (; j < n; ++j) s += (x[j] = std::exp(x[j] - m));
+  return s;
+}
+inline double exp_shift_sum(double* x, std::size_t n, double m) {
+  double s = 0;
+  for (std::size_t j = 0; j < n; ++j) s += (x[j] = std::exp(x[j] - m));
+  return s;
+}
+
+}  // namespace attn::kernels::mha

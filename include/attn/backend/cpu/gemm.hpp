@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// Row-major GEMM of the CPU backend: products of m n k >= 64^3 go to BLIS or OpenBLAS when attn was
+// configured with one (cpu/blas.hpp), the rest (and all without a BLAS) to Eigen's product.
+//   attn::cpu::gemm<float>(Trans::no, Trans::yes, m, n, k, 1.f, a, k, b, k, 0.f, c, n);   // C (m,n) = A (m,k) B^T
+#pragma once
+#include <type_traits>
+
+#include "../../core/eigen.hpp"
+#include "../../core/instantiate.hpp"
+#include "../cpu.hpp"
+#include "blas.hpp"
+
+namespace attn {
+
+// Defined outside the class, not inline: under ATTN_SEPARATE_COMPILATION the float and double
+// instantiations are declared extern below and compiled once, in attn::compiled.
+template <class T>
+void cpu::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta, T* C,
+               int ldc) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using MapC = Eigen::Map<Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
+  using MapA = Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
+  if (m <= 0 || n <= 0) return;
+  MapC c(C, m, n, Eigen::OuterStride<>(ldc));
+  if (k <= 0) {
+    if (beta == T(0)) c.setZero();
+    else c *= beta;
+    return;
+  }
+#if defined(ATTN_HAVE_BLAS)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    if (static_cast<long long>(m) * n * k >= detail::kBlasMinVolume)
+      return detail::blas_gemm<T>(ta == Trans::yes, tb == Trans::yes, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+  // op(A) is (m,k): stored (m,k) when not transposed, (k,m) when transposed.
+  MapA a(A, ta == Trans::no ? m : k, ta == Trans::no ? k : m, Eigen::OuterStride<>(lda));
+  MapA b(B, tb == Trans::no ? k : n, tb == Trans::no ? n : k, Eigen::OuterStride<>(ldb));
+  if (beta == T(0)) {
+    c.setZero();
+  } else if (beta != T(1)) {
+    c *= beta;
+  }
+  if (ta == Trans::no && tb == Trans::no) c.noalias() += alpha * a * b;
+  else if (ta == Trans::no) c.noalias() += alpha * a * b.transpose();
+  else if (tb == Trans::no) c.noalias() += alpha * a.transpose() * b;
+  else c.noalias() += alpha * a.transpose() * b.transpose();
+}
+
+template <class T>
+void cpu::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int lda, long long sa,
+                               const T* B, int ldb, long long sb, T beta, T* C, int ldc, long long sc, int batch) {
+  const double flops = 2.0 * m * n * k;
+  if (batch > 1 && flops < 4.0e6) {
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (batch * flops > 2.0e5)
+#endif
+    for (int i = 0; i < batch; ++i) gemm(ta, tb, m, n, k, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+  } else {
+    for (int i = 0; i < batch; ++i) gemm(ta, tb, m, n, k, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+  }
+}
+
+#define ATTN_INSTANTIATE_CPU_GEMM(X, T)                                                                                     \
+  X template void cpu::gemm<T>(Trans, Trans, int, int, int, T, const T*, int, const T*, int, T, T*, int);                  \
+  X template void cpu::gemm_strided_batched<T>(Trans, Trans, int, int, int, T, const T*, int, long long, const T*, int,      \
+                                               long long, T, T*, int, long long, int);
+ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_GEMM)
+
+}  // namespace attn
