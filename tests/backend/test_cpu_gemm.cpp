@@ -9,6 +9,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -102,5 +105,40 @@ TEST_CASE("cpu::gemm gives the BLAS attn's thread count (cpu::set_threads) befor
     CHECK(blas_threads() == t);
   }
   attn::cpu::set_threads(before);
+}
+#endif
+
+TEST_CASE("BLIS sub-configuration: 'skx' on Intel with AVX-512 unless the user set BLIS_ARCH_TYPE", "[blis_arch]") {
+  using attn::detail::blis_arch_choice;
+  CHECK(std::string(blis_arch_choice(nullptr, true, true)) == "skx");
+  CHECK(blis_arch_choice(nullptr, true, false) == nullptr);   // AVX2 Intel: BLIS's own choice
+  CHECK(blis_arch_choice(nullptr, false, true) == nullptr);   // AMD: BLIS knows its Zen cores
+  CHECK(blis_arch_choice("haswell", true, true) == nullptr);  // the user's value wins
+  CHECK(blis_arch_choice("", true, true) == nullptr);
+}
+
+#if defined(ATTN_BLAS_BLIS) && defined(__x86_64__) && defined(__GNUC__)
+extern "C" int bli_arch_query_id(void);
+extern "C" const char* bli_arch_string(int id);
+// The environment as the process started, before any GEMM of this program ran.
+static const char* const user_blis_arch = [] {
+  const char* v = std::getenv("BLIS_ARCH_TYPE");
+  return v ? strdup(v) : nullptr;
+}();
+
+TEST_CASE("BLIS runs the sub-configuration attn chose, or the user's (run again with BLIS_ARCH_TYPE=haswell)", "[blis_arch]") {
+  const int n = 96;
+  const auto a = filled<float>(std::size_t(n) * n, 1);
+  std::vector<float> c(std::size_t(n) * n);
+  attn::cpu::gemm<float>(Trans::no, Trans::no, n, n, n, 1.f, a.data(), n, a.data(), n, 0.f, c.data(), n);
+  const std::string running = bli_arch_string(bli_arch_query_id());
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  INFO("BLIS_ARCH_TYPE at start: " << (user_blis_arch ? user_blis_arch : "(unset)") << ", BLIS runs " << running);
+  if (user_blis_arch != nullptr) CHECK(running == user_blis_arch);
+  else if (__builtin_cpu_is("intel") && avx512) CHECK(running == "skx");
+  else SUCCEED("BLIS's own choice on this CPU: " << running);
 }
 #endif

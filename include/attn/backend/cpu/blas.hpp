@@ -14,6 +14,7 @@
 #if defined(ATTN_BLAS_BLIS) || defined(ATTN_BLAS_OPENBLAS)
 #define ATTN_HAVE_BLAS 1
 #include <atomic>
+#include <cstdlib>
 #include <type_traits>
 #if defined(_OPENMP)
 #include <omp.h>
@@ -38,6 +39,34 @@ namespace attn::detail {
 /// set-up costs more than Eigen's small-product path (16 x 48 x 16 runs at 0.35-0.45x).
 inline constexpr long long kBlasMinVolume = 64LL * 64 * 64;
 
+/// The BLIS sub-configuration attn asks for, or nullptr to leave BLIS's own choice. BLIS picks
+/// its kernels when it initialises (on its first call) from the CPU it finds; on Intel CPUs with
+/// AVX-512 whose FMA-unit count it does not know (0.9.0 on Sapphire/Emerald Rapids and later) it
+/// falls back to 'haswell', the AVX2 kernels, at about half the machine's GEMM rate. A value the
+/// user set in BLIS_ARCH_TYPE always wins.
+inline const char* blis_arch_choice(const char* user_value, bool intel, bool avx512) {
+  if (user_value != nullptr) return nullptr;
+  return intel && avx512 ? "skx" : nullptr;
+}
+
+/// Names BLIS's sub-configuration (BLIS_ARCH_TYPE, see blis_arch_choice) once, before attn's first
+/// BLAS call. OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before any of attn's code runs:
+/// there the variable is the user's to set (docs/design.md).
+inline void blas_configure_once() {
+#if defined(ATTN_BLAS_BLIS) && defined(__x86_64__) && defined(__GNUC__)
+  [[maybe_unused]] static const bool configured = [] {
+    __builtin_cpu_init();
+    // __builtin_cpu_supports reports AVX-512 only where the OS also saves its registers (XCR0).
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512vl");
+    if (const char* arch = blis_arch_choice(std::getenv("BLIS_ARCH_TYPE"), __builtin_cpu_is("intel"), avx512))
+      ::setenv("BLIS_ARCH_TYPE", arch, 0);
+    return true;
+  }();
+#endif
+}
+
 /// The BLAS keeps its own thread count; this hands it attn's (omp_get_max_threads(), which
 /// cpu::set_threads, ATTN_NUM_THREADS and OMP_NUM_THREADS set) before a call from outside a
 /// parallel region. Inside one, the OpenMP builds of both libraries run on the calling thread.
@@ -60,6 +89,7 @@ inline void blas_sync_threads() {
 template <class T>
 inline void blas_gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta, T* c,
                       int ldc) {
+  blas_configure_once();
   blas_sync_threads();
   const char ca = ta ? 'T' : 'N', cb = tb ? 'T' : 'N';
   if constexpr (std::is_same_v<T, float>) sgemm_(&cb, &ca, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
