@@ -3,7 +3,8 @@
 # Sets up, builds and runs the main job: the IMDb attention classifier.
 #   scripts/run-imdb.sh                 # the bundled 2,500-review sample, 8 heads (a few minutes)
 #   scripts/run-imdb.sh --full [ARGS]   # the full train split from ../shared/data, if present
-# Extra arguments go to the program (see `build/examples/imdb/imdb --help`).
+# Extra arguments go to the program (see `build/examples/imdb/imdb --help`). Each run replaces the
+# last one in runs/imdb, unless --resume continues it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -21,4 +22,10 @@ if [ "${1:-}" = "--full" ]; then
   data=build/data/aclImdb
   args=()
 fi
+# runs/imdb is this script's own directory: a new run replaces the last one (--overwrite), unless
+# the arguments continue it (--resume).
+case " $* " in
+  *" --resume "*) ;;
+  *) args+=(--overwrite) ;;
+esac
 exec build/examples/imdb/imdb --data "$data" --out runs/imdb "${args[@]}" "$@"
