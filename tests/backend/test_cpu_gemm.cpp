@@ -108,6 +108,7 @@ TEST_CASE("cpu::gemm gives the BLAS attn's thread count (cpu::set_threads) befor
 }
 #endif
 
+#if defined(ATTN_BLAS_BLIS)
 TEST_CASE("BLIS sub-configuration: 'skx' on Intel with AVX-512 unless the user set BLIS_ARCH_TYPE", "[blis_arch]") {
   using attn::detail::blis_arch_choice;
   CHECK(std::string(blis_arch_choice(nullptr, true, true)) == "skx");
@@ -116,6 +117,7 @@ TEST_CASE("BLIS sub-configuration: 'skx' on Intel with AVX-512 unless the user s
   CHECK(blis_arch_choice("haswell", true, true) == nullptr);  // the user's value wins
   CHECK(blis_arch_choice("", true, true) == nullptr);
 }
+#endif
 
 #if defined(ATTN_BLAS_BLIS) && defined(__x86_64__) && defined(__GNUC__)
 extern "C" int bli_arch_query_id(void);
