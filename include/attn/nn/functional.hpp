@@ -93,7 +93,7 @@ auto masked_mean(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& mask) {
   Tape* tape = attn::detail::tape_of(ctx);
   const bool rg = attn::detail::needs_grad(tape, x);
   auto o = attn::detail::make_out<R>(tape, std::move(out), rg);
-  if (rg && tape != nullptr) {  // (rg implies a tape; said for GCC's -Wnonnull at -O1)
+  if (rg) {
     tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), m = mask.erased(), inv, b, t, d] {
       if (od->grad.empty() || !xd->requires_grad) return;
       kernels::masked_mean_backward(B{}, od->grad.data(), m.data(), inv.data(), b, t, d, xd->grad_ref().data());
@@ -115,7 +115,7 @@ auto masked_max(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& mask) {
   Tape* tape = attn::detail::tape_of(ctx);
   const bool rg = attn::detail::needs_grad(tape, x);
   auto o = attn::detail::make_out<R>(tape, std::move(out), rg);
-  if (rg && tape != nullptr) {
+  if (rg) {
     tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), arg, b, t, d] {
       if (od->grad.empty() || !xd->requires_grad) return;
       kernels::masked_max_backward(B{}, od->grad.data(), arg.data(), b, t, d, xd->grad_ref().data());
