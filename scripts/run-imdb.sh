@@ -22,6 +22,10 @@ if [ "${1:-}" = "--full" ]; then
   data=build/data/aclImdb
   args=()
 fi
+# The sample run's default of 8 epochs gives way to the user's --epochs.
+case " $* " in
+  *" --epochs "*) args=() ;;
+esac
 # runs/imdb is this script's own directory: a new run replaces the last one (--overwrite), unless
 # the arguments continue it (--resume).
 case " $* " in
