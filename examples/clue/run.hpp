@@ -102,15 +102,9 @@ inline fs::path run_dir(const Options& o, std::size_t heads) { return fs::path(o
 /// The options a run directory is bound to (config.json "options"): everything that shapes the
 /// model, its data or its training, by option name. --resume refuses a different value.
 inline json run_options(const Options& o, std::size_t heads) {
-  return {{"--data", examples::data_path_key(o.data.dir)},
+  json options = {{"--data", examples::data_path_key(o.data.dir)},
           {"--limit", o.data.limit},
           {"--heads", heads},
-          {"--seed", o.train.seed},
-          {"--batch", o.train.batch},
-          {"--lr", o.train.lr},
-          {"--weight-decay", o.train.weight_decay},
-          {"--warmup", o.train.warmup},
-          {"--clip", o.train.clip},
           {"--dropout", o.dropout},
           {"--attn-dropout", o.attn_dropout},
           {"--label-smoothing", o.label_smoothing},
@@ -121,6 +115,8 @@ inline json run_options(const Options& o, std::size_t heads) {
           {"--keywords", o.data.keywords},
           {"--skip-bad-lines", o.data.skip_bad_lines},
           {"--valid-fraction", o.data.valid_fraction}};
+  options.update(examples::train_run_options(o.train));
+  return options;
 }
 
 /// The checked configuration of a resumed run directory (plan.resume) of `heads` heads.

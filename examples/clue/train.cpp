@@ -124,13 +124,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
                  {"keywords", o.data.keywords}, {"seed", o.train.seed}, {"batch", o.train.batch}, {"lr", o.train.lr},
                  {"weight_decay", o.train.weight_decay}, {"label_smoothing", o.label_smoothing}, {"min_freq", o.data.min_freq},
                  {"valid_fraction", o.data.valid_fraction}, {"data", o.data.dir}, {"options", run_options(o, Heads)}};
-  if (par.main()) {  // every check has passed: the first write to the directory
-    examples::begin_writing(plan);
-    if (!plan.resume) {
-      p.vocab.save(dir / "vocab.txt");
-      data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
-    }
-  }
+  if (par.main()) examples::write_run_start(plan, p.vocab, config);  // every check has passed: the first write
   par.barrier();  // the other processes read the checkpoints begin_writing() committed
 
   std::vector<std::size_t> lengths;

@@ -290,6 +290,22 @@ inline void begin_writing(const RunPlan& plan) {
   attn::fault_point();
 }
 
+/// begin_writing(), then, for a run that starts afresh, its vocabulary and config.json: everything a
+/// program writes before its first epoch.
+inline void write_run_start(const RunPlan& plan, const attn::data::Vocab& vocab, const nlohmann::json& config) {
+  begin_writing(plan);
+  if (plan.resume) return;
+  vocab.save(plan.dir / "vocab.txt");
+  attn::data::write_file_atomic(plan.dir / "config.json", config.dump(2) + "\n");
+}
+
+/// The training loop's options that bind a run directory (config.json "options", beside each
+/// program's own): --resume refuses a different value.
+inline nlohmann::json train_run_options(const TrainOptions& t) {
+  return {{"--seed", t.seed}, {"--batch", t.batch}, {"--lr", t.lr},
+          {"--weight-decay", t.weight_decay}, {"--warmup", t.warmup}, {"--clip", t.clip}};
+}
+
 /// Checks that every resumed directory of a sweep has the same vocabulary and returns it (nullptr:
 /// no directory is resumed).
 inline const attn::data::Vocab* resumed_vocab(const std::vector<RunPlan>& plans) {

@@ -76,15 +76,9 @@ inline fs::path run_dir(const Options& o, std::size_t heads) { return fs::path(o
 /// The options a run directory is bound to (config.json "options"): everything that shapes the
 /// model, its data or its training, by option name. --resume refuses a different value.
 inline json run_options(const Options& o, std::size_t heads) {
-  return {{"--data", examples::data_path_key(o.data)},
+  json options = {{"--data", examples::data_path_key(o.data)},
           {"--limit", o.limit},
           {"--heads", heads},
-          {"--seed", o.train.seed},
-          {"--batch", o.train.batch},
-          {"--lr", o.train.lr},
-          {"--weight-decay", o.train.weight_decay},
-          {"--warmup", o.train.warmup},
-          {"--clip", o.train.clip},
           {"--dropout", o.dropout},
           {"--attn-dropout", o.attn_dropout},
           {"--max-len", o.max_len},
@@ -99,6 +93,8 @@ inline json run_options(const Options& o, std::size_t heads) {
           {"--nblr-folds", o.nblr_folds},
           {"--no-ffn", !o.ffn},
           {"--valid-fraction", o.valid_fraction}};
+  options.update(examples::train_run_options(o.train));
+  return options;
 }
 
 /// The model configuration of a resumed run directory (plan.resume), checked: config.json's

@@ -96,13 +96,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.train.seed},
                  {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"nblr_c", o.nblr_c},
                  {"nblr_folds", o.nblr_folds}, {"options", run_options(o, Heads)}};
-  if (par.main()) {  // every check has passed: the first write to the directory
-    examples::begin_writing(plan);
-    if (!plan.resume) {
-      p.vocab.save(dir / "vocab.txt");
-      data::write_file_atomic(dir / "config.json", config.dump(2) + "\n");
-    }
-  }
+  if (par.main()) examples::write_run_start(plan, p.vocab, config);  // every check has passed: the first write
   par.barrier();  // the other processes read the checkpoints begin_writing() committed
 
   std::vector<std::size_t> lengths;
