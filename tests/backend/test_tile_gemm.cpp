@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// kernels::tile::gemm, the attention kernels' register-tiled GEMM, against a plain triple loop.
+// kernels::tile::gemm, the attention kernels' register-tiled GEMM, against a plain triple loop, at
+// every instruction-set level this machine runs (cpu::set_isa).
 #include <attn/backend/cpu/tile_gemm.hpp>
 
 #include "fill_util.hpp"
@@ -18,8 +19,8 @@ namespace {
 
 template <class T>
 void check_tile_gemm(double tol) {
-  for (std::size_t m : {1, 2, 3, 4, 5, 6, 7, 11, 12, 13, 128}) {
-    for (std::size_t n : {1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 64, 130}) {
+  for (std::size_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 128}) {
+    for (std::size_t n : {1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 48, 64, 130}) {
       for (std::size_t k : {0, 1, 5, 16, 129}) {
         for (bool transposed : {false, true}) {
           for (bool acc : {false, true}) {
@@ -61,9 +62,15 @@ void check_tile_gemm(double tol) {
 
 }  // namespace
 
-TEST_CASE("tile::gemm in float: every row and column tail, A and A^T, with and without accumulation, nothing outside C written") {
-  if (!tile::available()) WARN("no AVX2 + FMA on this machine: float goes through the general GEMM, as double does");
-  check_tile_gemm<float>(1e-6);
+TEST_CASE("tile::gemm in float at every level the machine runs: every row and column tail, A and A^T, with and without accumulation, nothing outside C written") {
+  for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+    const attn::ScopedIsa scoped{attn::Isa(level)};
+    INFO("level " << attn::isa_name(attn::cpu::isa()));
+    CHECK(tile::available() == (level >= int(attn::Isa::avx2)));
+    check_tile_gemm<float>(1e-6);
+  }
+  if (attn::cpu::isa_supported() < attn::Isa::avx512)
+    WARN("this machine runs at most " << attn::isa_name(attn::cpu::isa_supported()) << ": the AVX-512 kernel was not run");
 }
 
 TEST_CASE("tile::gemm in double (the general GEMM behind the same call): A and A^T, accumulation, nothing outside C written") {

@@ -22,6 +22,7 @@
 #include "../core/instantiate.hpp"
 #include "../core/pool.hpp"
 #include "../core/backend_concept.hpp"
+#include "cpu/isa.hpp"
 
 namespace attn {
 
@@ -116,6 +117,18 @@ struct cpu {
     (void)n;
 #endif
   }
+
+  /// The instruction-set level attn's own kernels run at (backend/cpu/isa.hpp): cpu::set_isa's
+  /// choice, else ATTN_ISA's, else the best the machine runs. ATTN_ISA naming a level the machine
+  /// lacks, or no level, throws ArgumentError on the first call.
+  static Isa isa() { return detail::isa(); }
+  /// The best level this machine runs, and the features found.
+  static Isa isa_supported() { return detail::isa_supported(); }
+  static const CpuFeatures& features() { return detail::cpu_features(); }
+  /// Runs the kernels at a lower level from now on (tests, comparisons); throws ArgumentError for a
+  /// level the machine lacks. reset_isa() returns to ATTN_ISA or the machine's best.
+  static void set_isa(Isa level) { detail::set_isa(level); }
+  static void reset_isa() { detail::reset_isa(); }
 };
 
 static_assert(Backend<cpu>);

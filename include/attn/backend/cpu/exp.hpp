@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Vectorised exponentials and row maxima for the softmax inside the CPU attention kernels: SSE2
-// (Cephes) and, chosen at run time, AVX2 + FMA (degree-5 polynomial, about 2 ulp), exactly 0 below -87.
+// (Cephes) and, chosen at run time by cpu::isa(), AVX2 + FMA or AVX-512 (the same degree-5
+// polynomial, about 2 ulp), exactly 0 below -87.
 //   const float sum = attn::kernels::mha::exp_shift_sum(row, n, row_max);   // row[j] = exp(row[j] - max)
 #pragma once
 #include <algorithm>
@@ -14,7 +15,7 @@
 
 #include "tile_gemm.hpp"
 #if defined(ATTN_TILE_GEMM_AVX2)
-#define ATTN_MHA_AVX2 1  // an AVX2+FMA exp, chosen at run time (tile::available()), whatever the build's -m flags
+#define ATTN_MHA_AVX2 1  // AVX2+FMA and AVX-512 exps, chosen at run time (cpu::isa()), whatever the build's -m flags
 #endif
 
 namespace attn::kernels::mha {
@@ -97,6 +98,50 @@ __attribute__((target("avx2,fma"))) inline std::size_t exp_shift_sum_avx2(float*
   *sum += hsum_ps(h);
   return j;
 }
+/// exp8_ps for 16 floats with AVX-512: the same reduction and polynomial, so both levels give the
+/// same results lane for lane.
+ATTN_TARGET_AVX512 inline __m512 exp16_ps(__m512 v) {
+  const __m512 lo = _mm512_set1_ps(-87.0f);
+  const __m512 c = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(lo, v));
+  const __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(fn, _mm512_set1_ps(-0.693359375f), c);
+  r = _mm512_fmadd_ps(fn, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(8.2976548001e-03f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1915383190e-02f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6667574644e-01f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.9998894334e-01f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.9999970198e-01f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0000001192e+00f));
+  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(fn), 23);
+  const __m512 y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+  // Zero below -87 and for -inf; NaN: max/min above return their second operand (lo, then 88), so
+  // it is restored from v.
+  const __mmask16 keep = _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(keep, y), nan, v);
+}
+/// exp_shift_sum's AVX-512 body: all of x[0..n), the tail under a mask; returns n and adds to *sum.
+ATTN_TARGET_AVX512 inline std::size_t exp_shift_sum_avx512(float* x, std::size_t n, float m, float* sum) {
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  std::size_t j = 0;
+  for (; j + 32 <= n; j += 32) {  // two independent chains
+    const __m512 y0 = exp16_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv));
+    const __m512 y1 = exp16_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j + 16), mv));
+    _mm512_storeu_ps(x + j, y0);
+    _mm512_storeu_ps(x + j + 16, y1);
+    a0 = _mm512_add_ps(a0, y0);
+    a1 = _mm512_add_ps(a1, y1);
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1u);
+    const __m512 y = exp16_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), mv));
+    _mm512_mask_storeu_ps(x + j, k, y);
+    a0 = _mm512_add_ps(a0, _mm512_maskz_mov_ps(k, y));
+  }
+  *sum += _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  return n;
+}
 #endif
 
 /// max over x[0..n).
@@ -125,7 +170,11 @@ inline float exp_shift_sum(float* x, std::size_t n, float m) {
   float s = 0;
   std::size_t j = 0;
 #if defined(ATTN_MHA_AVX2)
-  if (tile::available()) j = exp_shift_sum_avx2(x, n, m, &s);
+  switch (cpu::isa()) {
+    case Isa::avx512: j = exp_shift_sum_avx512(x, n, m, &s); break;
+    case Isa::avx2: j = exp_shift_sum_avx2(x, n, m, &s); break;
+    case Isa::generic: break;
+  }
 #endif
 #if defined(__SSE2__)
   const __m128 mv = _mm_set1_ps(m);
@@ -137,7 +186,10 @@ inline float exp_shift_sum(float* x, std::size_t n, float m) {
   }
   s += hsum_ps(acc);
 #endif
-  for (; j < n; ++j) s += (x[j] = std::exp(x[j] - m));
+  for (; j < n; ++j) {  // as the vector bodies: exactly 0 below -87
+    const float d = x[j] - m;
+    s += (x[j] = d < -87.0f ? 0.0f : std::exp(d));
+  }
   return s;
 }
 inline double exp_shift_sum(double* x, std::size_t n, double m) {

@@ -3,10 +3,10 @@
 //   C (m, n) = alpha A B (+ C),   A(i, p) = a[i * ai + p * ak],   B (k, n) row-major (row stride ldb).
 // A is read in place through two strides (so A and A^T are the same call) and B in place by rows:
 // nothing is packed. Eigen's GEMM packs both operands on every call, which costs as much as the
-// arithmetic when one side is a 128 x 16 tile of a 16-wide head. AVX2 + FMA, chosen at run time
-// whatever the build's -m flags (tile::available(), also the attention kernels' test for their AVX2
-// exponential). Elsewhere (double, another CPU, nvcc's host pass) tile::gemm hands the same product
-// to the general GEMM, so callers make one call either way.
+// arithmetic when one side is a 128 x 16 tile of a 16-wide head. AVX-512 (8 x 32 blocks in 16-lane
+// registers, masked tails) or AVX2 + FMA (6 x 16 blocks), chosen at run time by cpu::isa() whatever
+// the build's -m flags. Elsewhere (double, the generic level, another CPU, nvcc's host pass)
+// tile::gemm hands the same product to the general GEMM, so callers make one call either way.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -23,13 +23,8 @@
 namespace attn::kernels::tile {
 
 #if defined(ATTN_TILE_GEMM_AVX2)
-inline bool available() {
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return ok;
-}
+/// Whether the AVX2 kernels run now (cpu::isa() is avx2 or higher).
+inline bool available() { return cpu::isa() >= Isa::avx2; }
 
 /// An R x (8 NV) block of C from k steps of rank-1 updates: R broadcasts of A and NV loads of B per
 /// step. With Mask the block's single vector covers the first lanes of `mask` only (n's tail).
@@ -112,6 +107,90 @@ __attribute__((target("avx2,fma"))) inline void gemm_avx2(std::size_t m, std::si
     default: break;
   }
 }
+
+#define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512cd,avx512bw,avx512dq,avx512vl,avx2,fma")))
+
+/// An R x (16 NV) block of C from k steps of rank-1 updates: R broadcasts of A and NV loads of B per
+/// step. With Mask the block's single vector covers the lanes of `mask` only (n's tail).
+template <int R, int NV, bool Mask>
+ATTN_TARGET_AVX512 inline void micro512(std::size_t k, float alpha, const float* a, std::size_t ai, std::size_t ak,
+                                        const float* b, std::size_t ldb, bool accumulate, float* c, std::size_t ldc,
+                                        __mmask16 mask) {
+  static_assert(NV == 1 || !Mask);
+  __m512 s[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) s[r][v] = _mm512_setzero_ps();
+  for (std::size_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    __m512 bv[NV];
+    if constexpr (Mask) {
+      bv[0] = _mm512_maskz_loadu_ps(mask, bp);
+    } else {
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);
+    }
+    const float* ap = a + p * ak;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[r * ai]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) s[r][v] = _mm512_fmadd_ps(av, bv[v], s[r][v]);
+    }
+  }
+  const __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      __m512 o = _mm512_mul_ps(al, s[r][v]);
+      if constexpr (Mask) {
+        if (accumulate) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(mask, cr));
+        _mm512_mask_storeu_ps(cr, mask, o);
+      } else {
+        if (accumulate) o = _mm512_add_ps(o, _mm512_loadu_ps(cr + 16 * v));
+        _mm512_storeu_ps(cr + 16 * v, o);
+      }
+    }
+  }
+}
+
+/// Rows [0, R) of C over all of n: 32-wide blocks, then a 16-wide one, then the masked tail.
+template <int R>
+ATTN_TARGET_AVX512 inline void row_block512(std::size_t n, std::size_t k, float alpha, const float* a, std::size_t ai,
+                                            std::size_t ak, const float* b, std::size_t ldb, bool accumulate, float* c,
+                                            std::size_t ldc) {
+  std::size_t j = 0;
+  for (; j + 32 <= n; j += 32) micro512<R, 2, false>(k, alpha, a, ai, ak, b + j, ldb, accumulate, c + j, ldc, 0);
+  if (j + 16 <= n) {
+    micro512<R, 1, false>(k, alpha, a, ai, ak, b + j, ldb, accumulate, c + j, ldc, 0);
+    j += 16;
+  }
+  if (j < n) {
+    const __mmask16 mask = __mmask16((1u << (n - j)) - 1u);
+    micro512<R, 1, true>(k, alpha, a, ai, ak, b + j, ldb, accumulate, c + j, ldc, mask);
+  }
+}
+
+ATTN_TARGET_AVX512 inline void gemm_avx512(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+                                           std::size_t ai, std::size_t ak, const float* b, std::size_t ldb, bool accumulate,
+                                           float* c, std::size_t ldc) {
+  constexpr std::size_t mr = 8;
+  std::size_t i = 0;
+  for (; i + mr <= m; i += mr) row_block512<8>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc);
+  switch (m - i) {
+    case 7: row_block512<7>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 6: row_block512<6>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 5: row_block512<5>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 4: row_block512<4>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 3: row_block512<3>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 2: row_block512<2>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    case 1: row_block512<1>(n, k, alpha, a + i * ai, ai, ak, b, ldb, accumulate, c + i * ldc, ldc); break;
+    default: break;
+  }
+}
 #else
 inline bool available() { return false; }
 #endif
@@ -123,7 +202,11 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std:
           std::size_t ldb, bool accumulate, T* c, std::size_t ldc) {
 #if defined(ATTN_TILE_GEMM_AVX2)
   if constexpr (std::is_same_v<T, float>) {
-    if (available()) return gemm_avx2(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
+    switch (cpu::isa()) {
+      case Isa::avx512: return gemm_avx512(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
+      case Isa::avx2: return gemm_avx2(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
+      case Isa::generic: break;
+    }
   }
 #endif
   if (ak != 1 && ai != 1) throw std::invalid_argument("tile::gemm: A needs a unit stride along its rows or its columns");

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT
+// Run-time instruction-set levels (backend/cpu/isa.hpp): detection, ATTN_ISA and cpu::set_isa, and the
+// attention softmax's exponential at every level the machine runs against std::exp.
+#include <attn/attn.hpp>
+#include <attn/backend/cpu/exp.hpp>
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+using attn::Isa;
+
+TEST_CASE("isa: the detected features are consistent and the level follows them") {
+  const auto& f = attn::cpu::features();
+  CHECK((!f.avx512 || f.avx2_fma));
+  CHECK((!f.avx512_bf16 || f.avx512));
+  CHECK((!f.amx_bf16 || f.amx_tile));
+  CHECK_FALSE((f.intel && f.amd));
+  const Isa best = attn::cpu::isa_supported();
+  CHECK(best == (f.avx512 ? Isa::avx512 : f.avx2_fma ? Isa::avx2 : Isa::generic));
+#if defined(__AVX2__) && defined(__FMA__)
+  CHECK(best >= Isa::avx2);  // a binary built for AVX2 only starts on such a machine
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+  CHECK(best == Isa::avx512);
+#endif
+  WARN("this machine: " << attn::isa_name(best) << (f.avx512_bf16 ? ", avx512_bf16" : "") << (f.avx512_vnni ? ", avx512_vnni" : "")
+                        << (f.amx_tile ? ", amx" : "") << (f.intel ? " (Intel)" : f.amd ? " (AMD)" : ""));
+}
+
+TEST_CASE("isa: names parse, set_isa goes down but never above the machine, ScopedIsa restores") {
+  CHECK(attn::parse_isa("generic") == Isa::generic);
+  CHECK(attn::parse_isa("sse2") == Isa::generic);
+  CHECK(attn::parse_isa("avx2") == Isa::avx2);
+  CHECK(attn::parse_isa("avx512") == Isa::avx512);
+  CHECK_THROWS_WITH(attn::parse_isa("avx3", "ATTN_ISA"), Catch::Contains("ATTN_ISA") && Catch::Contains("avx3") &&
+                                                              Catch::Contains("generic, avx2 or avx512"));
+  for (Isa l : {Isa::generic, Isa::avx2, Isa::avx512}) CHECK(attn::parse_isa(attn::isa_name(l)) == l);
+
+  const Isa before = attn::cpu::isa();
+  {
+    const attn::ScopedIsa g(Isa::generic);
+    CHECK(attn::cpu::isa() == Isa::generic);
+    if (attn::cpu::isa_supported() >= Isa::avx2) {
+      const attn::ScopedIsa a(Isa::avx2);
+      CHECK(attn::cpu::isa() == Isa::avx2);
+    }
+    CHECK(attn::cpu::isa() == Isa::generic);
+  }
+  CHECK(attn::cpu::isa() == before);
+  if (attn::cpu::isa_supported() < Isa::avx512)
+    CHECK_THROWS_WITH(attn::cpu::set_isa(Isa::avx512), Catch::Contains("at most"));
+  attn::cpu::set_isa(Isa::generic);
+  CHECK(attn::cpu::isa() == Isa::generic);
+  attn::cpu::reset_isa();
+  CHECK(attn::cpu::isa() == before);
+}
+
+// Run by ctest with ATTN_ISA set (tests/CMakeLists.txt): the variable decides the level, and an unknown
+// or unavailable level is an error that names it.
+TEST_CASE("isa: ATTN_ISA sets the level", "[.][attn_isa_env]") {
+  const char* v = std::getenv("ATTN_ISA");
+  REQUIRE(v != nullptr);
+  const Isa want = attn::parse_isa(v);
+  if (want > attn::cpu::isa_supported()) {
+    CHECK_THROWS_WITH(attn::cpu::isa(), Catch::Contains(std::string("ATTN_ISA=") + v) && Catch::Contains("at most"));
+  } else {
+    CHECK(attn::cpu::isa() == want);
+  }
+}
+TEST_CASE("isa: an unknown ATTN_ISA is an error naming the variable", "[.][attn_isa_bad]") {
+  CHECK_THROWS_WITH(attn::cpu::isa(), Catch::Contains("ATTN_ISA") && Catch::Contains("unknown level"));
+}
+
+TEST_CASE("exp_shift_sum at every level: within 3 ulp of std::exp, exact zeros below -87 and for -inf, every tail length") {
+  namespace mha = attn::kernels::mha;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+    const attn::ScopedIsa scoped{Isa(level)};
+    for (std::size_t n : {1, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 100}) {
+      INFO("level " << attn::isa_name(Isa(level)) << " n " << n);
+      std::vector<float> x(n);
+      for (std::size_t j = 0; j < n; ++j) x[j] = -float((j * 37) % 101) * 0.9f + 1.5f;  // -89.4 .. 1.5
+      if (n > 2) x[1] = -inf;
+      const float m = 1.5f;
+      std::vector<float> y = x;
+      const float s = mha::exp_shift_sum(y.data(), n, m);
+      double ref_sum = 0, worst = 0;
+      bool zeros = true;
+      for (std::size_t j = 0; j < n; ++j) {
+        const float d = x[j] - m;  // the kernels' argument, rounded to float as theirs is
+        ref_sum += double(y[j]);
+        if (d < -87.0f) {
+          zeros = zeros && y[j] == 0.0f;
+        } else {
+          const double ref = std::exp(double(d));
+          worst = std::max(worst, std::abs(double(y[j]) - ref) / ref / double(std::numeric_limits<float>::epsilon()));
+        }
+      }
+      CHECK(zeros);
+      CHECK(worst <= 3.0);  // in units of FLT_EPSILON, relative
+      CHECK(std::abs(double(s) - ref_sum) <= 1e-6 * ref_sum);
+    }
+  }
+}
