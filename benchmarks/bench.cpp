@@ -3,8 +3,14 @@
 // PyTorch peer. Each case runs in a fresh process (for its peak RSS); attn and the peer are
 // interleaved per case; the table gives samples/s, the attn/peer ratio and peak RSS, and for R1 and
 // R3 the GFLOP/s as a fraction of the machine's FP32 GEMM ceiling.
+// The ceiling is the machine's, not attn's: the best 2048^3 SGEMM rate among every GEMM at hand, each
+// in its own process at the widest ISA it has: the BLAS attn links in each of its x86-64
+// sub-configurations, Eigen's product, OpenBLAS (libopenblas.so.0) with its core type named, and
+// oneDNN's dnnl_sgemm (libdnnl.so.2), the last two loaded at run time where installed.
 //   bench --all [--peer "benchmarks/peer/run-peer.sh"] [--iters 20]
 //   bench --case R1-h8 [--iters 20]          # one case, one JSON line
+//   bench --ceiling                          # every GEMM's rate, the best named
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +25,7 @@
 #include <functional>
 #include <string>
 
+#include <attn/backend/cpu/blas.hpp>
 #include <attn/backend/cpu/ceiling.hpp>
 
 #include "models.hpp"
@@ -148,6 +155,122 @@ inline json run_case(const std::string& name, int iters) {
   return j;
 }
 
+/// A row-major single-precision C (n, n) = A B, n x n x n, from one of the GEMMs at hand.
+struct GemmImpl {
+  std::string label;
+  std::function<void(int, const float*, const float*, float*)> run;
+};
+
+/// "attn": cpu::gemm as attn is configured (its BLAS, else Eigen); "eigen": Eigen's product as compiled
+/// here; "openblas", "onednn": the shared library loaded now. Throws with the reason when unavailable.
+inline GemmImpl load_gemm(const std::string& impl) {
+  if (impl == "attn") {
+    return {attn::cpu_gemm_description(), [](int n, const float* a, const float* b, float* c) {
+              attn::cpu::gemm<float>(attn::Trans::no, attn::Trans::no, n, n, n, 1.f, a, n, b, n, 0.f, c, n);
+            }};
+  }
+  if (impl == "eigen") {
+    using M = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    return {fmt::format("Eigen {}.{}.{} ({})", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse()),
+            [](int n, const float* a, const float* b, float* c) {
+              Eigen::Map<M> cm(c, n, n);
+              cm.noalias() = Eigen::Map<const M>(a, n, n) * Eigen::Map<const M>(b, n, n);
+            }};
+  }
+  if (impl == "openblas") {
+    // RTLD_DEEPBIND: OpenBLAS's own symbols before the BLAS attn links (both export sgemm_).
+    void* h = ::dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!h) throw std::runtime_error(std::string("cannot load libopenblas.so.0: ") + ::dlerror());
+    using Sgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
+                           const float*, const int*, const float*, float*, const int*);
+    auto sgemm = reinterpret_cast<Sgemm>(::dlsym(h, "sgemm_"));
+    auto core = reinterpret_cast<char* (*)()>(::dlsym(h, "openblas_get_corename"));
+    auto threads = reinterpret_cast<void (*)(int)>(::dlsym(h, "openblas_set_num_threads"));
+    if (!sgemm || !core) throw std::runtime_error("libopenblas.so.0 lacks sgemm_ or openblas_get_corename");
+    if (threads) threads(attn::cpu::threads());
+    return {fmt::format("OpenBLAS ({})", core()), [sgemm](int n, const float* a, const float* b, float* c) {
+              const float one = 1, zero = 0;
+              sgemm("N", "N", &n, &n, &n, &one, b, &n, a, &n, &zero, c, &n);  // row-major C = A B as C^T = B^T A^T
+            }};
+  }
+  if (impl == "onednn") {
+    void* h = ::dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) throw std::runtime_error(std::string("cannot load libdnnl.so.2: ") + ::dlerror());
+    using Sgemm = int (*)(char, char, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
+                          std::int64_t, float, float*, std::int64_t);
+    struct Version {
+      int major, minor, patch;
+      const char* hash;
+      unsigned cpu_runtime, gpu_runtime;
+    };
+    auto sgemm = reinterpret_cast<Sgemm>(::dlsym(h, "dnnl_sgemm"));
+    auto version = reinterpret_cast<const Version* (*)()>(::dlsym(h, "dnnl_version"));
+    if (!sgemm || !version) throw std::runtime_error("libdnnl.so.2 lacks dnnl_sgemm or dnnl_version");
+    const Version* v = version();
+    return {fmt::format("oneDNN {}.{}.{} (dnnl_sgemm)", v->major, v->minor, v->patch), [sgemm](int n, const float* a, const float* b, float* c) {
+              if (sgemm('N', 'N', n, n, n, 1.f, a, n, b, n, 0.f, c, n) != 0) throw std::runtime_error("dnnl_sgemm failed");
+            }};
+  }
+  throw std::runtime_error("unknown GEMM '" + impl + "' (attn, eigen, openblas, onednn)");
+}
+
+/// GFLOP/s of `impl` on n x n x n: the median of 5 products after one warm-up.
+inline double gemm_gflops(const GemmImpl& impl, int n = 2048) {
+  const std::size_t nn = std::size_t(n) * std::size_t(n);
+  std::vector<float> a(nn, 0.5f), b(nn, 0.25f), c(nn);
+  std::vector<double> secs;
+  for (int i = 0; i <= 5; ++i) {
+    const auto t0 = clk::now();
+    impl.run(n, a.data(), b.data(), c.data());
+    if (i > 0) secs.push_back(std::chrono::duration<double>(clk::now() - t0).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  return 2.0 * double(n) * double(n) * double(n) / secs[secs.size() / 2] / 1e9;
+}
+
+/// One candidate for the ceiling: an implementation, in a process started with `env` set.
+struct GemmCandidate {
+  std::string impl, env;
+};
+
+/// The GEMMs worth trying on this machine: attn's as configured; with BLIS, each x86-64
+/// sub-configuration the CPU runs (BLIS 0.9's numbering: 0 skx, 3 haswell, 6 zen3); Eigen; OpenBLAS
+/// at its own choice and with the core type of the widest ISA named; oneDNN.
+inline std::vector<GemmCandidate> gemm_candidates() {
+  const auto& f = attn::cpu::features();
+  std::vector<GemmCandidate> c = {{"attn", ""}};
+#if defined(ATTN_BLAS_BLIS)
+  if (f.avx512) c.push_back({"attn", "BLIS_ARCH_TYPE=0"});
+  if (f.avx2_fma) c.push_back({"attn", "BLIS_ARCH_TYPE=3"});
+  if (f.amd && f.avx2_fma) c.push_back({"attn", "BLIS_ARCH_TYPE=6"});
+#endif
+  c.push_back({"eigen", ""});
+  c.push_back({"openblas", ""});
+  if (f.avx512) c.push_back({"openblas", "OPENBLAS_CORETYPE=SkylakeX"});
+  if (f.avx2_fma) c.push_back({"openblas", "OPENBLAS_CORETYPE=Haswell"});
+  if (f.amd && f.avx2_fma) c.push_back({"openblas", "OPENBLAS_CORETYPE=Zen"});
+  c.push_back({"onednn", ""});
+  return c;
+}
+
+/// The CPU's model name from /proc/cpuinfo ("" where there is none).
+inline std::string cpu_model() {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return "";
+  char line[512];
+  std::string model;
+  while (std::fgets(line, sizeof line, f)) {
+    std::string l = line;
+    if (l.rfind("model name", 0) == 0) {
+      model = l.substr(l.find(':') + 2);
+      if (!model.empty() && model.back() == '\n') model.pop_back();
+      break;
+    }
+  }
+  std::fclose(f);
+  return model;
+}
+
 /// Runs a command, returns the last line of its stdout that parses as a JSON object.
 inline json run_json(const std::string& cmd) {
   std::FILE* p = ::popen(cmd.c_str(), "r");
@@ -178,7 +301,8 @@ inline json run_json(const std::string& cmd) {
 int main(int argc, char** argv) {
   std::string one, peer;
   int iters = 20;
-  bool all = false, gemm = false;
+  bool all = false, gemm = false, ceiling_only = false;
+  std::string gemm_impl = "attn";
   std::vector<std::string> cases = {"R1-h1", "R1-h8", "R2-h4", "R2-h8", "R3-T512", "R3-T1024", "R3-T2048", "R4-b1", "R4-b64"};
   CLI::App app{"attn benchmarks: the reference models of BENCHMARKS.md, against the PyTorch peer"};
   app.add_option("--case", one, "run one case in this process and print its JSON record");
@@ -186,26 +310,48 @@ int main(int argc, char** argv) {
   app.add_option("--cases", cases, "cases for --all");
   app.add_option("--peer", peer, "peer command, run per case with '--case X --json --iters N' appended (empty: no peer)");
   app.add_option("--iters", iters, "timed iterations per case (after 5 warm-ups)");
-  app.add_flag("--gemm", gemm, "print the FP32 GEMM 2048^3 ceiling and exit");
+  app.add_flag("--gemm", gemm, "print one GEMM's FP32 2048^3 rate (--gemm-impl) as JSON and exit");
+  app.add_option("--gemm-impl", gemm_impl, "the GEMM for --gemm: attn, eigen, openblas or onednn");
+  app.add_flag("--ceiling", ceiling_only, "measure every GEMM at hand (each in its own process), print them and the best, and exit");
   CLI11_PARSE(app, argc, argv);
   attn::cpu::set_threads(0);
   try {
     if (gemm) {
-      fmt::print("{{\"gemm_gflops\": {:.1f}, \"threads\": {}}}\n", attn::cpu_gemm_ceiling_gflops(), attn::cpu::threads());
+      const auto impl = bench::load_gemm(gemm_impl);
+      const double rate = bench::gemm_gflops(impl);
+      fmt::print("{}\n", json{{"gemm_gflops", rate}, {"impl", impl.label}, {"threads", attn::cpu::threads()}}.dump());
       return 0;
     }
     if (!one.empty()) {
       fmt::print("{}\n", bench::run_case(one, iters).dump());
       return 0;
     }
-    if (!all) {
-      fmt::print(stderr, "bench: give --case NAME or --all (see --help)\n");
+    if (!all && !ceiling_only) {
+      fmt::print(stderr, "bench: give --case NAME, --all or --ceiling (see --help)\n");
       return 2;
     }
     const std::string self = argv[0];
-    auto ceiling = bench::run_json(self + " --gemm");
-    const double ceil_gflops = ceiling.value("gemm_gflops", 0.0);
-    fmt::print("FP32 GEMM 2048^3 ceiling: {:.1f} GFLOP/s ({} threads)\n\n", ceil_gflops, attn::cpu::threads());
+    fmt::print("{} ({} threads), attn kernels {} (machine: {}), GEMM {}\n", bench::cpu_model(), attn::cpu::threads(),
+               attn::isa_name(attn::cpu::isa()), attn::isa_name(attn::cpu::isa_supported()), attn::cpu_gemm_description());
+    // The machine's FP32 GEMM ceiling: the best of every GEMM at hand, each in a fresh process.
+    double ceil_gflops = 0;
+    std::string ceil_label;
+    json gemms = json::array();
+    for (const auto& c : bench::gemm_candidates()) {
+      const std::string cmd = (c.env.empty() ? "" : c.env + " ") + self + " --gemm --gemm-impl " + c.impl + " 2>/dev/null";
+      const json r = bench::run_json(cmd);
+      if (!r.contains("gemm_gflops")) continue;  // not installed here
+      const double g = r.value("gemm_gflops", 0.0);
+      const std::string label = r.value("impl", c.impl) + (c.env.empty() ? "" : ", " + c.env);
+      fmt::print("  GEMM 2048^3 {:>7.1f} GFLOP/s  {}\n", g, label);
+      gemms.push_back({{"impl", label}, {"gemm_gflops", g}});
+      if (g > ceil_gflops) ceil_gflops = g, ceil_label = label;
+    }
+    fmt::print("FP32 GEMM ceiling: {:.1f} GFLOP/s ({})\n\n", ceil_gflops, ceil_label);
+    if (ceiling_only) {
+      fmt::print("{}\n", json{{"ceiling_gflops", ceil_gflops}, {"ceiling_impl", ceil_label}, {"gemms", gemms}}.dump());
+      return 0;
+    }
     fmt::print("{:<10} {:>6} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10}  {}\n", "case", "mode", "attn smp/s", "peer smp/s", "ratio",
                "attn RSS", "peer RSS", "of ceiling", "peer impl");
     json rows = json::array();
@@ -223,7 +369,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       rows.push_back({{"attn", a}, {"peer", p}});
     }
-    fmt::print("\n{}\n", json{{"ceiling_gflops", ceil_gflops}, {"rows", rows}}.dump());
+    fmt::print("\n{}\n", json{{"ceiling_gflops", ceil_gflops}, {"ceiling_impl", ceil_label}, {"gemms", gemms}, {"isa", attn::isa_name(attn::cpu::isa())}, {"rows", rows}}.dump());
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench: error: {}\n", e.what());
     return 1;

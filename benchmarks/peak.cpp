@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
-// One core's multiply-add rate for the element types a CPU inference path could use, AVX2: FP32
-// FMA (vfmadd231ps), int16 pairs (vpmaddwd) and int8 (vpmaddubsw widened to int32 by vpmaddwd,
+// One core's multiply-add rate for the element types a CPU inference path could use: FP32 at each
+// ISA level the machine runs (SSE2 mulps + addps, AVX2 vfmadd231ps, AVX-512 vfmadd231ps on zmm),
+// and with AVX2 int16 pairs (vpmaddwd) and int8 (vpmaddubsw widened to int32 by vpmaddwd,
 // the int8 GEMM's inner step without AVX-VNNI). Each loop runs independent accumulator chains
 // whose operands differ, so that the compiler can neither merge the chains nor share a product.
 // Where int8 does not run well ahead of FP32, quantized GEMMs cannot raise the FLOP ceiling.
 //   peak [--iters N]
 #include <immintrin.h>
+
+#include <attn/backend/cpu/isa.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -37,6 +40,43 @@ __attribute__((noinline)) double fp32(long n) {
                                  _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
   sink_f = _mm256_cvtss_f32(t);
   return 8.0 * 8.0 * double(n) / s;
+}
+
+/// Multiply-adds per second at AVX-512: eight FMA chains of sixteen lanes.
+__attribute__((noinline, target("avx512f"))) double fp32_avx512(long n) {
+  __m512 a = _mm512_set1_ps(1.0001f), b0 = _mm512_set1_ps(0.1f), b1 = _mm512_set1_ps(0.2f), b2 = _mm512_set1_ps(0.3f),
+         b3 = _mm512_set1_ps(0.4f), b4 = _mm512_set1_ps(0.5f), b5 = _mm512_set1_ps(0.6f);
+  __m512 c0 = _mm512_set1_ps(1), c1 = _mm512_set1_ps(2), c2 = _mm512_set1_ps(3), c3 = _mm512_set1_ps(4), c4 = _mm512_set1_ps(5),
+         c5 = _mm512_set1_ps(6), c6 = _mm512_set1_ps(7), c7 = _mm512_set1_ps(8);
+  const auto t0 = clk::now();
+  for (long i = 0; i < n; ++i) {
+    asm volatile("" : "+v"(a), "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3), "+v"(b4), "+v"(b5));
+    c0 = _mm512_fmadd_ps(a, b0, c0), c1 = _mm512_fmadd_ps(a, b1, c1), c2 = _mm512_fmadd_ps(a, b2, c2);
+    c3 = _mm512_fmadd_ps(a, b3, c3), c4 = _mm512_fmadd_ps(a, b4, c4), c5 = _mm512_fmadd_ps(a, b5, c5);
+    c6 = _mm512_fmadd_ps(b0, b1, c6), c7 = _mm512_fmadd_ps(b2, b3, c7);
+  }
+  const double s = seconds_since(t0);
+  const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                                 _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
+  sink_f = _mm512_reduce_add_ps(t);
+  return 8.0 * 16.0 * double(n) / s;
+}
+
+/// Multiply-adds per second at SSE2 (no FMA): eight multiply-then-add chains of four lanes.
+__attribute__((noinline)) double fp32_sse(long n) {
+  __m128 a = _mm_set1_ps(1.0001f), b = _mm_set1_ps(0.1f);
+  __m128 c[8];
+  for (int i = 0; i < 8; ++i) c[i] = _mm_set1_ps(float(i));
+  const auto t0 = clk::now();
+  for (long i = 0; i < n; ++i) {
+    asm volatile("" : "+x"(a), "+x"(b));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) c[j] = _mm_add_ps(_mm_mul_ps(a, b), c[j]);
+    asm volatile("" : "+x"(c[0]), "+x"(c[1]), "+x"(c[2]), "+x"(c[3]), "+x"(c[4]), "+x"(c[5]), "+x"(c[6]), "+x"(c[7]));
+  }
+  const double s = seconds_since(t0);
+  sink_f = _mm_cvtss_f32(_mm_add_ps(_mm_add_ps(c[0], c[7]), c[3]));
+  return 8.0 * 4.0 * double(n) / s;
 }
 
 /// Six chains; `int8` true: 32 u8 x s8 products per step (vpmaddubsw, then vpmaddwd by ones),
@@ -72,10 +112,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "peak: --iters must be positive\n");
     return 2;
   }
-  const double f = fp32(n), h = integer<false>(n), q = integer<true>(n);
-  std::printf("one core, AVX2, multiply-adds per second:\n");
-  std::printf("  fp32  vfmadd231ps             %6.1f G  (%.1f GFLOP/s)\n", f / 1e9, 2 * f / 1e9);
-  std::printf("  int16 vpmaddwd                %6.1f G  %.2fx fp32\n", h / 1e9, h / f);
-  std::printf("  int8  vpmaddubsw + vpmaddwd   %6.1f G  %.2fx fp32\n", q / 1e9, q / f);
+  const auto& cpu = attn::detail::cpu_features();
+  if (!cpu.avx2_fma) {
+    std::fprintf(stderr, "peak: this CPU has no AVX2 + FMA\n");
+    return 1;
+  }
+  const double e = fp32_sse(n), f = fp32(n), h = integer<false>(n), q = integer<true>(n);
+  std::printf("one core, FP32 multiply-adds per second at each ISA level:\n");
+  std::printf("  generic (SSE2) mulps + addps  %6.1f G  (%.1f GFLOP/s)\n", e / 1e9, 2 * e / 1e9);
+  std::printf("  avx2    vfmadd231ps ymm       %6.1f G  (%.1f GFLOP/s)\n", f / 1e9, 2 * f / 1e9);
+  if (cpu.avx512) {
+    const double z = fp32_avx512(n);
+    std::printf("  avx512  vfmadd231ps zmm       %6.1f G  (%.1f GFLOP/s, %.2fx avx2)\n", z / 1e9, 2 * z / 1e9, z / f);
+  } else {
+    std::printf("  avx512  (not on this CPU)\n");
+  }
+  std::printf("one core, AVX2 integer multiply-adds per second:\n");
+  std::printf("  int16 vpmaddwd                %6.1f G  %.2fx avx2 fp32\n", h / 1e9, h / f);
+  std::printf("  int8  vpmaddubsw + vpmaddwd   %6.1f G  %.2fx avx2 fp32\n", q / 1e9, q / f);
   return 0;
 }

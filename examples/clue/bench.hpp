@@ -3,8 +3,8 @@
 // throughput at batch 64 (consecutive titles padded to the longest in their batch, as the R4
 // reference case does; and again with the titles sorted by length first, as an offline job
 // would batch them) and single-title latency (median and p99). Times cover batch assembly and
-// the forward pass, from encoded ids to logits. With the machine's FP32 GEMM ceiling given, it also
-// reports the bound that ceiling puts on the batch-64 throughput: the passes' FLOPs at that rate.
+// the forward pass, from encoded ids to logits. With attn's FP32 GEMM rate given (cpu::gemm, 2048^3), it also
+// reports the bound that rate puts on the batch-64 throughput: the passes' FLOPs at that rate.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -42,7 +42,7 @@ struct BenchResult {
       s += fmt::format("; length-sorted batches {:.0f} samples/s ({:.0f}% padding)", sorted_samples_per_s, 100 * sorted_padding);
     if (b1_samples) s += fmt::format("; batch 1 latency median {:.3f} ms, p99 {:.3f} ms ({} titles)", b1_median_ms, b1_p99_ms, b1_samples);
     if (bound_samples_per_s > 0)
-      s += fmt::format("\nFP32 bound: {:.2f} MFLOP per title at this machine's GEMM ceiling of {:.1f} GFLOP/s is {:.0f} samples/s; the batch-{} "
+      s += fmt::format("\nFP32 bound: {:.2f} MFLOP per title at attn's FP32 GEMM rate of {:.1f} GFLOP/s is {:.0f} samples/s; the batch-{} "
                        "median runs at {:.0f}% of it",
                        mflop_per_title, ceiling_gflops, bound_samples_per_s, batch, 100 * samples_per_s / bound_samples_per_s);
     return s;

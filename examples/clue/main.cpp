@@ -178,7 +178,8 @@ int main(int argc, char** argv) {
     std::size_t heads = o.heads;
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
     if (!o.sweep) attn::dispatch<1, 2, 4, 8>(heads, "--heads", []<std::size_t>() {});  // validate before loading data
-    fmt::print("attn CLUE TNEWS example: {} thread(s){}\n", attn::cpu::threads(),
+    fmt::print("attn CLUE TNEWS example: {} thread(s), {} kernels, GEMM {}{}\n", attn::cpu::threads(), attn::isa_name(attn::cpu::isa()),
+               attn::cpu_gemm_description(),
                par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     if (attn::cpu::threads() > 1 && !std::getenv("OMP_WAIT_POLICY"))
       fmt::print("hint: on a machine shared with other jobs, OMP_WAIT_POLICY=PASSIVE keeps idle threads from spinning\n");

@@ -109,13 +109,17 @@ TEST_CASE("cpu::gemm gives the BLAS attn's thread count (cpu::set_threads) befor
 #endif
 
 #if defined(ATTN_BLAS_BLIS)
-TEST_CASE("BLIS sub-configuration: 'skx' on Intel with AVX-512 unless the user set BLIS_ARCH_TYPE", "[blis_arch]") {
+TEST_CASE("BLIS sub-configuration: skx (0) on Intel with AVX-512, haswell (3) at the avx2 level, unless the user set BLIS_ARCH_TYPE", "[blis_arch]") {
   using attn::detail::blis_arch_choice;
-  CHECK(std::string(blis_arch_choice(nullptr, true, true)) == "skx");
-  CHECK(blis_arch_choice(nullptr, true, false) == nullptr);   // AVX2 Intel: BLIS's own choice
-  CHECK(blis_arch_choice(nullptr, false, true) == nullptr);   // AMD: BLIS knows its Zen cores
-  CHECK(blis_arch_choice("haswell", true, true) == nullptr);  // the user's value wins
-  CHECK(blis_arch_choice("", true, true) == nullptr);
+  using attn::Isa;
+  CHECK(std::string(blis_arch_choice(nullptr, true, true, Isa::avx512)) == "0");
+  CHECK(std::string(blis_arch_choice(nullptr, true, true, Isa::avx2)) == "3");   // ATTN_ISA=avx2: as an AVX2 machine
+  CHECK(std::string(blis_arch_choice(nullptr, false, true, Isa::avx2)) == "3");
+  CHECK(blis_arch_choice(nullptr, true, true, Isa::generic) == nullptr);
+  CHECK(blis_arch_choice(nullptr, true, false, Isa::avx2) == nullptr);    // AVX2 Intel: BLIS's own choice
+  CHECK(blis_arch_choice(nullptr, false, true, Isa::avx512) == nullptr);  // AMD: BLIS knows its Zen cores
+  CHECK(blis_arch_choice("3", true, true, Isa::avx512) == nullptr);       // the user's value wins
+  CHECK(blis_arch_choice("", true, true, Isa::avx512) == nullptr);
 }
 #endif
 
@@ -128,21 +132,19 @@ static const char* const user_blis_arch = [] {
   return v ? strdup(v) : nullptr;
 }();
 
-TEST_CASE("BLIS runs the sub-configuration attn chose, or attn leaves the user's BLIS_ARCH_TYPE alone (run again with it set)", "[blis_arch]") {
+TEST_CASE("BLIS runs the sub-configuration attn chose, or attn leaves the user's BLIS_ARCH_TYPE alone (run again with it set, and with ATTN_ISA=avx2)", "[blis_arch]") {
   const int n = 96;
   const auto a = filled<float>(std::size_t(n) * n, 1);
   std::vector<float> c(std::size_t(n) * n);
   attn::cpu::gemm<float>(Trans::no, Trans::no, n, n, n, 1.f, a.data(), n, a.data(), n, 0.f, c.data(), n);
   const std::string running = bli_arch_string(bli_arch_query_id());
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512vl");
+  const auto& f = attn::cpu::features();
   INFO("BLIS_ARCH_TYPE at start: " << (user_blis_arch ? user_blis_arch : "(unset)") << ", BLIS runs " << running);
   // A value the user set is BLIS's to read (0.9.0 reads a number, the arch_t id, so "3" is
   // haswell there and any name reads as 0, skx): attn must leave it untouched.
   if (user_blis_arch != nullptr) CHECK(std::string(std::getenv("BLIS_ARCH_TYPE")) == user_blis_arch);
-  else if (__builtin_cpu_is("intel") && avx512) CHECK(running == "skx");
+  else if (f.avx512 && attn::cpu::isa() == attn::Isa::avx2) CHECK(running == "haswell");  // ATTN_ISA=avx2
+  else if (f.intel && f.avx512) CHECK(running == "skx");
   else SUCCEED("BLIS's own choice on this CPU: " << running);
 }
 #endif

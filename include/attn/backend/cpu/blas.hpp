@@ -10,11 +10,17 @@
 // packages export), declared here instead of including blis.h or cblas.h: those headers differ
 // between the two libraries and cost compile time in every unit.
 #pragma once
+#include <string>
+
+#include "../../core/eigen.hpp"
+#include "isa.hpp"
 
 #if defined(ATTN_BLAS_BLIS) || defined(ATTN_BLAS_OPENBLAS)
 #define ATTN_HAVE_BLAS 1
 #include <atomic>
 #include <cstdlib>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #if defined(_OPENMP)
 #include <omp.h>
@@ -30,6 +36,8 @@ void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const in
 void bli_thread_set_num_threads(long long n);  // dim_t: 64-bit in Debian's build; the register is the same for 32
 #else
 void openblas_set_num_threads(int n);
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
 #endif
 }
 
@@ -39,31 +47,53 @@ namespace attn::detail {
 /// set-up costs more than Eigen's small-product path (16 x 48 x 16 runs at 0.35-0.45x).
 inline constexpr long long kBlasMinVolume = 64LL * 64 * 64;
 
-/// The BLIS sub-configuration attn asks for, or nullptr to leave BLIS's own choice. BLIS picks
-/// its kernels when it initialises (on its first call) from the CPU it finds; on Intel CPUs with
-/// AVX-512 whose FMA-unit count it does not know (0.9.0 on Sapphire/Emerald Rapids and later) it
-/// falls back to 'haswell', the AVX2 kernels, at about half the machine's GEMM rate. A value the
-/// user set in BLIS_ARCH_TYPE always wins.
-inline const char* blis_arch_choice(const char* user_value, bool intel, bool avx512) {
-  if (user_value != nullptr) return nullptr;
-  return intel && avx512 ? "skx" : nullptr;
+/// The BLIS sub-configuration attn asks for, as BLIS_ARCH_TYPE's value in BLIS 0.9's numbering (it
+/// reads the variable as a number: 0 skx, 3 haswell), or nullptr to leave BLIS's own choice. BLIS
+/// picks its kernels when it initialises (on its first call) from the CPU it finds; on Intel CPUs
+/// with AVX-512 whose FMA-unit count it does not know (0.9.0 on Sapphire/Emerald Rapids and later) it
+/// falls back to 'haswell', the AVX2 kernels, at about half the machine's GEMM rate. So on an AVX-512
+/// machine BLIS runs the level attn's own kernels run at (cpu::isa(), which ATTN_ISA can lower):
+/// skx on Intel at avx512, haswell at avx2. A value the user set in BLIS_ARCH_TYPE always wins.
+inline const char* blis_arch_choice(const char* user_value, bool intel, bool avx512, Isa level) {
+  if (user_value != nullptr || !avx512) return nullptr;  // AVX2 machines: BLIS knows them (haswell, zen, zen2, zen3)
+  if (level == Isa::avx2) return "3";
+  if (level == Isa::avx512 && intel) return "0";
+  return nullptr;
 }
 
+#if defined(ATTN_BLAS_BLIS)
+extern "C" const char* bli_info_get_version_str(void);
+extern "C" void bli_init(void);
+extern "C" int bli_arch_query_id(void);
+extern "C" const char* bli_arch_string(int id);
+#endif
+
 /// Names BLIS's sub-configuration (BLIS_ARCH_TYPE, see blis_arch_choice) once, before attn's first
-/// BLAS call. OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before any of attn's code runs:
-/// there the variable is the user's to set (docs/design.md).
+/// BLAS call; only for BLIS 0.9, whose numbering it knows. OpenBLAS reads OPENBLAS_CORETYPE when it
+/// is loaded, before any of attn's code runs: there the variable is the user's to set
+/// (docs/design.md).
 inline void blas_configure_once() {
-#if defined(ATTN_BLAS_BLIS) && defined(__x86_64__) && defined(__GNUC__)
+#if defined(ATTN_BLAS_BLIS)
   [[maybe_unused]] static const bool configured = [] {
-    __builtin_cpu_init();
-    // __builtin_cpu_supports reports AVX-512 only where the OS also saves its registers (XCR0).
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                        __builtin_cpu_supports("avx512vl");
-    if (const char* arch = blis_arch_choice(std::getenv("BLIS_ARCH_TYPE"), __builtin_cpu_is("intel"), avx512))
+    const std::string_view version = bli_info_get_version_str();
+    if (version.substr(0, 4) != "0.9.") return false;
+    const CpuFeatures& f = detail::cpu_features();
+    if (const char* arch = blis_arch_choice(std::getenv("BLIS_ARCH_TYPE"), f.intel, f.avx512, detail::isa()))
       ::setenv("BLIS_ARCH_TYPE", arch, 0);
     return true;
   }();
+#endif
+}
+
+/// "BLIS 0.9.0 (skx)", "OpenBLAS 0.3.21 (SkylakeX)": the library under cpu::gemm and the kernels it runs.
+inline std::string blas_description() {
+  blas_configure_once();
+#if defined(ATTN_BLAS_BLIS)
+  bli_init();  // idempotent; the sub-configuration is chosen here, as on the first GEMM
+  return std::string("BLIS ") + bli_info_get_version_str() + " (" + bli_arch_string(bli_arch_query_id()) + ")";
+#else
+  std::string config = openblas_get_config(), core = openblas_get_corename();
+  return "OpenBLAS (" + core + "; " + config + ")";
 #endif
 }
 
@@ -98,3 +128,18 @@ inline void blas_gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a
 
 }  // namespace attn::detail
 #endif
+
+namespace attn {
+
+/// What runs cpu::gemm's large products, and at which kernels: "BLIS 0.9.0 (skx)", "OpenBLAS (...)",
+/// or "Eigen 3.4.0 (AVX512, FMA, AVX2, ...)" (Eigen's kernels are fixed when attn is compiled).
+inline std::string cpu_gemm_description() {
+#if defined(ATTN_HAVE_BLAS)
+  return detail::blas_description();
+#else
+  return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+         std::to_string(EIGEN_MINOR_VERSION) + " (" + Eigen::SimdInstructionSetsInUse() + ")";
+#endif
+}
+
+}  // namespace attn

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The machine's FP32 GEMM ceiling as attn's CPU backend reaches it: what benchmarks quote their
-// GFLOP/s against, and what bounds a model's throughput from its FLOP count.
+// The FP32 GEMM rate of attn's CPU backend (cpu::gemm as configured: its BLAS, else Eigen): what
+// bounds a model's throughput from its FLOP count. The machine's ceiling, which benchmarks quote
+// their fractions against, is the best of every GEMM at hand: `bench --ceiling` measures it.
 //   const double gflops = attn::cpu_gemm_ceiling_gflops();          // 2048^3, current thread count
 //   const double quick = attn::cpu_gemm_ceiling_gflops(2048, 5, 3);  // within about 3 seconds
 #pragma once
