@@ -80,7 +80,8 @@ inline std::string svg_heatmap(const std::string& title, const std::vector<std::
   const double cell = 22, L = 90, T = 90;
   const double W = L + cell * double(cols.size()) + 10, H = T + cell * double(rows.size()) + 10;
   float mx = 1e-12f;
-  for (float v : w) mx = std::max(mx, v);
+  for (float v : w)
+    if (std::isfinite(v)) mx = std::max(mx, v);
   std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='10'>", W, H);
   s += fmt::format("<text x='4' y='14' font-size='12' font-weight='bold'>{}</text>", html_escape(title));
   for (std::size_t j = 0; j < cols.size(); ++j)
@@ -88,10 +89,12 @@ inline std::string svg_heatmap(const std::string& title, const std::vector<std::
   for (std::size_t i = 0; i < rows.size(); ++i) {
     s += fmt::format("<text x='{}' y='{}' text-anchor='end'>{}</text>", L - 4, T + cell * double(i) + cell * 0.7, html_escape(rows[i]));
     for (std::size_t j = 0; j < cols.size(); ++j) {
-      const double v = w[i * cols.size() + j] / mx;
-      const int c = int(255 - 215 * v);
-      s += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='rgb({},{},255)'><title>{:.3f}</title></rect>", L + cell * double(j),
-                       T + cell * double(i), cell - 1, cell - 1, c, c, w[i * cols.size() + j]);
+      // A weight that is not finite (a diverged model) is drawn grey; the others are clamped to [0, 1].
+      const float x = w[i * cols.size() + j];
+      const double v = std::isfinite(x) ? std::clamp(double(x) / mx, 0.0, 1.0) : 0.0;
+      const int c = std::isfinite(x) ? int(255 - 215 * v) : 160;
+      s += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='rgb({},{},{})'><title>{:.3f}</title></rect>", L + cell * double(j),
+                       T + cell * double(i), cell - 1, cell - 1, c, c, std::isfinite(x) ? 255 : 160, x);
     }
   }
   return s + "</svg>";
