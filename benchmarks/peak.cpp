@@ -58,7 +58,9 @@ __attribute__((noinline, target("avx512f"))) double fp32_avx512(long n) {
   const double s = seconds_since(t0);
   const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
                                  _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
-  sink_f = _mm512_reduce_add_ps(t);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, t);
+  sink_f = lanes[0] + lanes[15];
   return 8.0 * 16.0 * double(n) / s;
 }
 

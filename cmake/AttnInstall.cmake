@@ -21,3 +21,15 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/attnConfigVersion.c
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attnConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/attnConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/attn)
+
+# pkg-config (share/pkgconfig/attn.pc) for builds without CMake: Eigen through eigen3.pc, OpenMP, and
+# the BLAS this build chose (its macro and the library's absolute path).
+set(ATTN_PC_CFLAGS "")
+set(ATTN_PC_LIBS "")
+if(ATTN_BLAS_LIBRARY)
+  string(TOUPPER ${ATTN_BLAS_VENDOR} _attn_pc_blas)
+  set(ATTN_PC_CFLAGS " -DATTN_BLAS_${_attn_pc_blas}")
+  set(ATTN_PC_LIBS " ${ATTN_BLAS_LIBRARY}")
+endif()
+configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/attn.pc.in ${CMAKE_CURRENT_BINARY_DIR}/attn.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attn.pc DESTINATION ${CMAKE_INSTALL_DATADIR}/pkgconfig)

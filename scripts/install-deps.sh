@@ -5,7 +5,7 @@
 #   --sanitize, --fuzz: Clang with its sanitizer runtimes and OpenMP (scripts/sanitize.sh, scripts/fuzz.sh)
 #   --bench: the libraries `bench --ceiling` compares (OpenBLAS, oneDNN; loaded at run time)
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build libeigen3-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblinear-dev libblis-openmp-dev)
+pkgs=(build-essential cmake ninja-build libeigen3-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblinear-dev libblis-openmp-dev pkgconf)
 for a in "$@"; do
   case "$a" in
     --mpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;

@@ -15,3 +15,15 @@ run(${CMAKE_COMMAND} -S ${PROJECT_DIR} -B ${WORK} -G ${GENERATOR} -DCMAKE_PREFIX
 run(${CMAKE_COMMAND} --build ${WORK})
 run(${WORK}/consumer)
 run(${WORK}/consumer_compiled)
+
+# Without CMake: the compiler and `pkg-config --cflags --libs attn` from the installed attn.pc.
+find_program(PKG_CONFIG pkg-config REQUIRED)
+set(ENV{PKG_CONFIG_PATH} ${PREFIX}/share/pkgconfig)
+execute_process(COMMAND ${PKG_CONFIG} --cflags --libs attn OUTPUT_VARIABLE _flags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "consumer: pkg-config --cflags --libs attn failed (${_rc})")
+endif()
+message(STATUS "consumer: pkg-config --cflags --libs attn: ${_flags}")
+separate_arguments(_flags UNIX_COMMAND "${_flags}")
+run(${CXX} -O1 ${PROJECT_DIR}/main.cpp ${_flags} -o ${WORK}/consumer_pkgconfig)
+run(${WORK}/consumer_pkgconfig)

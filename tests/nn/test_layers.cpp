@@ -79,6 +79,29 @@ TEST_CASE("module: named parameters use PyTorch names; parameter count") {
   CHECK_THROWS_AS(net.parameters<double>(), attn::ArgumentError);
 }
 
+TEST_CASE("module: a parameter's value and gradient by its PyTorch name, as dict(model.named_parameters())[name]") {
+  auto f = golden::load("linear");
+  LinearNet<double> net;
+  copy_param<double>(net.fc.weight, f, "weight");
+  copy_param<double>(net.fc.bias, f, "bias");
+  Tape tape;
+  attn::Var<double, Shape<dyn, dyn, 7>> x(golden::tensor<double>(f, "x"), true);
+  auto y = net.fc(tape, x);
+  tape.backward(y, golden::tensor<double>(f, "dout"));
+  // The same storage as the layer's own members, so the gradient is PyTorch's.
+  auto w = net.parameter<double>("fc.weight");
+  CHECK(w.data() == net.fc.weight.data());
+  golden::expect_close(f, "grad.weight", w.grad(), 1e-12);
+  golden::expect_close(f, "grad.bias", net.parameter<double>("fc.bias").grad(), 1e-12);
+  const auto by_name = net.named_parameter_vars<double>();
+  REQUIRE(by_name.size() == 2);
+  golden::expect_close(f, "grad.bias", by_name.at("fc.bias").grad(), 1e-12);
+  CHECK_THROWS_WITH(net.parameter<double>("fc.weights"),
+                    Catch::Contains("no parameter 'fc.weights'") && Catch::Contains("fc.weight, fc.bias"));
+  CHECK_THROWS_WITH(net.parameter<float>("fc.weight"), Catch::Contains("'fc.weight' has another element type"));
+  CHECK_THROWS_AS(net.named_parameter_vars<float>(), attn::ArgumentError);
+}
+
 TEST_CASE("golden: Linear matches torch.nn.Linear (float32 and float64)") {
   auto f = golden::load("linear");
   auto run = [&](auto tag, double tol) {

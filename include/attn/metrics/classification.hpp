@@ -11,9 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "../core/error.hpp"
+#include "text.hpp"
 
 namespace attn::metrics {
 
@@ -40,13 +39,13 @@ class ConfusionMatrix {
   }
   void add(std::span<const int> truth, std::span<const int> pred) {
     if (truth.size() != pred.size())
-      throw ArgumentError(fmt::format("ConfusionMatrix::add: {} true labels but {} predictions", truth.size(), pred.size()));
+      throw ArgumentError(text::cat("ConfusionMatrix::add: ", std::to_string(truth.size()), " true labels but ", std::to_string(pred.size()), " predictions"));
     for (std::size_t i = 0; i < truth.size(); ++i) add(truth[i], pred[i]);
   }
   /// Adds another matrix of the same size (e.g. from another thread or worker).
   void merge(const ConfusionMatrix& other) {
     if (other.classes_ != classes_)
-      throw ArgumentError(fmt::format("ConfusionMatrix::merge: {} classes vs {}", classes_, other.classes_));
+      throw ArgumentError(text::cat("ConfusionMatrix::merge: ", std::to_string(classes_), " classes vs ", std::to_string(other.classes_)));
     for (std::size_t i = 0; i < counts_.size(); ++i) counts_[i] += other.counts_[i];
   }
   void clear() { std::fill(counts_.begin(), counts_.end(), 0); }
@@ -107,8 +106,11 @@ class ConfusionMatrix {
     return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
   }
   void check(int c, const char* what) const {
-    if (c < 0 || static_cast<std::size_t>(c) >= classes_)
-      throw ArgumentError(fmt::format("ConfusionMatrix::add: {} class {} outside [0, {})", what, c, classes_));
+    if (c < 0 || static_cast<std::size_t>(c) >= classes_) [[unlikely]]
+      out_of_range(c, what);
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] void out_of_range(int c, const char* what) const {
+    throw ArgumentError(text::cat("ConfusionMatrix::add: ", what, " class ", std::to_string(c), " outside [0, ", std::to_string(classes_), ")"));
   }
 
   std::size_t classes_;
@@ -118,7 +120,7 @@ class ConfusionMatrix {
 /// Fraction of positions where truth == pred (0 when empty).
 inline double accuracy(std::span<const int> truth, std::span<const int> pred) {
   if (truth.size() != pred.size())
-    throw ArgumentError(fmt::format("accuracy: {} true labels but {} predictions", truth.size(), pred.size()));
+    throw ArgumentError(text::cat("accuracy: ", std::to_string(truth.size()), " true labels but ", std::to_string(pred.size()), " predictions"));
   std::size_t ok = 0;
   for (std::size_t i = 0; i < truth.size(); ++i) ok += truth[i] == pred[i] ? 1 : 0;
   return truth.empty() ? 0.0 : static_cast<double>(ok) / static_cast<double>(truth.size());
@@ -142,17 +144,21 @@ inline std::string class_name(std::span<const std::string> names, std::size_t c)
 inline std::string format_report(const ConfusionMatrix& cm, std::span<const std::string> names = {}, int digits = 4) {
   const std::size_t c = cm.num_classes();
   std::size_t w = std::string_view("weighted avg").size();
-  for (std::size_t i = 0; i < c; ++i) w = std::max(w, detail::class_name(names, i).size());
-  const int cw = std::max(digits + 3, 9);  // column width
-  std::string out = fmt::format("{:>{}} {:>{}} {:>{}} {:>{}} {:>{}}\n\n", "", w, "precision", cw, "recall", cw,
-                                "f1-score", cw, "support", cw);
+  for (std::size_t i = 0; i < c; ++i) w = std::max(w, text::width(detail::class_name(names, i)));
+  const std::size_t cw = std::size_t(std::max(digits + 3, 9));  // column width
+  using text::right, text::fixed;
+  // One row: a name, three scores (or blanks) and a count.
+  auto row = [&](std::string_view name, const std::string& p, const std::string& r, const std::string& f, std::uint64_t n) {
+    return text::cat(right(name, w), " ", right(p, cw), " ", right(r, cw), " ", right(f, cw), " ", right(std::to_string(n), cw), "\n");
+  };
+  std::string out = text::cat(right("", w), " ", right("precision", cw), " ", right("recall", cw), " ", right("f1-score", cw), " ",
+                              right("support", cw), "\n\n");
   double mp = 0, mr = 0, mf = 0, wp = 0, wr = 0, wf = 0;
   std::size_t present = 0;
   const std::uint64_t total = cm.total();
   for (std::size_t i = 0; i < c; ++i) {
     const ClassScores s = cm.scores(i);
-    out += fmt::format("{:>{}} {:>{}.{}f} {:>{}.{}f} {:>{}.{}f} {:>{}}\n", detail::class_name(names, i), w, s.precision,
-                       cw, digits, s.recall, cw, digits, s.f1, cw, digits, s.support, cw);
+    out += row(detail::class_name(names, i), fixed(s.precision, digits), fixed(s.recall, digits), fixed(s.f1, digits), s.support);
     if (s.support > 0 || cm.predicted(i) > 0) {
       mp += s.precision, mr += s.recall, mf += s.f1;
       ++present;
@@ -161,12 +167,10 @@ inline std::string format_report(const ConfusionMatrix& cm, std::span<const std:
     wp += share * s.precision, wr += share * s.recall, wf += share * s.f1;
   }
   const double k = present ? 1.0 / static_cast<double>(present) : 0.0;
-  out += fmt::format("\n{:>{}} {:>{}} {:>{}} {:>{}.{}f} {:>{}}\n", "accuracy", w, "", cw, "", cw, cm.accuracy(), cw,
-                     digits, total, cw);
-  out += fmt::format("{:>{}} {:>{}.{}f} {:>{}.{}f} {:>{}.{}f} {:>{}}\n", "macro avg", w, mp * k, cw, digits, mr * k, cw,
-                     digits, mf * k, cw, digits, total, cw);
-  out += fmt::format("{:>{}} {:>{}.{}f} {:>{}.{}f} {:>{}.{}f} {:>{}}\n", "weighted avg", w, wp, cw, digits, wr, cw,
-                     digits, wf, cw, digits, total, cw);
+  out += "\n";
+  out += row("accuracy", "", "", fixed(cm.accuracy(), digits), total);
+  out += row("macro avg", fixed(mp * k, digits), fixed(mr * k, digits), fixed(mf * k, digits), total);
+  out += row("weighted avg", fixed(wp, digits), fixed(wr, digits), fixed(wf, digits), total);
   return out;
 }
 
@@ -176,16 +180,16 @@ inline std::string format_confusion_matrix(const ConfusionMatrix& cm, std::span<
   std::size_t w = std::string_view("true\\pred").size();
   std::size_t cw = 1;
   for (std::size_t i = 0; i < c; ++i) {
-    w = std::max(w, detail::class_name(names, i).size());
-    cw = std::max(cw, detail::class_name(names, i).size());
+    w = std::max(w, text::width(detail::class_name(names, i)));
+    cw = std::max(cw, text::width(detail::class_name(names, i)));
     for (std::size_t j = 0; j < c; ++j) cw = std::max(cw, std::to_string(cm.count(i, j)).size());
   }
-  std::string out = fmt::format("{:<{}}", "true\\pred", w);
-  for (std::size_t j = 0; j < c; ++j) out += fmt::format(" {:>{}}", detail::class_name(names, j), cw);
+  std::string out = text::left("true\\pred", w);
+  for (std::size_t j = 0; j < c; ++j) out += text::cat(" ", text::right(detail::class_name(names, j), cw));
   out += '\n';
   for (std::size_t i = 0; i < c; ++i) {
-    out += fmt::format("{:<{}}", detail::class_name(names, i), w);
-    for (std::size_t j = 0; j < c; ++j) out += fmt::format(" {:>{}}", cm.count(i, j), cw);
+    out += text::left(detail::class_name(names, i), w);
+    for (std::size_t j = 0; j < c; ++j) out += text::cat(" ", text::right(std::to_string(cm.count(i, j)), cw));
     out += '\n';
   }
   return out;

@@ -13,9 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "../core/error.hpp"
+#include "text.hpp"
 
 namespace attn::metrics {
 
@@ -27,8 +26,8 @@ class LengthBucketAccuracy {
     for (std::size_t i = 0; i < edges_.size(); ++i) {
       if (edges_[i] == 0) throw ArgumentError("LengthBucketAccuracy: edges must be positive");
       if (i > 0 && edges_[i] <= edges_[i - 1])
-        throw ArgumentError(fmt::format("LengthBucketAccuracy: edges must increase strictly ({} after {})", edges_[i],
-                                        edges_[i - 1]));
+        throw ArgumentError(text::cat("LengthBucketAccuracy: edges must increase strictly (", std::to_string(edges_[i]), " after ",
+                                      std::to_string(edges_[i - 1]), ")"));
     }
   }
 
@@ -45,9 +44,9 @@ class LengthBucketAccuracy {
   /// "<50", "50-100", ..., ">=200": lo-hi means lo <= length < hi.
   std::string label(std::size_t b) const {
     if (edges_.empty()) return "all";
-    if (b == 0) return fmt::format("<{}", edges_[0]);
-    if (b == edges_.size()) return fmt::format(">={}", edges_.back());
-    return fmt::format("{}-{}", edges_[b - 1], edges_[b]);
+    if (b == 0) return text::cat("<", std::to_string(edges_[0]));
+    if (b == edges_.size()) return text::cat(">=", std::to_string(edges_.back()));
+    return text::cat(std::to_string(edges_[b - 1]), "-", std::to_string(edges_[b]));
   }
 
   void add(std::size_t length, bool correct) {
@@ -69,11 +68,11 @@ class LengthBucketAccuracy {
   std::string table(int digits = 4) const {
     std::size_t w = std::string_view("length").size();
     for (std::size_t b = 0; b < num_buckets(); ++b) w = std::max(w, label(b).size());
-    std::string out = fmt::format("{:<{}} {:>10} {:>10}\n", "length", w, "examples", "accuracy");
+    std::string out = text::cat(text::left("length", w), " ", text::right("examples", 10), " ", text::right("accuracy", 10), "\n");
     for (std::size_t b = 0; b < num_buckets(); ++b) {
       const double a = accuracy(b);
-      out += std::isnan(a) ? fmt::format("{:<{}} {:>10} {:>10}\n", label(b), w, count(b), "-")
-                           : fmt::format("{:<{}} {:>10} {:>10.{}f}\n", label(b), w, count(b), a, digits);
+      out += text::cat(text::left(label(b), w), " ", text::right(std::to_string(count(b)), 10), " ",
+                       text::right(std::isnan(a) ? std::string("-") : text::fixed(a, digits), 10), "\n");
     }
     return out;
   }

@@ -3,8 +3,10 @@
 // train/eval mode. Layers are Modules that register themselves with their parent.
 //   struct Net : attn::nn::Module { attn::nn::Linear<4, 2> fc{this, "fc"}; };
 //   Net net; for (auto& [name, p] : net.named_parameters()) ...;   // "fc.weight", "fc.bias"
+//   auto g = net.parameter("fc.weight").grad();                     // after backward
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -86,6 +88,35 @@ class Module {
       auto* tp = dynamic_cast<TypedParameter<T, B>*>(p);
       if (!tp) throw ArgumentError("Module::parameters: parameter '" + n + "' has another element type or backend");
       out.push_back(tp->var);
+    }
+    return out;
+  }
+  /// The parameter `name` ("attn.in_proj_weight") as a Var of element type T on backend B: its value,
+  /// and after backward its gradient (`.grad()`), as `dict(model.named_parameters())[name]` in
+  /// PyTorch. Throws ArgumentError naming the parameter when there is none of that name (listing the
+  /// names there are) or it has another element type or backend.
+  template <class T = float, class B = cpu>
+  Var<T, AnyShape, B> parameter(std::string_view name) const {
+    const auto all = named_parameters();
+    for (auto& [n, p] : all) {
+      if (n != name) continue;
+      auto* tp = dynamic_cast<TypedParameter<T, B>*>(p);
+      if (!tp) throw ArgumentError("Module::parameter: '" + n + "' has another element type or backend");
+      return tp->var;
+    }
+    std::string names;
+    for (auto& [n, p] : all) names += (names.empty() ? "" : ", ") + n;
+    throw ArgumentError("Module::parameter: no parameter '" + std::string(name) + "' (the parameters are: " +
+                        (names.empty() ? std::string("none") : names) + ")");
+  }
+  /// Every parameter by name, as Vars of element type T on backend B (value and `.grad()`).
+  template <class T = float, class B = cpu>
+  std::map<std::string, Var<T, AnyShape, B>> named_parameter_vars() const {
+    std::map<std::string, Var<T, AnyShape, B>> out;
+    for (auto& [n, p] : named_parameters()) {
+      auto* tp = dynamic_cast<TypedParameter<T, B>*>(p);
+      if (!tp) throw ArgumentError("Module::named_parameter_vars: parameter '" + n + "' has another element type or backend");
+      out.emplace(n, tp->var);
     }
     return out;
   }

@@ -139,7 +139,9 @@ ATTN_TARGET_AVX512 inline std::size_t exp_shift_sum_avx512(float* x, std::size_t
     _mm512_mask_storeu_ps(x + j, k, y);
     a0 = _mm512_add_ps(a0, _mm512_maskz_mov_ps(k, y));
   }
-  *sum += _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  const __m512 a = _mm512_add_ps(a0, a1);
+  const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  *sum += hsum_ps(_mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1)));
   return n;
 }
 #endif
