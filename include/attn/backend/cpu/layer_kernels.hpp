@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // CPU kernels of the loss and layer functions: cross-entropy over log-probabilities, layer
 // normalisation, masked mean/max pooling over time. Overloaded on the backend tag, as
-// cuda/layer_kernels.cuh; the ops in autograd/loss.hpp and nn/functional.hpp call them as kernels::xxx(B{}, ...).
+// cuda/layer_kernels.cuh; the ops in autograd/loss.hpp and autograd/norm.hpp and autograd/pooling.hpp call them as kernels::xxx(B{}, ...).
 //   attn::kernels::layer_norm_forward(attn::cpu{}, x, gamma, beta, rows, d, 1e-5, y, xhat, rstd);
 #pragma once
 #include <cmath>
