@@ -168,23 +168,23 @@ TEST_CASE("gradcheck: self_attention, flash and naive, with padding, a fully pad
     }, {random<double>({3, n, 24})});
     // The whole layer function: fused QKV projection, attention, output projection.
     check_gradients(k + " layer", [&](Tape& t, V& x) {
-      auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], x[2]);
+      auto qkv = attn::linear(t, x[0], x[1], x[2]);
       auto o = attn::self_attention(t, qkv, {.heads = 2, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
-      return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[3], x[4]);
+      return attn::linear(t, o, x[3], x[4]);
     }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({24}), random<double>({8, 8}), random<double>({8})});
     // PaddedRows::zero: both projections on the real rows only (flat indices of key_mask's ones).
     Tensor<std::int64_t> rows;
-    REQUIRE(nn::detail::real_rows(key_mask, rows));
+    REQUIRE(attn::real_rows(key_mask, rows));
     REQUIRE(rows.numel() == 9);
     check_gradients(k + " layer, padded rows skipped", [&](Tape& t, V& x) {
-      auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], x[2], &rows);
+      auto qkv = attn::linear(t, x[0], x[1], x[2], {.map = &rows});
       auto o = attn::self_attention(t, qkv, {.heads = 2, .key_mask = key_mask, .attn_mask = causal, .kernel = kernel});
-      return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[3], x[4], &rows);
+      return attn::linear(t, o, x[3], x[4], {.map = &rows});
     }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({24}), random<double>({8, 8}), random<double>({8})});
     check_gradients(k + " layer without biases", [&](Tape& t, V& x) {
-      auto qkv = nn::detail::affine_nt<attn::AnyShape>(&t, x[0], x[1], attn::Var<double>());
+      auto qkv = attn::linear(t, x[0], x[1], attn::Var<double>());
       auto o = attn::self_attention(t, qkv, {.heads = 4, .key_mask = key_mask, .kernel = kernel});
-      return nn::detail::affine_nt<attn::AnyShape>(&t, o, x[2], attn::Var<double>());
+      return attn::linear(t, o, x[2], attn::Var<double>());
     }, {random<double>({3, n, 8}), random<double>({24, 8}), random<double>({8, 8})});
   }
 }
@@ -217,7 +217,7 @@ TEST_CASE("fused projection: y = x W^T + b and its gradients match plain loops (
   auto g = random<double>({4, rows / 4, out});
   Tape tape;
   attn::Var<double> xv(x, true), wv(w, true), bv(b, true);
-  auto y = nn::detail::affine_nt<attn::AnyShape>(&tape, xv, wv, bv);
+  auto y = attn::linear(tape, xv, wv, bv);
   tape.backward(y, g);
   double ey = 0, edx = 0, edw = 0, edb = 0;
   for (std::size_t r = 0; r < rows; ++r)

@@ -190,10 +190,12 @@ class Tape {
             if (first_use_[it->second] == unused) first_use_[it->second] = i;
         }
       for (std::size_t k = 0; k < leaves.size(); ++k) order_.push_back(k);
-      // Latest first, the unused ones (largest key) leading; ties in leaf order (std::sort with a
+      // Latest first, the unused ones (largest key) leading; ties (leaves of one step, such as a
+      // linear op's weight and bias) in reverse leaf order, as a layer's parameters were registered
+      // weight first and become final bias first when each has its own step (std::sort with a
       // tie-break: stable_sort would allocate).
       std::sort(order_.begin(), order_.end(),
-                [&](std::size_t a, std::size_t b) { return first_use_[a] != first_use_[b] ? first_use_[a] > first_use_[b] : a < b; });
+                [&](std::size_t a, std::size_t b) { return first_use_[a] != first_use_[b] ? first_use_[a] > first_use_[b] : a > b; });
     }
     std::size_t next = 0;
     if (obs)

@@ -8,13 +8,8 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "host_device.hpp"
 #include "tensor.hpp"
-
-#if defined(__CUDACC__)
-#define ATTN_HD __host__ __device__
-#else
-#define ATTN_HD
-#endif
 
 namespace attn {
 

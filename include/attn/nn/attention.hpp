@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // nn::Attention<Heads, Dim>: multi-head self-attention, torch.nn.MultiheadAttention(batch_first=True)
-// with q = k = v = x and PyTorch's parameter names. One fused QKV GEMM, the flash kernel unless the
-// weights are asked for, heads merged, output projection.
+// with q = k = v = x and PyTorch's parameter names. One fused QKV projection (attn::linear), the
+// flash kernel unless the weights are asked for (attn::self_attention), output projection.
 //   attn::nn::Attention<8, 128> attention{this, "attn", {.dropout = 0.1}};   auto y = attention(ctx, x, mask);
 #pragma once
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../autograd/attention.hpp"
-#include "../autograd/elementwise.hpp"
+#include "../autograd/linear.hpp"
 #include "init.hpp"
 #include "linear.hpp"
 #include "module.hpp"
@@ -50,158 +50,6 @@ struct AttentionOutput {
 };
 
 namespace detail {
-
-/// C (m, n) = A (m, k) op(Bm) + beta C, the rows of A and C split over the threads, one serial GEMM
-/// each: no synchronisation inside a GEMM, which a loaded machine punishes.
-template <class B, class T>
-void gemm_rows(Trans tb, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, int ldb, T beta, T* C) {
-  const int nt = std::is_same_v<B, cpu> && double(m) * n * k > 1e6 ? int(std::min<std::size_t>(cpu::threads(), m / 16)) : 1;
-  if (nt <= 1) {
-    B::template gemm<T>(Trans::no, tb, int(m), int(n), int(k), T(1), A, int(k), Bm, ldb, beta, C, int(n));
-    return;
-  }
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(nt) schedule(static)
-#endif
-  for (int c = 0; c < nt; ++c) {
-    const std::size_t r0 = m * c / nt, r1 = m * (c + 1) / nt;
-    cpu::gemm<T>(Trans::no, tb, int(r1 - r0), int(n), int(k), T(1), A + r0 * k, int(k), Bm, ldb, beta, C + r0 * n, int(n));
-  }
-}
-
-/// C (m, n) += A^T Bm with A (k, m), Bm (k, n) (a weight gradient: k = batch rows), the k rows split
-/// over the threads, each summing into its own (m, n) buffer; thread 0 adds into C directly.
-template <class B, class T>
-void gemm_tn_accumulate(std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, T* C) {
-  const int nt = std::is_same_v<B, cpu> && double(m) * n * k > 1e6 ? int(std::min<std::size_t>(cpu::threads(), k / 64)) : 1;
-  if (nt <= 1) {
-    B::template gemm<T>(Trans::yes, Trans::no, int(m), int(n), int(k), T(1), A, int(m), Bm, int(n), T(1), C, int(n));
-    return;
-  }
-  Tensor<T, AnyShape, cpu> part(Dims{std::size_t(nt - 1) * m * n});  // from the host pool
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(nt) schedule(static)
-#endif
-  for (int c = 0; c < nt; ++c) {
-    const std::size_t r0 = k * c / nt, r1 = k * (c + 1) / nt;
-    T* dst = c == 0 ? C : part.data() + std::size_t(c - 1) * m * n;
-    cpu::gemm<T>(Trans::yes, Trans::no, int(m), int(n), int(r1 - r0), T(1), A + r0 * m, int(m), Bm + r0 * n, int(n),
-                 c == 0 ? T(1) : T(0), dst, int(n));
-  }
-  for (int c = 1; c < nt; ++c) {
-    const T* src = part.data() + std::size_t(c - 1) * m * n;
-    for (std::size_t i = 0; i < m * n; ++i) C[i] += src[i];
-  }
-}
-
-/// The real-token rows of a (B, T) mask (nonzero entries) as flat row indices b*T + t, in order.
-/// Returns false, and leaves rows untouched, when every row is real. *prefix tells whether each
-/// sample's real tokens come first (a lengths mask: padding only at the end).
-template <class T, class SM>
-bool real_rows(const Tensor<T, SM, cpu>& mask, Tensor<std::int64_t, AnyShape, cpu>& rows, bool* prefix = nullptr) {
-  const std::size_t n = mask.numel(), t = mask.rank() == 2 ? mask.dims().v[1] : n;
-  const T* m = mask.data();
-  std::size_t count = 0;
-  bool pre = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    count += m[i] != T(0);
-    pre = pre && (i % t == 0 || m[i] == T(0) || m[i - 1] != T(0));
-  }
-  if (prefix) *prefix = pre;
-  if (count == n) return false;
-  rows = Tensor<std::int64_t, AnyShape, cpu>(Dims{count});
-  std::int64_t* r = rows.data();
-  for (std::size_t i = 0, k = 0; i < n; ++i)
-    if (m[i] != T(0)) r[k++] = static_cast<std::int64_t>(i);
-  return true;
-}
-
-/// y = x W^T + b as one op: x (..., In), W (Out, In), b (Out) or none -> (..., Out). The bias is the
-/// GEMM's initial C; backward: dx += dy W, dW += dy^T x, db += column sums of dy.
-/// With a row map (ascending flat indices into x's rows), only those rows are computed, gathered into one
-/// packed GEMM; every other row of y is zero (left unwritten when !fill_rest: for a reader that never
-/// reads them) and passes no gradient.
-template <class SO, class T, class S, class SW, class SB, class B>
-Var<T, SO, B> affine_nt(Tape* tape, const Var<T, S, B>& x, const Var<T, SW, B>& w, const Var<T, SB, B>& bias,
-                        const Tensor<std::int64_t, AnyShape, cpu>* row_map = nullptr, bool fill_rest = true) {
-  static_assert(B::host_accessible, "nn::Attention: the fused projection runs on host-accessible backends");
-  using Ten = Tensor<T, AnyShape, B>;
-  const std::size_t in = w.size(1), out_w = w.size(0), all_rows = x.numel() / in;
-  const Tensor<std::int64_t, AnyShape, cpu> map = row_map ? *row_map : Tensor<std::int64_t, AnyShape, cpu>{};
-  const std::int64_t* idx = row_map ? map.data() : nullptr;
-  const std::size_t rows = row_map ? map.numel() : all_rows;
-  Dims od = x.dims();
-  od.v[od.n - 1] = out_w;
-  Ten y(od);
-  if (idx && fill_rest) {  // zero the rows outside the map (the map is ascending)
-    std::size_t next = 0;
-    for (std::size_t k = 0; k <= rows; ++k) {
-      const std::size_t end = k < rows ? static_cast<std::size_t>(idx[k]) : all_rows;
-      if (end > next) B::template fill<T>(y.data() + next * out_w, (end - next) * out_w, T(0));
-      next = end + 1;
-    }
-  }
-  // The packed rows of x and y (the tensors themselves without a row map).
-  Ten xp, yp;
-  const T* X = x.raw().data();
-  T* Y = y.data();
-  if (idx) {
-    xp = Ten({rows, in});
-    yp = Ten({rows, out_w});
-    kernels::copy_rows(B{}, rows, in, X, in, idx, xp.data(), in, nullptr, false);
-    X = xp.data();
-    Y = yp.data();
-  }
-  const bool has_bias = bias.defined();
-  if (has_bias)
-    for (std::size_t r = 0; r < rows; ++r) B::template copy<T>(Y + r * out_w, bias.raw().data(), out_w);
-  gemm_rows<B>(Trans::yes, rows, out_w, in, X, w.raw().data(), int(in), has_bias ? T(1) : T(0), Y);
-  if (idx) kernels::copy_rows(B{}, rows, out_w, Y, out_w, nullptr, y.data(), out_w, idx, false);
-  xp = {};
-  yp = {};
-  const bool rg = attn::detail::needs_grad(tape, x, w, bias);
-  auto o = attn::detail::make_out<SO>(tape, std::move(y), rg);
-  if (rg) {
-    tape->push(o.data(), {x.data().get(), w.data().get(), has_bias ? bias.data().get() : nullptr},
-               [xd = x.data(), wd = w.data(), bd = has_bias ? bias.data() : nullptr, od = o.data(), rows, in, out_w, map] {
-      if (od->grad.empty()) return;
-      const std::int64_t* idx = map.empty() ? nullptr : map.data();
-      const T* g = od->grad.data();
-      const T* X = xd->value.data();
-      Ten gp, xp, dxp;
-      if (idx) {
-        gp = Ten({rows, out_w});
-        kernels::copy_rows(B{}, rows, out_w, g, out_w, idx, gp.data(), out_w, nullptr, false);
-        g = gp.data();
-      }
-      if (xd->requires_grad) {
-        T* dx = xd->grad_ref().data();
-        if (idx) {
-          dxp = Ten({rows, in});
-          gemm_rows<B>(Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(0), dxp.data());
-          kernels::copy_rows(B{}, rows, in, dxp.data(), in, nullptr, dx, in, idx, true);
-          dxp = {};
-        } else {
-          gemm_rows<B>(Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(1), dx);
-        }
-      }
-      if (wd->requires_grad) {
-        if (idx) {
-          xp = Ten({rows, in});
-          kernels::copy_rows(B{}, rows, in, X, in, idx, xp.data(), in, nullptr, false);
-          X = xp.data();
-        }
-        gemm_tn_accumulate<B>(out_w, in, rows, g, X, wd->grad_ref().data());
-      }
-      if (bd && bd->requires_grad) {
-        T* db = bd->grad_ref().data();
-        for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t c = 0; c < out_w; ++c) db[c] += g[r * out_w + c];
-      }
-    });
-  }
-  return o;
-}
 
 /// torch's MultiheadAttention.out_proj: a Linear whose bias starts at zero.
 template <std::size_t Dim, class T, class B>
@@ -287,19 +135,18 @@ class Attention : public Module {
       shape_mismatch("nn::Attention", "mask must be (batch, time) of the input", mask.dims(), Dims{d.v[0], d.v[1]});
     if (!extras.attn_mask.empty() && !(extras.attn_mask.dims() == Dims{d.v[1], d.v[1]}))
       shape_mismatch("nn::Attention", "attn_mask must be (time, time)", extras.attn_mask.dims(), Dims{d.v[1], d.v[1]});
-    Tape* tape = attn::detail::tape_of(ctx);
     // PaddedRows::zero: the projections run on the real rows only. A padded row's Q, K and V are
     // zero (or never read, below); its key is masked and its query's output is dropped by the
     // output projection.
-    Tensor<std::int64_t, AnyShape, cpu> rows;
+    Tensor<std::int64_t, AnyShape, B> rows;
     bool prefix = false;
-    const bool packed = opt_.padded == PaddedRows::zero && detail::real_rows(mask, rows, &prefix);
-    const Tensor<std::int64_t, AnyShape, cpu>* map = packed ? &rows : nullptr;
+    const bool packed = opt_.padded == PaddedRows::zero && real_rows(mask, rows, &prefix);
+    const Tensor<std::int64_t, AnyShape, B>* map = packed ? &rows : nullptr;
     // The flash kernel skipping padded queries never reads the rows after a sample's last real
     // token (which are all its padded rows under a lengths mask): they need not be zeroed.
     const bool flash = !weights && extras.kernel != AttentionKernel::naive;
     // (B, T, Dim) x (3 Dim, Dim)^T -> (B, T, 3 Dim): Q, K, V side by side, each split into heads.
-    auto qkv = detail::affine_nt<AnyShape>(tape, x, in_proj_weight, in_proj_bias, map, !(flash && prefix));
+    auto qkv = linear(ctx, x, in_proj_weight, in_proj_bias, {.map = map, .fill_rest = !(flash && prefix)});
     auto o = self_attention(ctx, qkv,
                             AttentionArgs<T, B>{.heads = Heads,
                                                 .key_mask = mask.erased(),
@@ -309,7 +156,7 @@ class Attention : public Module {
                                                 .skip_padded_queries = packed,
                                                 .weights = weights,
                                                 .stats = extras.stats});
-    return detail::affine_nt<S>(tape, o, out_proj.weight, out_proj.bias, map);
+    return Var<T, S, B>(linear(ctx, o, out_proj.weight, out_proj.bias, {.map = map}));
   }
 };
 

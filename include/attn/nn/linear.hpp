@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// nn::Linear<In, Out>: y = x W^T + b over the last axis, PyTorch's layout (weight (Out, In), bias (Out)).
+// nn::Linear<In, Out>: y = x W^T + b over the last axis, PyTorch's layout (weight (Out, In), bias (Out)),
+// the parameters of the op attn::linear (autograd/linear.hpp).
 //   attn::nn::Linear<128, 2> head{this, "head"};   auto logits = head(ctx, pooled);   // (B, 128) -> (B, 2)
 #pragma once
-#include "../autograd/elementwise.hpp"
-#include "../autograd/matmul.hpp"
+#include "../autograd/linear.hpp"
 #include "init.hpp"
 #include "module.hpp"
 
@@ -45,9 +45,7 @@ class Linear : public Module {
     }
     if (x.rank() == 0 || x.dims().back() != In)
       throw ShapeError("nn::Linear: input shape " + x.dims().str() + " does not end in " + std::to_string(In));
-    auto y = matmul_nt(ctx, x, weight);
-    if (!opt_.bias) return y;
-    return decltype(y)(add(ctx, y, bias));
+    return linear(ctx, x, weight, bias);
   }
 
   Var<T, Shape<Out, In>, B> weight;

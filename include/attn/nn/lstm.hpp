@@ -31,11 +31,10 @@ namespace lstm_detail {
 template <std::integral I, class S, class LB>
 PoolVector<int> host_lengths(const Tensor<I, S, LB>& t, std::size_t time) {
   if (t.rank() != 1) throw ShapeError("nn::LSTM: lengths must be a vector (B), got " + t.dims().str());
-  PoolVector<I> host;
+  std::vector<I> host;
   const I* v = t.data();
-  if constexpr (!LB::host_accessible) {
-    host.resize(t.numel());
-    LB::template to_host<I>(host.data(), t.data(), t.numel());
+  if constexpr (!LB::host_accessible) {  // a device tensor: read a host copy
+    host = t.to_vector();
     v = host.data();
   }
   PoolVector<int> out(t.numel());

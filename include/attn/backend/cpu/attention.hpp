@@ -13,6 +13,7 @@
 #include "../../core/instantiate.hpp"
 #include "../attention_problem.hpp"
 #include "../cpu.hpp"
+#include "../element_math.hpp"
 #include "exp.hpp"
 #include "tile_gemm.hpp"
 
@@ -29,8 +30,8 @@ namespace mha {
 inline constexpr std::size_t block_q = 128;  // query rows per tile
 inline constexpr std::size_t block_k = 128;  // key columns per tile: tiles of 64 KiB (float)
 
-/// Dropout factor of weight (b*H + h, i, j): 0 or 1/(1-p). A counter-based hash (splitmix64), so
-/// that forward and backward, flash and naive, in any tile order, agree on the mask.
+/// Dropout factor of weight (b*H + h, i, j): 0 or 1/(1-p), elem::dropout_factor's counter-based
+/// hash, so that forward and backward, flash and naive, in any tile order, agree on the mask.
 template <class T>
 struct DropMask {
   std::uint64_t seed = 0;
@@ -42,13 +43,7 @@ struct DropMask {
     threshold = static_cast<std::uint32_t>(p * double(1u << 24));
     keep = active ? T(1.0 / (1.0 - p)) : T(1);
   }
-  T operator()(std::uint64_t idx) const {
-    std::uint64_t z = seed + (idx + 1) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return static_cast<std::uint32_t>(z >> 40) < threshold ? T(0) : keep;
-  }
+  T operator()(std::uint64_t idx) const { return elem::dropout_factor(seed, idx, threshold, keep); }
 };
 
 /// Working memory of the calling thread, kept between calls (a thread's buffer in `slot` grows to
@@ -202,16 +197,15 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
         masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
         for (std::size_t r = 0; r < br; ++r) {
           T* row = s.data() + r * bc;
-          const T mnew = std::max(m[r], row_max(row, bc));
-          if (mnew == neg_inf<T>) {  // nothing visible yet in this row
+          const auto step = elem::online_softmax_step(m[r], row_max(row, bc));
+          if (step.m_new == neg_inf<T>) {  // nothing visible yet in this row
             std::fill_n(row, bc, T(0));
             continue;
           }
-          const T alpha = m[r] == neg_inf<T> ? T(0) : std::exp(m[r] - mnew);
-          l[r] = l[r] * alpha + exp_shift_sum(row, bc, mnew);
-          m[r] = mnew;
-          if (alpha != T(1))
-            for (std::size_t c = 0; c < hd; ++c) O[r * D + c] *= alpha;
+          l[r] = l[r] * step.alpha + exp_shift_sum(row, bc, step.m_new);
+          m[r] = step.m_new;
+          if (step.alpha != T(1))
+            for (std::size_t c = 0; c < hd; ++c) O[r * D + c] *= step.alpha;
           if (drop.active) {
             const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
             for (std::size_t j = 0; j < bc; ++j) row[j] *= drop(base + j);
@@ -222,13 +216,12 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
       }
       for (std::size_t r = 0; r < br; ++r) {
         T* o = O + r * D;
+        L[r] = elem::log_sum_exp(m[r], l[r]);
         if (l[r] > T(0)) {
           const T inv = T(1) / l[r];
           for (std::size_t c = 0; c < hd; ++c) o[c] *= inv;
-          L[r] = m[r] + std::log(l[r]);
         } else {
           std::fill_n(o, hd, T(0));
-          L[r] = std::numeric_limits<T>::infinity();
         }
       }
     }
@@ -292,12 +285,12 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
               const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
               for (std::size_t j = 0; j < bc; ++j) {
                 const T z = drop(base + j);
-                gr[j] = pr[j] * (gr[j] * z - di);
+                gr[j] = elem::attention_score_grad(pr[j], gr[j] * z, di);
                 pr[j] *= z;
               }
             } else {
 ATTN_MHA_OMP("omp simd")
-              for (std::size_t j = 0; j < bc; ++j) gr[j] = pr[j] * (gr[j] - di);
+              for (std::size_t j = 0; j < bc; ++j) gr[j] = elem::attention_score_grad(pr[j], gr[j], di);
             }
           }
           // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i

@@ -39,7 +39,8 @@ void scatter_add_rows(cpu, T* table_grad, std::size_t dim, const I* ids, std::si
 
 /// Row copies through index maps: dst row dst_rows[i] = (or +=) src row src_rows[i], w elements
 /// each, for i < n; a null map is the identity. Rows are src_ld / dst_ld elements apart. The dst
-/// rows must be distinct (the LSTM's packing and unpacking of ragged batches).
+/// rows must be distinct (the LSTM's packing and unpacking of ragged batches). src_ld 0 copies the one
+/// source row to every dst row (a bias into each row of a linear op's output).
 template <class T>
 void copy_rows(cpu, std::size_t n, std::size_t w, const T* src, std::size_t src_ld, const std::int64_t* src_rows, T* dst,
                std::size_t dst_ld, const std::int64_t* dst_rows, bool accumulate) {

@@ -1,12 +1,17 @@
 // SPDX-License-Identifier: MIT
 // Row-major GEMM of the CPU backend: products of m n k >= 64^3 go to BLIS or OpenBLAS when attn was
-// configured with one (cpu/blas.hpp), the rest (and all without a BLAS) to Eigen's product.
+// configured with one (cpu/blas.hpp), the rest (and all without a BLAS) to Eigen's product. The
+// linear op's GEMMs (kernels::gemm_rows, kernels::gemm_tn_accumulate) split their rows over the
+// threads, one serial GEMM each.
 //   attn::cpu::gemm<float>(Trans::no, Trans::yes, m, n, k, 1.f, a, k, b, k, 0.f, c, n);   // C (m,n) = A (m,k) B^T
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <type_traits>
 
 #include "../../core/eigen.hpp"
 #include "../../core/instantiate.hpp"
+#include "../../core/tensor.hpp"
 #include "../cpu.hpp"
 #include "blas.hpp"
 
@@ -60,10 +65,60 @@ void cpu::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, T alpha,
   }
 }
 
+namespace kernels {
+
+/// C (m, n) = A (m, k) op(Bm) + beta C (A and C contiguous, Bm's rows ldb apart), the rows of A and C
+/// split over the threads, one serial GEMM each: no synchronisation inside a GEMM, which a loaded
+/// machine punishes.
+template <class T>
+void gemm_rows(cpu, Trans tb, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, int ldb, T beta, T* C) {
+  const int nt = double(m) * n * k > 1e6 ? int(std::min<std::size_t>(cpu::threads(), m / 16)) : 1;
+  if (nt <= 1) {
+    cpu::gemm<T>(Trans::no, tb, int(m), int(n), int(k), T(1), A, int(k), Bm, ldb, beta, C, int(n));
+    return;
+  }
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+  for (int c = 0; c < nt; ++c) {
+    const std::size_t r0 = m * c / nt, r1 = m * (c + 1) / nt;
+    cpu::gemm<T>(Trans::no, tb, int(r1 - r0), int(n), int(k), T(1), A + r0 * k, int(k), Bm, ldb, beta, C + r0 * n, int(n));
+  }
+}
+
+/// C (m, n) += A^T Bm with A (k, m), Bm (k, n) (a weight gradient: k = batch rows), the k rows split
+/// over the threads, each summing into its own (m, n) buffer; thread 0 adds into C directly.
+template <class T>
+void gemm_tn_accumulate(cpu, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, T* C) {
+  const int nt = double(m) * n * k > 1e6 ? int(std::min<std::size_t>(cpu::threads(), k / 64)) : 1;
+  if (nt <= 1) {
+    cpu::gemm<T>(Trans::yes, Trans::no, int(m), int(n), int(k), T(1), A, int(m), Bm, int(n), T(1), C, int(n));
+    return;
+  }
+  Tensor<T, AnyShape, cpu> part(Dims{std::size_t(nt - 1) * m * n});  // from the host pool
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+  for (int c = 0; c < nt; ++c) {
+    const std::size_t r0 = k * c / nt, r1 = k * (c + 1) / nt;
+    T* dst = c == 0 ? C : part.data() + std::size_t(c - 1) * m * n;
+    cpu::gemm<T>(Trans::yes, Trans::no, int(m), int(n), int(r1 - r0), T(1), A + r0 * m, int(m), Bm + r0 * n, int(n),
+                 c == 0 ? T(1) : T(0), dst, int(n));
+  }
+  for (int c = 1; c < nt; ++c) {
+    const T* src = part.data() + std::size_t(c - 1) * m * n;
+    for (std::size_t i = 0; i < m * n; ++i) C[i] += src[i];
+  }
+}
+
+}  // namespace kernels
+
 #define ATTN_INSTANTIATE_CPU_GEMM(X, T)                                                                                     \
   X template void cpu::gemm<T>(Trans, Trans, int, int, int, T, const T*, int, const T*, int, T, T*, int);                  \
   X template void cpu::gemm_strided_batched<T>(Trans, Trans, int, int, int, T, const T*, int, long long, const T*, int,      \
-                                               long long, T, T*, int, long long, int);
+                                               long long, T, T*, int, long long, int);                                     \
+  X template void kernels::gemm_rows<T>(cpu, Trans, std::size_t, std::size_t, std::size_t, const T*, const T*, int, T, T*); \
+  X template void kernels::gemm_tn_accumulate<T>(cpu, std::size_t, std::size_t, std::size_t, const T*, const T*, T*);
 ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_GEMM)
 
 }  // namespace attn

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // CPU kernels of the loss and layer functions: cross-entropy over log-probabilities, layer
 // normalisation, masked mean/max pooling over time. Overloaded on the backend tag, as
-// cuda/layer_kernels.cuh; the ops in autograd/loss.hpp and nn/functional.hpp call them as kernels::xxx(B{}, ...).
+// cuda/layer_kernels.cuh; the ops in autograd/loss.hpp and autograd/norm.hpp and autograd/pooling.hpp call them as kernels::xxx(B{}, ...).
 //   attn::kernels::layer_norm_forward(attn::cpu{}, x, gamma, beta, rows, d, 1e-5, y, xhat, rstd);
 #pragma once
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "../../core/error.hpp"
 #include "../cpu.hpp"
+#include "../element_math.hpp"
 
 namespace attn::kernels {
 
@@ -39,13 +40,10 @@ double cross_entropy_forward(cpu, const T* logp, const I* targets, std::size_t n
     const long long t = static_cast<long long>(targets[i]);
     if (t == ignore_index) continue;
     const T* lp = logp + i * c;
-    double row = -(1 - double(eps)) * lp[t];
-    if (eps != T(0)) {
-      double s = 0;
+    double s = 0;
+    if (eps != T(0))
       for (std::size_t j = 0; j < c; ++j) s += lp[j];
-      row -= double(eps) * s / double(c);
-    }
-    total += row;
+    total += elem::cross_entropy_row(lp[t], s, double(eps), c);
   }
   return total;
 }
@@ -62,8 +60,7 @@ void cross_entropy_backward(cpu, const T* logp, const I* targets, std::size_t n,
     if (t == ignore_index) continue;
     const T* lp = logp + i * c;
     T* gi = g + i * c;
-    for (std::size_t j = 0; j < c; ++j) gi[j] += scale * (std::exp(lp[j]) - eps / T(c));
-    gi[t] -= scale * (T(1) - eps);
+    for (std::size_t j = 0; j < c; ++j) gi[j] = elem::cross_entropy_grad(gi[j], lp[j], static_cast<long long>(j) == t, scale, eps, c);
   }
 }
 
@@ -82,13 +79,12 @@ void layer_norm_forward(cpu, const T* X, const T* G, const T* Bt, std::size_t ro
     for (std::size_t j = 0; j < d; ++j) mu += xr[j];
     mu /= double(d);
     for (std::size_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
-    var /= double(d);
-    const T rs = T(1.0 / std::sqrt(var + eps));
+    const T rs = elem::layer_norm_rstd<T>(var, d, eps);
     rstd[r] = rs;
     T* hr = xhat + r * d;
     T* yr = y + r * d;
     for (std::size_t j = 0; j < d; ++j) {
-      hr[j] = (xr[j] - T(mu)) * rs;
+      hr[j] = elem::layer_norm_xhat(xr[j], mu, rs);
       yr[j] = hr[j] * G[j] + Bt[j];
     }
   }
@@ -115,16 +111,13 @@ void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rst
     for (long long r = 0; r < nr; ++r) {
       double m1 = 0, m2 = 0;
       for (std::size_t j = 0; j < d; ++j) {
-        const double gg = double(gy[r * d + j]) * Gm[j];
+        const double gg = elem::layer_norm_gg(gy[r * d + j], Gm[j]);
         m1 += gg;
         m2 += gg * H[r * d + j];
       }
       m1 /= double(d);
       m2 /= double(d);
-      for (std::size_t j = 0; j < d; ++j) {
-        const double gg = double(gy[r * d + j]) * Gm[j];
-        dx[r * d + j] += T(rstd[r] * (gg - m1 - H[r * d + j] * m2));
-      }
+      for (std::size_t j = 0; j < d; ++j) dx[r * d + j] += elem::layer_norm_dx(rstd[r], gy[r * d + j], Gm[j], m1, m2, H[r * d + j]);
     }
   }
 }

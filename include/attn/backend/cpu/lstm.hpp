@@ -8,6 +8,7 @@
 #include "../../core/eigen.hpp"
 #include "../../core/instantiate.hpp"
 #include "../cpu.hpp"
+#include "../element_math.hpp"
 
 namespace attn::kernels {
 
@@ -34,32 +35,58 @@ void lstm_cell_forward(cpu, std::size_t n, std::size_t h, T* gates, const T* bia
   }
 }
 
+namespace lstm_detail {
+
+/// One row of lstm_cell_backward: the gates' activations ai..ao and gradients di..d_o (H each);
+/// d_o holds tanh(c) on entry.
+template <class T, bool HasPrev>
+inline void cell_backward_row(std::size_t h, const T* __restrict ai, const T* __restrict af, const T* __restrict ag,
+                              const T* __restrict ao, const T* __restrict c_prev, const T* __restrict dh, T* __restrict dc,
+                              T* __restrict di, T* __restrict df, T* __restrict dgg, T* __restrict d_o) {
+  for (std::size_t k = 0; k < h; ++k) {
+    const auto d = elem::lstm_cell_backward(elem::LstmGates<T>{ai[k], af[k], ag[k], ao[k]}, d_o[k], HasPrev ? c_prev[k] : T(0),
+                                            HasPrev, dh[k], dc[k]);
+    di[k] = d.i;
+    df[k] = d.f;
+    dgg[k] = d.g;
+    d_o[k] = d.o;
+    dc[k] = d.c_prev;
+  }
+}
+
+}  // namespace lstm_detail
+
 /// Backward of lstm_cell_forward over n rows, from the saved activations act (n, 4H) and cells
 /// c (n, H), c_prev (n, H) or nullptr. dh (n, H) is dL/dh of this step; dc (n, H) carries dL/dc
-/// from the next step in and dL/dc_prev out. Writes dL/d(pre-activation) to dgates (n, 4H):
-///   dc += dh * o * (1 - tanh(c)^2);  d_o = dh * tanh(c) * o (1 - o);  d_i = dc * g * i (1 - i);
-///   d_f = dc * c_prev * f (1 - f);   d_g = dc * i * (1 - g^2);        dc_prev = dc * f.
+/// from the next step in and dL/dc_prev out. Writes dL/d(pre-activation) to dgates (n, 4H), by
+/// elem::lstm_cell_backward; tanh(c) is Eigen's vectorised one.
 template <class T>
 void lstm_cell_backward(cpu, std::size_t n, std::size_t h, const T* act, const T* c, const T* c_prev, const T* dh, T* dc,
                         T* dgates) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-  using Map = Eigen::Map<Arr>;
-  using CMap = Eigen::Map<const Arr>;
   const Eigen::Index H = static_cast<Eigen::Index>(h);
   for (std::size_t r = 0; r < n; ++r) {
-    const T* a = act + r * 4 * h;
-    CMap i(a, H), f(a + H, H), g(a + 2 * H, H), o(a + 3 * H, H), cr(c + r * h, H), dhr(dh + r * h, H);
     T* dg = dgates + r * 4 * h;
-    Map d_i(dg, H), d_f(dg + H, H), d_g(dg + 2 * H, H), d_o(dg + 3 * H, H), dcr(dc + r * h, H);
-    d_o = cr.tanh();  // tanh(c), kept in d_o until d_o itself is computed
-    dcr += dhr * o * (T(1) - d_o.square());
-    d_o = dhr * d_o * o * (T(1) - o);
-    d_i = dcr * g * i * (T(1) - i);
-    d_g = dcr * i * (T(1) - g.square());
-    if (c_prev) d_f = dcr * CMap(c_prev + r * h, H) * f * (T(1) - f);
-    else d_f.setZero();
-    dcr *= f;
+    Eigen::Map<Arr>(dg + 3 * h, H) = Eigen::Map<const Arr>(c + r * h, H).tanh();
+    const T* a = act + r * 4 * h;
+    if (c_prev)
+      lstm_detail::cell_backward_row<T, true>(h, a, a + h, a + 2 * h, a + 3 * h, c_prev + r * h, dh + r * h, dc + r * h, dg, dg + h,
+                                              dg + 2 * h, dg + 3 * h);
+    else
+      lstm_detail::cell_backward_row<T, false>(h, a, a + h, a + 2 * h, a + 3 * h, nullptr, dh + r * h, dc + r * h, dg, dg + h,
+                                               dg + 2 * h, dg + 3 * h);
   }
+}
+
+/// The scalar reference of lstm_cell_forward (elem::lstm_cell_unit for every unit), for tests.
+template <class T>
+void lstm_cell_forward_reference(cpu, std::size_t n, std::size_t h, T* gates, const T* bias, const T* c_prev, T* c, T* hout) {
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t k = 0; k < h; ++k) {
+      const auto s = elem::lstm_cell_unit(gates + r * 4 * h, bias, h, k, c_prev ? c_prev[r * h + k] : T(0), c_prev != nullptr);
+      c[r * h + k] = s.c;
+      hout[r * h + k] = s.h;
+    }
 }
 
 }  // namespace attn::kernels

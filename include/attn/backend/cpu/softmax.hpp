@@ -10,6 +10,7 @@
 
 #include "../../core/instantiate.hpp"
 #include "../cpu.hpp"
+#include "../element_math.hpp"
 
 namespace attn::kernels {
 
@@ -33,7 +34,7 @@ void softmax_rows(cpu, const T* x, T* y, std::size_t rows, std::size_t cols, boo
     T s = 0;
     if (log) {
       for (std::size_t j = 0; j < cols; ++j) s += std::exp(xr[j] - m);
-      const T ls = m + std::log(s);
+      const T ls = elem::log_sum_exp(m, s);
       for (std::size_t j = 0; j < cols; ++j) yr[j] = xr[j] - ls;
     } else {
       for (std::size_t j = 0; j < cols; ++j) s += (yr[j] = std::exp(xr[j] - m));
@@ -63,11 +64,11 @@ void softmax_rows_backward(cpu, const T* y, const T* dy, T* dx, std::size_t rows
       }
       T s = 0;
       for (std::size_t j = 0; j < cols; ++j) s += gr[j];
-      for (std::size_t j = 0; j < cols; ++j) xr[j] += gr[j] - std::exp(yr[j]) * s;
+      for (std::size_t j = 0; j < cols; ++j) xr[j] += elem::log_softmax_grad(yr[j], gr[j], s);
     } else {
       T s = 0;
       for (std::size_t j = 0; j < cols; ++j) s += gr[j] * yr[j];
-      for (std::size_t j = 0; j < cols; ++j) xr[j] += yr[j] * (gr[j] - s);
+      for (std::size_t j = 0; j < cols; ++j) xr[j] += elem::softmax_grad(yr[j], gr[j], s);
     }
   }
 }

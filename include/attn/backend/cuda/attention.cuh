@@ -14,6 +14,7 @@
 #include "../../core/error.hpp"
 #include "../attention_problem.hpp"
 #include "../cuda.hpp"
+#include "../element_math.hpp"
 #include "softmax.cuh"
 #include "warp.cuh"
 
@@ -57,15 +58,11 @@ MhaArgs<T> mha_args(const Problem& p) {
   return a;
 }
 
-/// Dropout factor of weight idx = ((b*H + h)*T + i)*T + j: 0 or 1/(1-p), the counter-based hash
-/// (splitmix64) of the cpu kernels' DropMask, so both backends and both kernels drop the same weights.
+/// Dropout factor of weight idx = ((b*H + h)*T + i)*T + j: 0 or 1/(1-p), elem::dropout_factor as
+/// the cpu kernels' DropMask, so both backends and both kernels drop the same weights.
 template <class T>
 __device__ inline T mha_drop(const MhaArgs<T>& a, std::uint64_t idx) {
-  std::uint64_t z = a.seed + (idx + 1) * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return static_cast<std::uint32_t>(z >> 40) < a.threshold ? T(0) : a.keep;
+  return elem::dropout_factor(a.seed, idx, a.threshold, a.keep);
 }
 
 /// Score bias of key j for query i of sample b: attn_mask[i, j], -inf for a padded key.
@@ -109,7 +106,6 @@ __device__ inline void mha_load(T* dst, int dst_ld, const T* src, std::size_t sr
 template <class T>
 __global__ void __launch_bounds__(mha_warps * 32) mha_flash_forward_kernel(MhaArgs<T> a, T* out, T* lse) {
   using std::exp;
-  using std::log;
   constexpr T inf = std::numeric_limits<T>::infinity();
   const int n = a.time, hd = a.head_dim, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * mha_own;
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -139,13 +135,12 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_forward_kernel(MhaAr
         for (int c = 0; c < hd; ++c) dot += Qs[row * hd + c] * Ks[lane * (hd + 1) + c];
         s = a.scale * dot + mha_bias(a, b, i, j);
       }
-      const T tile_max = warp_max(s);
-      const T mnew = tile_max > m[r] ? tile_max : m[r];
-      if (mnew == -inf) continue;  // nothing visible in this row yet
-      const T alpha = m[r] == -inf ? T(0) : exp(m[r] - mnew);
-      T p = exp(s - mnew);
+      const auto step = elem::online_softmax_step(m[r], warp_max(s));
+      if (step.m_new == -inf) continue;  // nothing visible in this row yet
+      const T alpha = step.alpha;
+      T p = exp(s - step.m_new);
       l[r] = l[r] * alpha + warp_sum(p);
-      m[r] = mnew;
+      m[r] = step.m_new;
       if (a.drop && j < n) p *= mha_drop(a, ((std::size_t(b) * a.heads + h) * n + i) * std::size_t(n) + j);
       Ps[lane] = p;
       __syncwarp();
@@ -163,7 +158,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_forward_kernel(MhaAr
     const T inv = l[r] > T(0) ? T(1) / l[r] : T(0);
     T* o = out + (std::size_t(b) * n + i) * D + std::size_t(h) * hd;
     for (int c = lane; c < hd; c += 32) o[c] = Os[row * hd + c] * inv;
-    if (lane == 0) lse[(std::size_t(b) * a.heads + h) * n + i] = l[r] > T(0) ? m[r] + log(l[r]) : inf;
+    if (lane == 0) lse[(std::size_t(b) * a.heads + h) * n + i] = elem::log_sum_exp(m[r], l[r]);
   }
 }
 
@@ -222,7 +217,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_dq_kernel(MhaArgs<T>
         }
         const T p = exp(a.scale * qk + mha_bias(a, b, i, j) - L);
         const T z = a.drop ? mha_drop(a, (stat + i) * std::size_t(n) + j) : T(1);
-        ds = p * (dp * z - Dd[stat + i]);
+        ds = elem::attention_score_grad(p, dp * z, Dd[stat + i]);
       }
       Ps[lane] = ds;
       __syncwarp();
@@ -287,7 +282,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_dkv_kernel(MhaArgs<T
         const T p = exp(a.scale * qk + mha_bias(a, b, i, j) - L);
         const T z = a.drop ? mha_drop(a, (stat + i) * std::size_t(n) + j) : T(1);
         pz = p * z;
-        ds = p * (dp * z - Di);
+        ds = elem::attention_score_grad(p, dp * z, Di);
       }
       Ps[lane] = pz;
       Ss[lane] = ds;

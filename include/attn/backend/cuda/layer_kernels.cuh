@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../cuda.hpp"
+#include "../element_math.hpp"
 #include "warp.cuh"
 
 namespace attn::cuda_detail {
@@ -29,13 +30,12 @@ __global__ void cross_entropy_rows_kernel(const T* logp, const I* targets, std::
       continue;
     }
     const T* lp = logp + i * c;
-    double row = -(1 - double(eps)) * lp[t];
+    double s = 0;
     if (eps != T(0)) {
-      double s = 0;
       for (std::size_t j = lane; j < c; j += warp_size) s += lp[j];
-      row -= double(eps) * warp_sum(s) / double(c);
+      s = warp_sum(s);
     }
-    if (lane == 0) row_loss[i] = row;
+    if (lane == 0) row_loss[i] = elem::cross_entropy_row(lp[t], s, double(eps), c);
   }
 }
 
@@ -43,16 +43,13 @@ __global__ void cross_entropy_rows_kernel(const T* logp, const I* targets, std::
 template <class T, class I>
 __global__ void cross_entropy_backward_kernel(const T* logp, const I* targets, std::size_t n, std::size_t c, long long ignore_index,
                                               T eps, const T* dloss, std::size_t count, T* dlogits) {
-  using std::exp;
   const T scale = dloss[0] / T(count);
   const std::size_t total = n * c, stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t e = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
     const std::size_t i = e / c, j = e - i * c;
     const long long t = static_cast<long long>(targets[i]);
     if (t == ignore_index) continue;
-    T v = dlogits[e] + scale * (exp(logp[e]) - eps / T(c));
-    if (static_cast<long long>(j) == t) v -= scale * (T(1) - eps);
-    dlogits[e] = v;
+    dlogits[e] = elem::cross_entropy_grad(dlogits[e], logp[e], static_cast<long long>(j) == t, scale, eps, c);
   }
 }
 
@@ -60,7 +57,6 @@ __global__ void cross_entropy_backward_kernel(const T* logp, const I* targets, s
 template <class T>
 __global__ void layer_norm_forward_kernel(const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y,
                                           T* xhat, T* rstd) {
-  using std::sqrt;
   const unsigned lane = threadIdx.x % warp_size;
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x / warp_size);
   for (std::size_t r = static_cast<std::size_t>(blockIdx.x) * (blockDim.x / warp_size) + threadIdx.x / warp_size; r < rows;
@@ -70,13 +66,12 @@ __global__ void layer_norm_forward_kernel(const T* X, const T* G, const T* Bt, s
     for (std::size_t j = lane; j < d; j += warp_size) mu += xr[j];
     mu = warp_sum(mu) / double(d);
     for (std::size_t j = lane; j < d; j += warp_size) var += (xr[j] - mu) * (xr[j] - mu);
-    var = warp_sum(var) / double(d);
-    const T rs = T(1.0 / sqrt(var + eps));
+    const T rs = elem::layer_norm_rstd<T>(warp_sum(var), d, eps);
     if (lane == 0) rstd[r] = rs;
     T* hr = xhat + r * d;
     T* yr = y + r * d;
     for (std::size_t j = lane; j < d; j += warp_size) {
-      const T h = (xr[j] - T(mu)) * rs;
+      const T h = elem::layer_norm_xhat(xr[j], mu, rs);
       hr[j] = h;
       yr[j] = h * G[j] + Bt[j];
     }
@@ -92,16 +87,14 @@ __global__ void layer_norm_dx_kernel(const T* gy, const T* H, const T* Gm, const
        r += warps) {
     double m1 = 0, m2 = 0;
     for (std::size_t j = lane; j < d; j += warp_size) {
-      const double gg = double(gy[r * d + j]) * Gm[j];
+      const double gg = elem::layer_norm_gg(gy[r * d + j], Gm[j]);
       m1 += gg;
       m2 += gg * H[r * d + j];
     }
     m1 = warp_sum(m1) / double(d);
     m2 = warp_sum(m2) / double(d);
-    for (std::size_t j = lane; j < d; j += warp_size) {
-      const double gg = double(gy[r * d + j]) * Gm[j];
-      dx[r * d + j] += T(rstd[r] * (gg - m1 - H[r * d + j] * m2));
-    }
+    for (std::size_t j = lane; j < d; j += warp_size)
+      dx[r * d + j] += elem::layer_norm_dx(rstd[r], gy[r * d + j], Gm[j], m1, m2, H[r * d + j]);
   }
 }
 

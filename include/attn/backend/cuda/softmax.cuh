@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "../cuda.hpp"
+#include "../element_math.hpp"
 #include "warp.cuh"
 
 namespace attn::cuda_detail {
@@ -17,7 +18,6 @@ namespace attn::cuda_detail {
 template <class T>
 __global__ void softmax_rows_kernel(const T* x, T* y, std::size_t rows, std::size_t cols, bool log_out) {
   using std::exp;
-  using std::log;
   constexpr T inf = std::numeric_limits<T>::infinity();
   const unsigned lane = threadIdx.x % warp_size;
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x / warp_size);
@@ -35,7 +35,7 @@ __global__ void softmax_rows_kernel(const T* x, T* y, std::size_t rows, std::siz
     T s = 0;
     if (log_out) {
       for (std::size_t j = lane; j < cols; j += warp_size) s += exp(xr[j] - m);
-      const T ls = m + log(warp_sum(s));
+      const T ls = elem::log_sum_exp(m, warp_sum(s));
       for (std::size_t j = lane; j < cols; j += warp_size) yr[j] = xr[j] - ls;
     } else {
       for (std::size_t j = lane; j < cols; j += warp_size) s += (yr[j] = exp(xr[j] - m));
@@ -65,11 +65,11 @@ __global__ void softmax_rows_backward_kernel(const T* y, const T* dy, T* dx, std
       if (cols && warp_all(all_inf)) continue;
       for (std::size_t j = lane; j < cols; j += warp_size) s += gr[j];
       s = warp_sum(s);
-      for (std::size_t j = lane; j < cols; j += warp_size) xr[j] += gr[j] - exp(yr[j]) * s;
+      for (std::size_t j = lane; j < cols; j += warp_size) xr[j] += elem::log_softmax_grad(yr[j], gr[j], s);
     } else {
       for (std::size_t j = lane; j < cols; j += warp_size) s += gr[j] * yr[j];
       s = warp_sum(s);
-      for (std::size_t j = lane; j < cols; j += warp_size) xr[j] += yr[j] * (gr[j] - s);
+      for (std::size_t j = lane; j < cols; j += warp_size) xr[j] += elem::softmax_grad(yr[j], gr[j], s);
     }
   }
 }
