@@ -85,7 +85,7 @@ inline void blas_configure_once() {
 #endif
 }
 
-/// "BLIS 0.9.0 (skx)", "OpenBLAS 0.3.21 (SkylakeX)": the library under cpu::gemm and the kernels it runs.
+/// "BLIS 0.9.0 (skx)", "OpenBLAS (SkylakeX; OpenBLAS 0.3.21 ...)": the library under cpu::gemm and the kernels it runs.
 inline std::string blas_description() {
   blas_configure_once();
 #if defined(ATTN_BLAS_BLIS)
