@@ -171,8 +171,7 @@ inline GemmImpl load_gemm(const std::string& impl) {
   }
   if (impl == "eigen") {
     using M = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    return {fmt::format("Eigen {}.{}.{} ({})", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse()),
-            [](int n, const float* a, const float* b, float* c) {
+    return {attn::eigen_gemm_description(), [](int n, const float* a, const float* b, float* c) {
               Eigen::Map<M> cm(c, n, n);
               cm.noalias() = Eigen::Map<const M>(a, n, n) * Eigen::Map<const M>(b, n, n);
             }};
@@ -212,20 +211,6 @@ inline GemmImpl load_gemm(const std::string& impl) {
             }};
   }
   throw std::runtime_error("unknown GEMM '" + impl + "' (attn, eigen, openblas, onednn)");
-}
-
-/// GFLOP/s of `impl` on n x n x n: the median of 5 products after one warm-up.
-inline double gemm_gflops(const GemmImpl& impl, int n = 2048) {
-  const std::size_t nn = std::size_t(n) * std::size_t(n);
-  std::vector<float> a(nn, 0.5f), b(nn, 0.25f), c(nn);
-  std::vector<double> secs;
-  for (int i = 0; i <= 5; ++i) {
-    const auto t0 = clk::now();
-    impl.run(n, a.data(), b.data(), c.data());
-    if (i > 0) secs.push_back(std::chrono::duration<double>(clk::now() - t0).count());
-  }
-  std::sort(secs.begin(), secs.end());
-  return 2.0 * double(n) * double(n) * double(n) / secs[secs.size() / 2] / 1e9;
 }
 
 /// One candidate for the ceiling: an implementation, in a process started with `env` set.
@@ -318,7 +303,7 @@ int main(int argc, char** argv) {
   try {
     if (gemm) {
       const auto impl = bench::load_gemm(gemm_impl);
-      const double rate = bench::gemm_gflops(impl);
+      const double rate = attn::gemm_gflops(impl.run);  // 256^3 ... 2048^3, the 2048^3 median
       fmt::print("{}\n", json{{"gemm_gflops", rate}, {"impl", impl.label}, {"threads", attn::cpu::threads()}}.dump());
       return 0;
     }

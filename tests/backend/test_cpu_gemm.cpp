@@ -124,8 +124,6 @@ TEST_CASE("BLIS sub-configuration: skx (0) on Intel with AVX-512, haswell (3) at
 #endif
 
 #if defined(ATTN_BLAS_BLIS) && defined(__x86_64__) && defined(__GNUC__)
-extern "C" int bli_arch_query_id(void);
-extern "C" const char* bli_arch_string(int id);
 // The environment as the process started, before any GEMM of this program ran.
 static const char* const user_blis_arch = [] {
   const char* v = std::getenv("BLIS_ARCH_TYPE");
@@ -137,7 +135,7 @@ TEST_CASE("BLIS runs the sub-configuration attn chose, or attn leaves the user's
   const auto a = filled<float>(std::size_t(n) * n, 1);
   std::vector<float> c(std::size_t(n) * n);
   attn::cpu::gemm<float>(Trans::no, Trans::no, n, n, n, 1.f, a.data(), n, a.data(), n, 0.f, c.data(), n);
-  const std::string running = bli_arch_string(bli_arch_query_id());
+  const std::string running = attn::detail::bli_arch_string(attn::detail::bli_arch_query_id());
   const auto& f = attn::cpu::features();
   INFO("BLIS_ARCH_TYPE at start: " << (user_blis_arch ? user_blis_arch : "(unset)") << ", BLIS runs " << running);
   // A value the user set is BLIS's to read (0.9.0 reads a number, the arch_t id, so "3" is

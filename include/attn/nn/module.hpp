@@ -84,11 +84,7 @@ class Module {
   template <class T = float, class B = cpu>
   std::vector<Var<T, AnyShape, B>> parameters() const {
     std::vector<Var<T, AnyShape, B>> out;
-    for (auto& [n, p] : named_parameters()) {
-      auto* tp = dynamic_cast<TypedParameter<T, B>*>(p);
-      if (!tp) throw ArgumentError("Module::parameters: parameter '" + n + "' has another element type or backend");
-      out.push_back(tp->var);
-    }
+    for (auto& [n, p] : named_parameters()) out.push_back(typed<T, B>(n, p, "Module::parameters"));
     return out;
   }
   /// The parameter `name` ("attn.in_proj_weight") as a Var of element type T on backend B: its value,
@@ -98,12 +94,8 @@ class Module {
   template <class T = float, class B = cpu>
   Var<T, AnyShape, B> parameter(std::string_view name) const {
     const auto all = named_parameters();
-    for (auto& [n, p] : all) {
-      if (n != name) continue;
-      auto* tp = dynamic_cast<TypedParameter<T, B>*>(p);
-      if (!tp) throw ArgumentError("Module::parameter: '" + n + "' has another element type or backend");
-      return tp->var;
-    }
+    for (auto& [n, p] : all)
+      if (n == name) return typed<T, B>(n, p, "Module::parameter");
     std::string names;
     for (auto& [n, p] : all) names += (names.empty() ? "" : ", ") + n;
     throw ArgumentError("Module::parameter: no parameter '" + std::string(name) + "' (the parameters are: " +
@@ -113,11 +105,7 @@ class Module {
   template <class T = float, class B = cpu>
   std::map<std::string, Var<T, AnyShape, B>> named_parameter_vars() const {
     std::map<std::string, Var<T, AnyShape, B>> out;
-    for (auto& [n, p] : named_parameters()) {
-      auto* tp = dynamic_cast<TypedParameter<T, B>*>(p);
-      if (!tp) throw ArgumentError("Module::named_parameter_vars: parameter '" + n + "' has another element type or backend");
-      out.emplace(n, tp->var);
-    }
+    for (auto& [n, p] : named_parameters()) out.emplace(n, typed<T, B>(n, p, "Module::named_parameter_vars"));
     return out;
   }
   /// Total number of parameter elements.
@@ -161,6 +149,14 @@ class Module {
   }
 
  private:
+  /// The parameter slot `p` (called `name`) as a Var of element type T on backend B; ArgumentError
+  /// naming `who` and the parameter otherwise.
+  template <class T, class B>
+  static const Var<T, AnyShape, B>& typed(const std::string& name, ParameterSlot* p, const char* who) {
+    auto* tp = dynamic_cast<TypedParameter<T, B>*>(p);
+    if (!tp) throw ArgumentError(std::string(who) + ": parameter '" + name + "' has another element type or backend");
+    return tp->var;
+  }
   void collect(const std::string& prefix, std::vector<std::pair<std::string, ParameterSlot*>>& out) const {
     for (auto& [n, p] : params_) out.push_back({prefix + n, p.get()});
     for (auto& [n, c] : children_) c->collect(prefix + n + ".", out);

@@ -131,14 +131,19 @@ inline void blas_gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a
 
 namespace attn {
 
+/// "Eigen 3.4.0 (AVX512, FMA, AVX2, ...)": Eigen's product and the instructions it was compiled for.
+inline std::string eigen_gemm_description() {
+  return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+         std::to_string(EIGEN_MINOR_VERSION) + " (" + Eigen::SimdInstructionSetsInUse() + ")";
+}
+
 /// What runs cpu::gemm's large products, and at which kernels: "BLIS 0.9.0 (skx)", "OpenBLAS (...)",
-/// or "Eigen 3.4.0 (AVX512, FMA, AVX2, ...)" (Eigen's kernels are fixed when attn is compiled).
+/// or eigen_gemm_description() (Eigen's kernels are fixed when attn is compiled).
 inline std::string cpu_gemm_description() {
 #if defined(ATTN_HAVE_BLAS)
   return detail::blas_description();
 #else
-  return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
-         std::to_string(EIGEN_MINOR_VERSION) + " (" + Eigen::SimdInstructionSetsInUse() + ")";
+  return eigen_gemm_description();
 #endif
 }
 

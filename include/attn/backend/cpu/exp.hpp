@@ -52,23 +52,28 @@ inline float hsum_ps(__m128 v) {
 #endif
 
 #if defined(ATTN_MHA_AVX2)
+/// The AVX2 and AVX-512 exponentials' constants: v = n ln2 + r with n = round(v log2 e), ln2 split in
+/// two for an exact reduction, e^r by a degree-5 minimax polynomial (highest power first), v clamped
+/// to [lo, hi].
+namespace exp5 {
+inline constexpr float lo = -87.0f, hi = 88.0f, log2e = 1.44269504088896341f;
+inline constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+inline constexpr float c[6] = {8.2976548001e-03f, 4.1915383190e-02f, 1.6667574644e-01f,
+                               4.9998894334e-01f, 9.9999970198e-01f, 1.0000001192e+00f};
+}  // namespace exp5
 /// exp for 8 floats with AVX2 and FMA, for softmax's arguments (<= 0): v = n ln2 + r, |r| <= ln2/2,
 /// e^r by a degree-5 minimax polynomial (relative error <= 2.1e-7, about 2 ulp), 2^n added into the
 /// exponent bits. v < -87 (results under FLT_MIN, and -inf) gives exactly 0, which also keeps
 /// denormals out of the GEMMs; NaN stays NaN (max/min return their second operand for NaN); v is
 /// clamped at 88.
 __attribute__((target("avx2,fma"))) inline __m256 exp8_ps(__m256 v) {
-  const __m256 lo = _mm256_set1_ps(-87.0f);
-  const __m256 c = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(lo, v));
-  const __m256 fn = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(fn, _mm256_set1_ps(-0.693359375f), c);
-  r = _mm256_fmadd_ps(fn, _mm256_set1_ps(2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(8.2976548001e-03f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1915383190e-02f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6667574644e-01f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.9998894334e-01f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.9999970198e-01f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0000001192e+00f));
+  const __m256 lo = _mm256_set1_ps(exp5::lo);
+  const __m256 c = _mm256_min_ps(_mm256_set1_ps(exp5::hi), _mm256_max_ps(lo, v));
+  const __m256 fn = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(exp5::log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(fn, _mm256_set1_ps(-exp5::ln2_hi), c);
+  r = _mm256_fmadd_ps(fn, _mm256_set1_ps(-exp5::ln2_lo), r);
+  __m256 p = _mm256_set1_ps(exp5::c[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(exp5::c[i]));
   // c >= -87 keeps p 2^n normal, so adding n to the exponent field is exact.
   const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(fn), 23);
   const __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
@@ -101,17 +106,13 @@ __attribute__((target("avx2,fma"))) inline std::size_t exp_shift_sum_avx2(float*
 /// exp8_ps for 16 floats with AVX-512: the same reduction and polynomial, so both levels give the
 /// same results lane for lane.
 ATTN_TARGET_AVX512 inline __m512 exp16_ps(__m512 v) {
-  const __m512 lo = _mm512_set1_ps(-87.0f);
-  const __m512 c = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(lo, v));
-  const __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(fn, _mm512_set1_ps(-0.693359375f), c);
-  r = _mm512_fmadd_ps(fn, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(8.2976548001e-03f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1915383190e-02f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6667574644e-01f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.9998894334e-01f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.9999970198e-01f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0000001192e+00f));
+  const __m512 lo = _mm512_set1_ps(exp5::lo);
+  const __m512 c = _mm512_min_ps(_mm512_set1_ps(exp5::hi), _mm512_max_ps(lo, v));
+  const __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(exp5::log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(fn, _mm512_set1_ps(-exp5::ln2_hi), c);
+  r = _mm512_fmadd_ps(fn, _mm512_set1_ps(-exp5::ln2_lo), r);
+  __m512 p = _mm512_set1_ps(exp5::c[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp5::c[i]));
   const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(fn), 23);
   const __m512 y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
   // Zero below -87 and for -inf; NaN: max/min above return their second operand (lo, then 88), so
