@@ -2,8 +2,7 @@
 // Catch2 main for the CUDA device tests. Checks for a device before Catch2 starts: without one it
 // prints "SKIPPED: no CUDA device (<reason>)" and exits 77, which ctest reports as skipped, unless
 // ATTN_CUDA_REQUIRE_DEVICE is set (not "0"), which makes a missing device a failure.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "../catch_run.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,5 +23,5 @@ int main(int argc, char** argv) {
   }
   std::printf("attn::cuda on %s\n", attn_test::cuda_device_summary().c_str());
   std::fflush(stdout);
-  return Catch::Session().run(argc, argv);
+  return attn_test::run_catch(argc, argv);
 }

@@ -2,8 +2,9 @@
 // dist::NcclCommunicator and DataParallel<float, cuda, NcclCommunicator> on CUDA memory. Under
 // mpirun (one rank per GPU) the NCCL id travels over MPI; started alone it runs as a job of one,
 // without MPI. Without a CUDA device it exits 77 (skipped).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "../catch_run.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -104,6 +105,6 @@ int main(int argc, char** argv) {
   int version = 0;
   ncclGetVersion(&version);
   std::printf("NCCL %d, rank %d of %d, device %d, %s\n", version, nccl->rank(), nccl->size(), nccl->device(), under_mpi ? "MPI" : "no MPI");
-  const int failed = Catch::Session().run(argc, argv);
+  const int failed = attn_test::run_catch(argc, argv);
   return failed ? 1 : 0;
 }
