@@ -136,8 +136,28 @@ class Tensor {
   /// The same tensor with its static shape forgotten.
   Tensor<T, AnyShape, B> erased() const { return Tensor<T, AnyShape, B>::alias(data_, dims_); }
   void fill(T v) { B::template fill<T>(data(), numel(), v); }
+  /// Sets the count elements from offset (row-major) to v.
+  void fill(T v, std::size_t offset, std::size_t count) {
+    check_range("Tensor::fill", offset, count);
+    B::template fill<T>(data() + offset, count, v);
+  }
+  /// Copies host values into the elements from offset on (row-major), on any backend.
+  void copy_from_host(std::span<const T> host, std::size_t offset = 0) {
+    check_range("Tensor::copy_from_host", offset, host.size());
+    if (!host.empty()) B::template from_host<T>(data() + offset, host.data(), host.size());
+  }
+  /// Copies the elements from offset on (row-major) into host memory, on any backend.
+  void copy_to_host(std::span<T> host, std::size_t offset = 0) const {
+    check_range("Tensor::copy_to_host", offset, host.size());
+    if (!host.empty()) B::template to_host<T>(host.data(), data() + offset, host.size());
+  }
 
  private:
+  void check_range(const char* what, std::size_t offset, std::size_t count) const {
+    if (offset > numel() || count > numel() - offset)
+      throw ShapeError(std::string(what) + ": elements [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
+                       std::to_string(count) + ") outside a tensor of " + std::to_string(numel()) + " (" + dims_.str() + ")");
+  }
   template <class... I>
   std::size_t offset(I... i) const noexcept {
     std::size_t idx[] = {static_cast<std::size_t>(i)...};

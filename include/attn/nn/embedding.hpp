@@ -42,8 +42,7 @@ class Embedding : public Module {
   void reset_parameters(Rng& rng) override {
     init::fill_with(weight, rng, [this](Rng& r) { return r.normal(0, opt_.init_std); });
     if (opt_.padding_idx >= 0) {
-      T* row = const_cast<T*>(weight.raw().data()) + static_cast<std::size_t>(opt_.padding_idx) * Dim;
-      B::template fill<T>(row, Dim, T(0));
+      weight.data()->value.fill(T(0), static_cast<std::size_t>(opt_.padding_idx) * Dim, Dim);
     }
   }
 

@@ -14,7 +14,7 @@ template <class T, class S, class B, class F>
 void fill_with(const Var<T, S, B>& v, Rng& rng, F&& f) {
   std::vector<T> h(v.numel());
   for (auto& x : h) x = static_cast<T>(f(rng));
-  B::template from_host<T>(const_cast<T*>(v.raw().data()), h.data(), h.size());
+  v.data()->value.copy_from_host(h);
   v.data()->mark_value_written();
 }
 
@@ -30,7 +30,7 @@ void normal(const Var<T, S, B>& v, Rng& rng, double mean = 0, double std = 1) {
 }
 template <class T, class S, class B>
 void constant(const Var<T, S, B>& v, T c) {
-  B::template fill<T>(const_cast<T*>(v.raw().data()), v.numel(), c);
+  v.data()->value.fill(c);
   v.data()->mark_value_written();
 }
 /// Xavier/Glorot uniform for a (fan_out, fan_in) matrix: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).

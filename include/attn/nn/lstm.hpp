@@ -31,12 +31,8 @@ namespace lstm_detail {
 template <std::integral I, class S, class LB>
 PoolVector<int> host_lengths(const Tensor<I, S, LB>& t, std::size_t time) {
   if (t.rank() != 1) throw ShapeError("nn::LSTM: lengths must be a vector (B), got " + t.dims().str());
-  std::vector<I> host;
-  const I* v = t.data();
-  if constexpr (!LB::host_accessible) {  // a device tensor: read a host copy
-    host = t.to_vector();
-    v = host.data();
-  }
+  PoolVector<I> v(t.numel());  // a host copy on any backend (B values, from the pool)
+  t.copy_to_host(std::span<I>(v.data(), v.size()));
   PoolVector<int> out(t.numel());
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (v[i] < I(1) || static_cast<unsigned long long>(v[i]) > time)

@@ -51,9 +51,9 @@ class TypedParameter final : public ParameterSlot {
   const Dims& dims() const override { return var.dims(); }
   DType dtype() const override { return dtype_of<T>(); }
   std::size_t numel() const override { return var.numel(); }
-  void copy_to_host(void* dst) const override { B::template to_host<T>(static_cast<T*>(dst), var.raw().data(), numel()); }
+  void copy_to_host(void* dst) const override { var.raw().copy_to_host(std::span<T>(static_cast<T*>(dst), numel())); }
   void copy_from_host(const void* src) override {
-    B::template from_host<T>(const_cast<T*>(var.raw().data()), static_cast<const T*>(src), numel());
+    var.data()->value.copy_from_host(std::span<const T>(static_cast<const T*>(src), numel()));
     var.data()->mark_value_written();
   }
   void zero_grad() override { var.data()->zero_grad(); }
