@@ -28,6 +28,23 @@ TEST_CASE("tensor: from, clone and element access") {
   CHECK_THROWS_AS(t.reshape({4, 2}), attn::ShapeError);
 }
 
+TEST_CASE("tensor: host copies and ranged fill stay inside the tensor") {
+  auto t = attn::Tensor<float, Shape<2, 3>>::zeros({2, 3});
+  const std::vector<float> in{7, 8};
+  t.copy_from_host(in, 4);
+  t.fill(5.0f, 1, 2);
+  CHECK(t.to_vector() == std::vector<float>{0, 5, 5, 0, 7, 8});
+  std::vector<float> out(3);
+  t.copy_to_host(out, 2);
+  CHECK(out == std::vector<float>{5, 0, 7});
+  CHECK_THROWS_WITH(t.copy_from_host(in, 5), Catch::Contains("copy_from_host") && Catch::Contains("[5, 5 + 2)") &&
+                                                Catch::Contains("(2, 3)"));
+  CHECK_THROWS_AS(t.copy_to_host(out, 4), attn::ShapeError);
+  CHECK_THROWS_AS(t.fill(1.0f, 7, 0), attn::ShapeError);
+  CHECK_THROWS_AS(t.fill(1.0f, 1, std::size_t(-1)), attn::ShapeError);  // no wrap-around
+  CHECK(t.to_vector() == std::vector<float>{0, 5, 5, 0, 7, 8});          // nothing written by a rejected call
+}
+
 TEST_CASE("expressions: broadcasting and one-pass evaluation") {
   auto a = attn::Tensor<double, Shape<2, 3>>::from({2, 3}, {1, 2, 3, 4, 5, 6});
   auto b = attn::Tensor<double, Shape<3>>::from({3}, {10, 20, 30});
