@@ -109,7 +109,7 @@ inline json run_case(const std::string& name, int iters) {
     Tensor<float> xv({4, T, 256});
     for (std::size_t i = 0; i < xv.numel(); ++i) xv[i] = float(rng.uniform(-1, 1));
     attn::Var<float, Shape<dyn, dyn, 256>> xin(xv, true);
-    auto mask = Tensor<float>::full({4, T}, 1.0f);
+    const auto mask = attn::KeepMask(Tensor<float>::full({4, T}, 1.0f));
     Tensor<float> seed({4, T, 256});
     for (std::size_t i = 0; i < seed.numel(); ++i) seed[i] = float(rng.uniform(-1, 1));
     attn::Tape tape;

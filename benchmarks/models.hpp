@@ -14,8 +14,7 @@ using attn::Tensor;
 
 struct Batch {
   Tensor<std::int32_t> ids, pos;
-  Tensor<float> mask;
-  std::vector<int> lengths;
+  attn::Lengths lengths;  // real tokens first, then padding
   Tensor<std::int64_t> labels;
 };
 
@@ -29,8 +28,8 @@ struct R1 : nn::Module {
   template <attn::Context C>
   auto forward(C& ctx, const Batch& b) const {
     auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);
-    auto y = attention(ctx, attn::Var<float, Shape<dyn, dyn, 128>>(x), b.mask);
-    return head(ctx, nn::masked_mean(ctx, y, b.mask));
+    auto y = attention(ctx, attn::Var<float, Shape<dyn, dyn, 128>>(x), b.lengths);
+    return head(ctx, nn::masked_mean(ctx, y, b.lengths));
   }
 };
 
@@ -46,9 +45,9 @@ struct R2 : nn::Module {
   template <attn::Context C>
   auto forward(C& ctx, const Batch& b) const {
     auto x = tokens(ctx, b.ids);
-    auto out = lstm(ctx, attn::Var<float, Shape<dyn, dyn, 128>>(x), std::span<const int>(b.lengths)).out;
-    auto y = attention(ctx, out, b.mask);
-    return head(ctx, nn::masked_mean(ctx, y, b.mask));
+    auto out = lstm(ctx, attn::Var<float, Shape<dyn, dyn, 128>>(x), b.lengths).out;
+    auto y = attention(ctx, out, b.lengths);
+    return head(ctx, nn::masked_mean(ctx, y, b.lengths));
   }
 };
 
@@ -60,14 +59,12 @@ inline Batch make_batch(attn::Rng& rng, std::size_t vocab, std::size_t classes, 
   Batch out;
   out.ids = Tensor<std::int32_t>::zeros({b, t});
   out.pos = Tensor<std::int32_t>::zeros({b, t});
-  out.mask = Tensor<float>::zeros({b, t});
   out.labels = Tensor<std::int64_t>::zeros({b});
-  out.lengths = lengths;
+  out.lengths = attn::Lengths(lengths);
   for (std::size_t i = 0; i < b; ++i) {
     for (std::size_t j = 0; j < std::size_t(lengths[i]); ++j) {
       out.ids(i, j) = std::int32_t(1 + rng.below(vocab - 1));
       out.pos(i, j) = std::int32_t(j);
-      out.mask(i, j) = 1;
     }
     out.labels(i) = std::int64_t(rng.below(classes));
   }

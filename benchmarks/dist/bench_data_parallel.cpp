@@ -31,11 +31,12 @@ struct Classifier : nn::Module {
   nn::Attention<Heads, dim> attention{this, "attn"};
   nn::Linear<dim, 2> head{this, "head"};
 
-  /// ids, pos (B, T) int32, mask (B, T) -> logits (B, 2).
+  /// ids, pos (B, T) int32, mask (B, T) with 1 = real token -> logits (B, 2).
   template <class Ctx>
   auto forward(Ctx& ctx, const attn::Tensor<std::int32_t>& ids, const attn::Tensor<std::int32_t>& pos, const attn::Tensor<float>& mask) {
     auto x = attn::Var<float, attn::Shape<dyn, dyn, dim>>(attn::add(ctx, tokens(ctx, ids), positions(ctx, pos)));
-    return head(ctx, nn::masked_mean(ctx, attention(ctx, x, mask), mask));
+    const attn::KeepMask keep(mask);
+    return head(ctx, nn::masked_mean(ctx, attention(ctx, x, keep), keep));
   }
 };
 

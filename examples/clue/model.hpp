@@ -52,12 +52,11 @@ struct ModelConfig {
   }
 };
 
-/// One padded batch: ids (B, T), mask (B, T) with 1 = real character, lengths (B) in [1, T],
-/// labels (B) (zeros when unknown).
+/// One padded batch: ids (B, T), the lengths (B) in [1, T] (which the BiLSTM, the attention and the
+/// pooling all take), labels (B) (zeros when unknown).
 struct Batch {
   Tensor<std::int32_t, Shape<dyn, dyn>> ids;
-  Tensor<float, Shape<dyn, dyn>> mask;
-  std::vector<int> lengths;
+  attn::Lengths lengths;
   Tensor<std::int64_t, Shape<dyn>> labels;
   std::size_t size() const { return ids.size(0); }
 };
@@ -70,19 +69,16 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
   for (auto* s : seqs) t = std::max(t, s->size());
   Batch out;
   out.ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
-  out.mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});
   out.labels = Tensor<std::int64_t, Shape<dyn>>::zeros({b});
-  out.lengths.resize(b);
+  std::vector<int> lengths(b);
   for (std::size_t i = 0; i < b; ++i) {
     const auto& s = *seqs[i];
     if (s.empty()) throw attn::ArgumentError("clue::make_batch: empty sequence (encode() gives empty texts one <unk>)");
-    for (std::size_t j = 0; j < s.size(); ++j) {
-      out.ids(i, j) = s[j];
-      out.mask(i, j) = 1.0f;
-    }
-    out.lengths[i] = int(s.size());
+    for (std::size_t j = 0; j < s.size(); ++j) out.ids(i, j) = s[j];
+    lengths[i] = int(s.size());
     out.labels(i) = labels.empty() ? 0 : labels[i];
   }
+  out.lengths = attn::Lengths(std::move(lengths));
   return out;
 }
 
@@ -100,22 +96,21 @@ struct TnewsClassifier : nn::Module {
   template <attn::Context C>
   auto forward(C& ctx, const Batch& b, Tensor<float>* weights = nullptr) const {
     const bool tr = training();
-    const std::span<const int> lengths(b.lengths);
     attn::Var<float, Shape<dyn, dyn, kDim>> h;                          // (B, T, 256), zero at padding
     if constexpr (std::is_same_v<C, attn::NoGrad>) {
-      if (folded && !tr) h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, lengths).out;
+      if (folded && !tr) h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, b.lengths).out;
     }
-    if (!h.defined()) h = lstm(ctx, nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr), lengths).out;
+    if (!h.defined()) h = lstm(ctx, nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr), b.lengths).out;
     attn::Var<float, Shape<dyn, dyn, kDim>> a;
     if (weights) {
-      auto r = attention.forward_with_weights(ctx, h, b.mask);
+      auto r = attention.forward_with_weights(ctx, h, b.lengths);
       a = r.out;
       *weights = r.weights.erased();
     } else {
-      a = attention(ctx, h, b.mask);                                    // (B, T, 256)
+      a = attention(ctx, h, b.lengths);                                  // (B, T, 256)
     }
     auto y = cfg.residual ? norm(ctx, h + nn::dropout(ctx, a, cfg.dropout, tr)) : a;
-    auto pooled = nn::masked_mean(ctx, y, b.mask);                      // (B, 256)
+    auto pooled = nn::masked_mean(ctx, y, b.lengths);                    // (B, 256)
     return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, 15)
   }
 

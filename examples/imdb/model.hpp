@@ -96,11 +96,11 @@ struct ModelConfig {
   }
 };
 
-/// One padded batch: ids, positions and the mask (B, T), 1 = real token, for the attention; the
+/// One padded batch: ids, positions and the mask (B, T) of real tokens, for the attention; the
 /// hashed n-gram ids and their mask (B, N) for the bag; the NB-LR log-odds (B, 1).
 struct Batch {
   Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos, ngrams;
-  Tensor<float, Shape<dyn, dyn>> mask, ngram_mask;
+  attn::KeepMask<float, Shape<dyn, dyn>> mask, ngram_mask;
   Tensor<float, Shape<dyn, 1>> nb;
   Tensor<std::int64_t, Shape<dyn>> labels;
   std::size_t size() const { return ids.size(0); }
@@ -128,9 +128,9 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
   Batch out;
   out.ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
   out.pos = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
-  out.mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});
+  auto mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});  // 1 = a real token
   out.ngrams = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, nb});
-  out.ngram_mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, nb});
+  auto ngram_mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, nb});
   out.labels = Tensor<std::int64_t, Shape<dyn>>::zeros({b});
   out.nb = Tensor<float, Shape<dyn, 1>>::zeros({b, 1});
   for (std::size_t i = 0; i < b; ++i) {
@@ -139,18 +139,20 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
     for (std::size_t j = 0; j < kept.size(); ++j) {
       out.ids(i, j) = s[kept[j]];
       out.pos(i, j) = std::int32_t(j);
-      out.mask(i, j) = 1.0f;
+      mask(i, j) = 1.0f;
     }
     if (cfg.ngram_buckets) {
       std::size_t k = 0;
       for_each_ngram(s, cfg, [&](std::int32_t id) {
         out.ngrams(i, k) = id;
-        out.ngram_mask(i, k++) = 1.0f;
+        ngram_mask(i, k++) = 1.0f;
       });
     }
     out.labels(i) = labels.empty() ? 0 : labels[i];
     out.nb(i, 0) = nb_logits.empty() ? 0.0f : nb_logits[i];
   }
+  out.mask = attn::KeepMask(mask);
+  out.ngram_mask = attn::KeepMask(ngram_mask);
   return out;
 }
 

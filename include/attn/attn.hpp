@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
+#include "core/mask.hpp"
 #include "core/expr.hpp"
 #include "core/reduce.hpp"
 #include "core/rng.hpp"

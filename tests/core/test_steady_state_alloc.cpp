@@ -63,23 +63,25 @@ struct Classifier : nn::Module {
   template <attn::Context C>
   auto forward(C& ctx, const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& pos, const Tensor<float>& mask) const {
     auto x = tokens(ctx, ids) + positions(ctx, pos);
-    auto y = attention(ctx, attn::Var<float, Shape<dyn, dyn, 32>>(x), mask);
-    return head(ctx, nn::masked_mean(ctx, y, mask));
+    const attn::KeepMask keep(mask);
+    auto y = attention(ctx, attn::Var<float, Shape<dyn, dyn, 32>>(x), keep);
+    return head(ctx, nn::masked_mean(ctx, y, keep));
   }
 };
 
-/// R2 in small: Embedding, BiLSTM over ragged lengths, Attention<2, 32>, masked mean, Linear.
+/// R2 in small: Embedding, BiLSTM over ragged lengths, Attention<2, 32>, masked mean, Linear; the
+/// three take the same attn::Lengths.
 struct LstmClassifier : nn::Module {
   nn::Embedding<16> tokens{this, "tokens", 500, {.padding_idx = 0}};
   nn::BiLSTM<16, 16> lstm{this, "lstm"};
   nn::Attention<2, 32> attention{this, "attn"};
   nn::Linear<32, 3> head{this, "head"};
   template <attn::Context C>
-  auto forward(C& ctx, const Tensor<std::int32_t>& ids, const Tensor<std::int64_t>& lengths, const Tensor<float>& mask) const {
+  auto forward(C& ctx, const Tensor<std::int32_t>& ids, const attn::Lengths& lengths) const {
     auto x = tokens(ctx, ids);
     auto out = lstm(ctx, attn::Var<float, Shape<dyn, dyn, 16>>(x), lengths).out;
-    auto y = attention(ctx, out, mask);
-    return head(ctx, nn::masked_mean(ctx, y, mask));
+    auto y = attention(ctx, out, lengths);
+    return head(ctx, nn::masked_mean(ctx, y, lengths));
   }
 };
 
@@ -182,25 +184,22 @@ TEST_CASE("steady state: a BiLSTM classifier trains and infers without allocatin
   const std::size_t b = 6, t = 20;
   attn::Rng rng(5);
   auto ids = Tensor<std::int32_t>::zeros({b, t});
-  auto mask = Tensor<float>::zeros({b, t});
-  auto lengths = Tensor<std::int64_t>::zeros({b});
+  auto lengths_tensor = Tensor<std::int64_t>::zeros({b});
   auto labels = Tensor<std::int32_t>::zeros({b});
   for (std::size_t i = 0; i < b; ++i) {
     const std::size_t len = 3 + rng.below(t - 2);  // ragged, unsorted
-    lengths(i) = std::int64_t(len);
-    for (std::size_t j = 0; j < len; ++j) {
-      ids(i, j) = std::int32_t(1 + rng.below(499));
-      mask(i, j) = 1;
-    }
+    lengths_tensor(i) = std::int64_t(len);
+    for (std::size_t j = 0; j < len; ++j) ids(i, j) = std::int32_t(1 + rng.below(499));
     labels(i) = std::int32_t(rng.below(3));
   }
+  const attn::Lengths lengths(lengths_tensor);
   LstmClassifier model;
   attn::optim::Adam<float> opt(model, {.lr = 3e-3});
   attn::Tape tape;
   auto step = [&] {
     tape.clear();
     opt.zero_grad();
-    auto loss = attn::cross_entropy(tape, model.forward(tape, ids, lengths, mask), labels);
+    auto loss = attn::cross_entropy(tape, model.forward(tape, ids, lengths), labels);
     tape.backward(loss);
     opt.step();
     return loss.value().data()[0];
@@ -225,13 +224,13 @@ TEST_CASE("steady state: a BiLSTM classifier trains and infers without allocatin
   model.eval();
   for (int s = 0; s < 2; ++s) {
     attn::NoGrad ng;
-    model.forward(ng, ids, lengths, mask);
+    model.forward(ng, ids, lengths);
   }
   counting = true;
   const Counts b2 = now();
   for (int s = 0; s < 5; ++s) {
     attn::NoGrad ng;
-    model.forward(ng, ids, lengths, mask);
+    model.forward(ng, ids, lengths);
   }
   const Counts a2 = now();
   counting = false;

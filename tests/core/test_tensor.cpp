@@ -112,7 +112,7 @@ TEST_CASE("reductions") {
   CHECK(attn::argmax_rows(a) == std::vector<std::size_t>{2, 2});
 }
 
-TEST_CASE("dispatch: a run-time value selects a compile-time instantiation; others list the supported values") {
+TEST_CASE("dispatch: a run-time value selects a compile-time instantiation, others list the supported values") {
   auto twice = [&]<std::size_t H>() { return int(H * 2); };
   CHECK(attn::dispatch<1, 2, 4, 8, 16>(8, "--heads", twice) == 16);
   CHECK_THROWS_WITH((attn::dispatch<1, 2, 4, 8, 16>(3, "--heads", twice)),

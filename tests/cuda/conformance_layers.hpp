@@ -65,7 +65,7 @@ Result pool_case(std::uint64_t seed, F f) {
   Rng rng(seed);
   Tape tape;
   auto x = input<T, B>(rng, {4, 11, 24});
-  auto y = f(tape, x, pool_mask<T, B>());
+  auto y = f(tape, x, attn::KeepMask(pool_mask<T, B>()));
   backward_from(tape, y, rng);
   Result r;
   record_value(r, "y", y);
@@ -170,19 +170,16 @@ Result bilstm_classifier(std::uint64_t seed) {
   const std::size_t b = 6, t = 9;
   const std::vector<int> lengths = {9, 4, 7, 1, 9, 5};
   std::vector<std::int64_t> ids(b * t, 0), labels(b);
-  std::vector<T> mask(b * t, T(0));
   for (std::size_t i = 0; i < b; ++i) {
     labels[i] = static_cast<std::int64_t>(rng.below(5));
-    for (std::size_t s = 0; s < std::size_t(lengths[i]); ++s) {
-      ids[i * t + s] = 1 + static_cast<std::int64_t>(rng.below(39));
-      mask[i * t + s] = T(1);
-    }
+    for (std::size_t s = 0; s < std::size_t(lengths[i]); ++s) ids[i * t + s] = 1 + static_cast<std::int64_t>(rng.below(39));
   }
+  const attn::Lengths batch{9, 4, 7, 1, 9, 5};  // the same batch for the BiLSTM and the pooling
   using I = attn::Tensor<std::int64_t, AnyShape, B>;
   auto x = model.embed(tape, I::from({b, t}, std::span<const std::int64_t>(ids)));
-  auto h = model.rnn(tape, x, std::span<const int>(lengths)).out;
+  auto h = model.rnn(tape, x, batch).out;
   h = nn::dropout(tape, h, 0.2, true);
-  auto pooled = nn::masked_mean(tape, model.norm(tape, h), tensor<T, B>({b, t}, mask));
+  auto pooled = nn::masked_mean(tape, model.norm(tape, h), batch);
   auto logits = model.head(tape, pooled);
   auto loss = attn::cross_entropy(tape, logits, I::from({b}, std::span<const std::int64_t>(labels)));
   tape.backward(loss);

@@ -16,7 +16,7 @@ using namespace attn::data;
 using Ids = std::vector<std::int32_t>;
 using Batches = std::vector<std::vector<std::size_t>>;
 
-TEST_CASE("pad_batch: pads and truncates to max_len; mask and lengths match") {
+TEST_CASE("pad_batch: pads and truncates to max_len, mask and lengths match") {
   const std::vector<Ids> seqs{{5, 6, 7}, {8}, {}, {1, 2, 3, 4, 5, 6}};
   const PaddedBatch b = pad_batch(seqs, {.max_len = 4});
   CHECK(b.batch == 4);
@@ -125,7 +125,7 @@ TEST_CASE("random_split: sizes, disjointness, determinism") {
   CHECK_THROWS_AS(random_split(7, std::numeric_limits<double>::quiet_NaN(), 1), attn::ArgumentError);
 }
 
-TEST_CASE("stratified_split: keeps label shares; remainders go to the largest fractions") {
+TEST_CASE("stratified_split: keeps label shares, remainders go to the largest fractions") {
   std::vector<int> labels(100, 0);
   std::fill(labels.begin() + 80, labels.end(), 1);
   const Split s = stratified_split(labels, 0.25, 7);

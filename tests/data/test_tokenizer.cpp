@@ -69,7 +69,7 @@ TEST_CASE("chinese: white space of every kind is dropped") {
   CHECK(tok("   ").empty());
 }
 
-TEST_CASE("chinese: mixed Chinese, ASCII and emoji; an emoji with its modifiers is one token") {
+TEST_CASE("chinese: mixed Chinese, ASCII and emoji, an emoji with its modifiers is one token") {
   ChineseCharTokenizer tok;
   CHECK(tok("\u5468\u6770\u4F26 \u65B0\u6B4CMV\U0001F600") ==
         V{"\u5468", "\u6770", "\u4F26", "\u65B0", "\u6B4C", "mv", "\U0001F600"});

@@ -24,7 +24,7 @@ TokenCounts counts_of(const std::vector<std::pair<std::string, int>>& items) {
 }
 }  // namespace
 
-TEST_CASE("vocab: build orders by count, then by token bytes; applies min_freq and max_size") {
+TEST_CASE("vocab: build orders by count, then by token bytes, applies min_freq and max_size") {
   const auto c = counts_of({{"the", 5}, {"b", 3}, {"a", 5}, {"c", 3}, {"z", 1}, {"<pad>", 9}, {"<unk>", 9}});
   const Vocab v = Vocab::build(c, {.min_freq = 2});
   CHECK(v.tokens() == V{"<pad>", "<unk>", "a", "the", "b", "c"});
@@ -42,7 +42,7 @@ TEST_CASE("vocab: ties compare bytes unsigned, independent of insertion order") 
   CHECK(Vocab::build(b) == va);
 }
 
-TEST_CASE("vocab: encode maps unknown tokens to UNK and counts them; decode inverts") {
+TEST_CASE("vocab: encode maps unknown tokens to UNK and counts them, decode inverts") {
   TokenCounts c;
   c.add(V{"the", "cat", "sat", "the"});
   const Vocab v = Vocab::build(c);

@@ -202,8 +202,9 @@ struct Reordered : attn::nn::Module {
   template <class Ctx>
   auto forward(Ctx& ctx, const attn::Tensor<std::int32_t>& ids, const attn::Tensor<float>& mask) {
     auto x = tokens(ctx, ids);
-    auto y = attention(ctx, attn::Var<float, attn::Shape<attn::dyn, attn::dyn, dist_test::dim>>(x), mask);
-    return head(ctx, attn::nn::masked_mean(ctx, y, mask));
+    const attn::KeepMask keep(mask);
+    auto y = attention(ctx, attn::Var<float, attn::Shape<attn::dyn, attn::dyn, dist_test::dim>>(x), keep);
+    return head(ctx, attn::nn::masked_mean(ctx, y, keep));
   }
 };
 }  // namespace

@@ -20,12 +20,13 @@ struct TinyClassifier : attn::nn::Module {
   attn::nn::Attention<2, dim> attention{this, "attn"};
   attn::nn::Linear<dim, classes> head{this, "head"};
 
-  /// ids, mask (B, T) -> logits (B, classes).
+  /// ids, mask (B, T) with 1 = real token -> logits (B, classes).
   template <class Ctx>
   auto forward(Ctx& ctx, const attn::Tensor<std::int32_t>& ids, const attn::Tensor<float>& mask) {
     auto x = tokens(ctx, ids);
-    auto y = attention(ctx, attn::Var<float, attn::Shape<attn::dyn, attn::dyn, dim>>(x), mask);
-    return head(ctx, attn::nn::masked_mean(ctx, y, mask));
+    const attn::KeepMask keep(mask);
+    auto y = attention(ctx, attn::Var<float, attn::Shape<attn::dyn, attn::dyn, dim>>(x), keep);
+    return head(ctx, attn::nn::masked_mean(ctx, y, keep));
   }
 };
 

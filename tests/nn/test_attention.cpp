@@ -4,6 +4,8 @@
 #include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
 
+#include <limits>
+
 #include <attn/autograd/attention.hpp>
 #include <attn/nn/attention.hpp>
 
@@ -129,15 +131,15 @@ TEST_CASE("Attention: a wrong run-time width or mask shape throws ShapeError nam
   attn::NoGrad ng;
   attn::Var<float> bad(random<float>({2, 3, 8}));
   auto mask = lengths_mask<float>({3, 2}, 3);
-  CHECK_THROWS_AS(a(ng, bad, mask), attn::ShapeError);
-  CHECK_THROWS_WITH(a(ng, bad, mask), Catch::Contains("Attention"));
+  CHECK_THROWS_AS(a(ng, bad, attn::KeepMask(mask)), attn::ShapeError);
+  CHECK_THROWS_WITH(a(ng, bad, attn::KeepMask(mask)), Catch::Contains("Attention"));
   attn::Var<float> rank2(random<float>({3, 16}));
-  CHECK_THROWS_WITH(a(ng, rank2, mask), Catch::Contains("Attention"));
+  CHECK_THROWS_WITH(a(ng, rank2, attn::KeepMask(mask)), Catch::Contains("Attention"));
   attn::Var<float, Shape<dyn, dyn, 16>> x(random<float>({2, 3, 16}));
-  CHECK_THROWS_WITH(a(ng, x, lengths_mask<float>({3, 2, 1}, 3)), Catch::Contains("Attention"));
-  CHECK_THROWS_AS(a(ng, x, lengths_mask<float>({3, 2}, 4)), attn::ShapeError);
-  CHECK_THROWS_WITH(a(ng, x, mask, {.attn_mask = causal_mask<float>(4)}), Catch::Contains("Attention"));
-  CHECK_THROWS_AS(a.forward_with_weights(ng, x, mask, {.kernel = AttentionKernel::flash}), attn::ArgumentError);
+  CHECK_THROWS_WITH(a(ng, x, attn::KeepMask(lengths_mask<float>({3, 2, 1}, 3))), Catch::Contains("Attention"));
+  CHECK_THROWS_AS(a(ng, x, attn::KeepMask(lengths_mask<float>({3, 2}, 4))), attn::ShapeError);
+  CHECK_THROWS_WITH(a(ng, x, attn::KeepMask(mask), {.attn_mask = causal_mask<float>(4)}), Catch::Contains("Attention"));
+  CHECK_THROWS_AS(a.forward_with_weights(ng, x, attn::KeepMask(mask), {.kernel = AttentionKernel::flash}), attn::ArgumentError);
   // The op itself checks its own inputs too.
   attn::Var<float> qkv(random<float>({2, 3, 47}));
   CHECK_THROWS_AS(attn::self_attention(ng, qkv, {.heads = 2}), attn::ShapeError);
@@ -264,7 +266,7 @@ LayerRun run_layer(AttentionKernel kernel, const Tensor<float>& x, const Tensor<
   for (std::size_t i = 0; i < ps.size(); ++i) set_value(ps[i], params[i]);
   Tape tape(7);
   attn::Var<float, Shape<dyn, dyn, D>> xv(x.clone(), true);
-  auto y = a(tape, xv, mask, {.attn_mask = am, .kernel = kernel});
+  auto y = a(tape, xv, attn::KeepMask(mask), {.attn_mask = am, .kernel = kernel});
   tape.backward(y, dout);
   LayerRun r{y.value().erased(), xv.grad().erased(), {}};
   for (auto& p : ps) r.gparams.push_back(p.grad().erased());
@@ -335,12 +337,12 @@ void golden_case(const std::string& name, AttentionKernel kernel, double tol) {
   attn::Var<T, Shape<dyn, dyn, D>> x(golden::tensor<T>(f, "x"), true);
   attn::Var<T, Shape<dyn, dyn, D>> y;
   if (kernel == AttentionKernel::naive) {
-    auto r = a.forward_with_weights(tape, x, mask, {.attn_mask = am});
+    auto r = a.forward_with_weights(tape, x, attn::KeepMask(mask), {.attn_mask = am});
     static_assert(std::is_same_v<decltype(r.weights), Tensor<T, Shape<dyn, H, dyn, dyn>>>);
     golden::expect_close(f, "weights", r.weights, tol);
     y = r.out;
   } else {
-    y = a(tape, x, mask, {.attn_mask = am, .kernel = AttentionKernel::flash});
+    y = a(tape, x, attn::KeepMask(mask), {.attn_mask = am, .kernel = AttentionKernel::flash});
   }
   golden::expect_close(f, "out", y.value(), tol);
   tape.backward(y, golden::tensor<T>(f, "dout"));
@@ -378,7 +380,7 @@ TEST_CASE("golden: a fully padded sample gives zero weights and out = out_proj.b
   set_value(a.out_proj.bias, golden::tensor<float>(f, "out_proj.bias"));
   attn::NoGrad ng;
   attn::Var<float> x(golden::tensor<float>(f, "x"));
-  auto r = a.forward_with_weights(ng, x, golden::tensor<float>(f, "mask"));
+  auto r = a.forward_with_weights(ng, x, attn::KeepMask(golden::tensor<float>(f, "mask")));
   for (std::size_t h = 0; h < 2; ++h)
     for (std::size_t i = 0; i < 5; ++i)
       for (std::size_t j = 0; j < 5; ++j) {
@@ -389,6 +391,59 @@ TEST_CASE("golden: a fully padded sample gives zero weights and out = out_proj.b
     for (std::size_t c = 0; c < 16; ++c) CHECK(r.out.value()(1, t, c) == a.out_proj.bias.raw()[c]);
 }
 
+TEST_CASE("masks: torch's key_padding_mask is a PaddingMask, and every form of the same batch gives the same output") {
+  auto f = golden::load("mha_h2");
+  nn::Attention<2, 16> a(nullptr, "attn");
+  set_value(a.in_proj_weight, golden::tensor<float>(f, "in_proj_weight"));
+  set_value(a.in_proj_bias, golden::tensor<float>(f, "in_proj_bias"));
+  set_value(a.out_proj.weight, golden::tensor<float>(f, "out_proj.weight"));
+  set_value(a.out_proj.bias, golden::tensor<float>(f, "out_proj.bias"));
+  const auto keep = golden::tensor<float>(f, "mask");  // 1 = a real token
+  const std::size_t b = keep.size(0), t = keep.size(1);
+  Tensor<bool> key_padding_mask(Dims{b, t});  // torch's convention: true = padding
+  Tensor<std::uint8_t> keep_u8(Dims{b, t});
+  Tensor<double> pad_f64(Dims{b, t});
+  for (std::size_t i = 0; i < keep.numel(); ++i) {
+    key_padding_mask[i] = keep[i] == 0.0f;
+    keep_u8[i] = keep[i] != 0.0f ? 1 : 0;
+    pad_f64[i] = keep[i] == 0.0f ? 1.0 : 0.0;
+  }
+  REQUIRE(keep.numel() > 0);
+  attn::NoGrad ng;
+  attn::Var<float> x(golden::tensor<float>(f, "x"));
+  const auto ref = a(ng, x, attn::KeepMask(keep)).value();
+  golden::expect_close(f, "out", a(ng, x, attn::PaddingMask(key_padding_mask)).value(), 1e-5);
+  CHECK(rel_diff(a(ng, x, attn::KeepMask(keep_u8)).value(), ref) == 0.0);
+  CHECK(rel_diff(a(ng, x, attn::PaddingMask(pad_f64)).value(), ref) == 0.0);
+  const auto lengths = attn::mask_lengths(attn::KeepMask(keep), b, t, "test");
+  CHECK(rel_diff(a(ng, x, attn::Lengths(std::vector<int>(lengths.begin(), lengths.end()))).value(), ref) == 0.0);
+  CHECK(rel_diff(nn::masked_mean(ng, x, attn::PaddingMask(key_padding_mask)).value(), nn::masked_mean(ng, x, attn::KeepMask(keep)).value()) == 0.0);
+  // The inverted reading that a bare tensor allowed gives other numbers: the forms are not interchangeable.
+  CHECK(rel_diff(a(ng, x, attn::KeepMask(pad_f64)).value(), ref) > 1e-2);
+}
+
+TEST_CASE("masks: values other than 0 and 1, wrong shapes and bad lengths are errors naming the caller") {
+  nn::Attention<2, 8> a(nullptr, "attn");
+  attn::NoGrad ng;
+  attn::Var<float> x(random<float>({2, 3, 8}));
+  auto half = Tensor<float>::full({2, 3}, 1.0f);
+  half(1, 2) = 0.5f;
+  CHECK_THROWS_WITH(a(ng, x, attn::KeepMask(half)),
+                    Catch::Contains("nn::Attention") && Catch::Contains("KeepMask holds 0.5") && Catch::Contains("(1, 2)"));
+  auto additive = Tensor<float>::zeros({2, 3});  // torch's additive float key_padding_mask: -inf = padding
+  additive(0, 2) = -std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH(a(ng, x, attn::PaddingMask(additive)), Catch::Contains("0 and 1 only") && Catch::Contains("-inf"));
+  CHECK_THROWS_AS(a(ng, x, attn::KeepMask(Tensor<float>::full({2, 4}, 1.0f))), attn::ShapeError);
+  CHECK_THROWS_WITH(a(ng, x, attn::Lengths{3}), Catch::Contains("1 lengths for a batch of 2"));
+  CHECK_THROWS_WITH(a(ng, x, attn::Lengths{3, 4}), Catch::Contains("lengths[1] = 4") && Catch::Contains("[1, 3]"));
+  CHECK_THROWS_WITH(a(ng, x, attn::Lengths{0, 3}), Catch::Contains("lengths[0] = 0"));
+  CHECK_THROWS_WITH(nn::masked_mean(ng, x, attn::KeepMask(half)), Catch::Contains("masked_mean"));
+  CHECK_THROWS_WITH(nn::masked_max(ng, x, attn::Lengths{4, 1}), Catch::Contains("masked_max"));
+  CHECK_THROWS_WITH(attn::Lengths(Tensor<std::int64_t>::from({2}, {3, -1})), Catch::Contains("lengths[1] = -1"));
+  // No mask: every position real, the same as a full one.
+  CHECK(rel_diff(a(ng, x).value(), a(ng, x, attn::Lengths{3, 3}).value()) == 0.0);
+}
+
 TEST_CASE("Attention: NoGrad and Tape agree, eval mode disables dropout, weights rows sum to 1") {
   nn::Attention<4, 32> a(nullptr, "attn", {.dropout = 0.5});
   auto x = random<float>({2, 9, 32});
@@ -396,14 +451,14 @@ TEST_CASE("Attention: NoGrad and Tape agree, eval mode disables dropout, weights
   attn::NoGrad ng;
   Tape tape;
   a.eval();
-  auto y0 = a(ng, attn::Var<float>(x), mask).value();
-  auto y1 = a(tape, attn::Var<float>(x, true), mask).value();
+  auto y0 = a(ng, attn::Var<float>(x), attn::KeepMask(mask)).value();
+  auto y1 = a(tape, attn::Var<float>(x, true), attn::KeepMask(mask)).value();
   CHECK(rel_diff(y0, y1) == 0.0);
   a.train();
-  auto y2 = a(ng, attn::Var<float>(x), mask).value();
+  auto y2 = a(ng, attn::Var<float>(x), attn::KeepMask(mask)).value();
   CHECK(rel_diff(y2, y0) > 1e-3);  // dropout is active in training mode
   a.eval();
-  auto r = a.forward_with_weights(ng, attn::Var<float>(x), mask);
+  auto r = a.forward_with_weights(ng, attn::Var<float>(x), attn::KeepMask(mask));
   CHECK(rel_diff(r.out.value(), y0) <= 1e-6);
   for (std::size_t b = 0; b < 2; ++b)
     for (std::size_t h = 0; h < 4; ++h)
@@ -414,7 +469,7 @@ TEST_CASE("Attention: NoGrad and Tape agree, eval mode disables dropout, weights
       }
 }
 
-TEST_CASE("Attention, PaddedRows::zero: the real rows and every gradient match PaddedRows::compute; padded rows are zero") {
+TEST_CASE("Attention, PaddedRows::zero: the real rows and every gradient match PaddedRows::compute, padded rows are zero") {
   const std::size_t n = 11;
   // Ragged lengths with a fully padded sample; the same with holes (padding before real tokens: the
   // padded rows are then zeroed, not skipped); no padding at all (the unpacked path); all padding.
@@ -438,7 +493,7 @@ TEST_CASE("Attention, PaddedRows::zero: the real rows and every gradient match P
       Tensor<float>::full({bn, n, 96}, std::numeric_limits<float>::quiet_NaN());
       Tape tape;
       attn::Var<float, Shape<dyn, dyn, 32>> xv(x.clone(), true);
-      auto y = a(tape, xv, mask, {.kernel = kernel});
+      auto y = a(tape, xv, attn::KeepMask(mask), {.kernel = kernel});
       tape.backward(y, dout);
       Run r{y.value().erased().clone(), xv.grad().erased().clone(), {}};
       for (auto& p : a.parameters<float>()) r.gp.push_back(p.grad().erased().clone());
@@ -490,7 +545,7 @@ TEST_CASE("flash attention keeps O(T) memory: no T x T buffer at T = 2048") {
     Tape tape;
     attn::Var<float, Shape<dyn, dyn, 64>> xv(x, true);
     const auto allocs = attn::cpu::allocations();
-    auto y = a(tape, xv, mask, {.stats = &flash});
+    auto y = a(tape, xv, attn::KeepMask(mask), {.stats = &flash});
     tape.backward(y, random<float>({1, n, 64}));
     CHECK(attn::cpu::allocations() - allocs < 40);
     REQUIRE(all_finite(xv.grad().erased()));
@@ -506,7 +561,7 @@ TEST_CASE("flash attention keeps O(T) memory: no T x T buffer at T = 2048") {
     const std::size_t m = 512;
     Tape tape;
     attn::Var<float> xv(random<float>({1, m, 64}), true);
-    auto y = a(tape, xv, lengths_mask<float>({m}, m), {.kernel = AttentionKernel::naive, .stats = &naive});
+    auto y = a(tape, xv, attn::KeepMask(lengths_mask<float>({m}, m)), {.kernel = AttentionKernel::naive, .stats = &naive});
     tape.backward(y, random<float>({1, m, 64}));
     CHECK(naive.saved_bytes == 4 * m * m * sizeof(float));
     CHECK(naive.largest_bytes >= 4 * m * m * sizeof(float));

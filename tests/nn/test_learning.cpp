@@ -21,8 +21,9 @@ struct OrderNet : nn::Module {
   template <attn::Context C>
   auto forward(C& ctx, const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& pos, const Tensor<float>& mask) const {
     auto x = attn::Var<float, Shape<dyn, dyn, 32>>(tokens(ctx, ids) + positions(ctx, pos));
-    auto h = norm(ctx, x + attention(ctx, x, mask));
-    return head(ctx, attn::relu(ctx, hidden(ctx, nn::masked_mean(ctx, h, mask))));
+    const attn::KeepMask keep(mask);  // 1 = a real token
+    auto h = norm(ctx, x + attention(ctx, x, keep));
+    return head(ctx, attn::relu(ctx, hidden(ctx, nn::masked_mean(ctx, h, keep))));
   }
 };
 

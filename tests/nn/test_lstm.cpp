@@ -343,3 +343,25 @@ TEST_CASE("embedded_lstm: tables refuse to run once their weights have changed, 
     CHECK_THROWS_WITH(nn::embedded_lstm(ng, m.lstm, tables, ids, lengths), Catch::Contains("the embedding table"));
   }
 }
+
+TEST_CASE("BiLSTM: takes the batch as Lengths, KeepMask or PaddingMask, like nn::Attention, padding before a real token is an error") {
+  nn::BiLSTM<4, 3, double> lstm(nullptr, "lstm");
+  attn::NoGrad ng;
+  attn::Var<double> x(rnd({2, 5, 4}));
+  const std::vector<int> len{5, 2};
+  const auto ref = lstm(ng, x, std::span<const int>(len)).out.value().to_vector();
+  auto keep = Tensor<std::uint8_t>::zeros({2, 5});
+  Tensor<bool> pad(Dims{2, 5});
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t t = 0; t < 5; ++t) {
+      keep(b, t) = t < std::size_t(len[b]) ? 1 : 0;
+      pad(b, t) = keep(b, t) == 0;
+    }
+  CHECK(lstm(ng, x, attn::Lengths{5, 2}).out.value().to_vector() == ref);
+  CHECK(lstm(ng, x, attn::KeepMask(keep)).out.value().to_vector() == ref);
+  CHECK(lstm(ng, x, attn::PaddingMask(pad)).out.value().to_vector() == ref);
+  keep(1, 3) = 1;  // a real token after padding: not a lengths batch
+  CHECK_THROWS_WITH(lstm(ng, x, attn::KeepMask(keep)),
+                    Catch::Contains("nn::BiLSTM") && Catch::Contains("sample 1") && Catch::Contains("attn::Lengths"));
+  CHECK_THROWS_WITH(lstm(ng, x, attn::Lengths{5, 6}), Catch::Contains("nn::BiLSTM") && Catch::Contains("lengths[1] = 6"));
+}

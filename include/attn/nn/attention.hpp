@@ -2,7 +2,8 @@
 // nn::Attention<Heads, Dim>: multi-head self-attention, torch.nn.MultiheadAttention(batch_first=True)
 // with q = k = v = x and PyTorch's parameter names. One fused QKV projection (attn::linear), the
 // flash kernel unless the weights are asked for (attn::self_attention), output projection.
-//   attn::nn::Attention<8, 128> attention{this, "attn", {.dropout = 0.1}};   auto y = attention(ctx, x, mask);
+//   attn::nn::Attention<8, 128> attention{this, "attn", {.dropout = 0.1}};
+//   auto y = attention(ctx, x, attn::Lengths{12, 7});          // or attn::KeepMask(m), attn::PaddingMask(m)
 #pragma once
 #include <algorithm>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "../autograd/attention.hpp"
 #include "../autograd/linear.hpp"
+#include "../core/mask.hpp"
 #include "init.hpp"
 #include "linear.hpp"
 #include "module.hpp"
@@ -20,7 +22,7 @@ namespace attn::nn {
 /// The head count the library suggests for a model width: max(4, hidden / 64).
 constexpr std::size_t recommended_heads(std::size_t hidden) { return std::max<std::size_t>(4, hidden / 64); }
 
-/// What the layer returns at padded positions (mask 0).
+/// What the layer returns at padded positions.
 enum class PaddedRows {
   compute,  // every row is computed, padded queries attending to the real keys: torch.nn.MultiheadAttention's output
   zero,     // padded rows are skipped in both projections and come out as zero (PyTorch's nested-tensor fast
@@ -95,22 +97,44 @@ class Attention : public Module {
     if (in_proj_bias.defined()) init::constant(in_proj_bias, T(0));
   }
 
-  /// x (B, T, Dim), mask (B, T) with 1 for a real token and 0 for padding -> (B, T, Dim).
-  template <Context C, class S, class SM>
-  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& mask, AttentionExtras<T, B> extras = {}) const {
-    return forward(ctx, x, mask, extras, nullptr);
+  /// x (B, T, Dim) -> (B, T, Dim). mask says which of the (B, T) positions are real tokens (the
+  /// others get no attention weight): attn::Lengths, attn::KeepMask(m) (1 = real token) or
+  /// attn::PaddingMask(m) (1 = padding, torch's key_padding_mask); see core/mask.hpp.
+  template <Context C, class S, TokenMask M>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x, const M& mask, AttentionExtras<T, B> extras = {}) const {
+    return forward(ctx, x, &mask, extras, nullptr);
+  }
+  /// Every position a real token.
+  template <Context C, class S>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x, AttentionExtras<T, B> extras = {}) const {
+    return forward(ctx, x, static_cast<const Lengths*>(nullptr), extras, nullptr);
+  }
+  /// A bare tensor does not say whether 1 means a real token or padding: rejected at compile time.
+  template <Context C, class S, BareMaskTensor M>
+  Var<T, S, B> operator()(C&, const Var<T, S, B>&, const M&, AttentionExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<M>,
+                  "nn::Attention: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
+                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's key_padding_mask) or attn::Lengths");
+    return {};
   }
 
   /// The same, also returning the softmax weights (B, Heads, T, T) (runs the naive kernel). Under
   /// PaddedRows::zero the rows of padded queries hold uniform weights over the real keys.
-  template <Context C, class S, class SM>
-  AttentionOutput<T, S, Heads, B> forward_with_weights(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& mask,
+  template <Context C, class S, TokenMask M>
+  AttentionOutput<T, S, Heads, B> forward_with_weights(C& ctx, const Var<T, S, B>& x, const M& mask,
                                                        AttentionExtras<T, B> extras = {}) const {
-    if (extras.kernel == AttentionKernel::flash)
-      throw ArgumentError("nn::Attention::forward_with_weights: the flash kernel does not form the weights");
-    Tensor<T, AnyShape, B> w;
-    auto out = forward(ctx, x, mask, extras, &w);
-    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
+    return with_weights(ctx, x, &mask, extras);
+  }
+  template <Context C, class S>
+  AttentionOutput<T, S, Heads, B> forward_with_weights(C& ctx, const Var<T, S, B>& x, AttentionExtras<T, B> extras = {}) const {
+    return with_weights(ctx, x, static_cast<const Lengths*>(nullptr), extras);
+  }
+  template <Context C, class S, BareMaskTensor M>
+  AttentionOutput<T, S, Heads, B> forward_with_weights(C&, const Var<T, S, B>&, const M&, AttentionExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<M>,
+                  "nn::Attention: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
+                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's key_padding_mask) or attn::Lengths");
+    return {};
   }
 
   Var<T, Shape<3 * Dim, Dim>, B> in_proj_weight;
@@ -120,8 +144,18 @@ class Attention : public Module {
  private:
   AttentionOptions opt_;
 
-  template <Context C, class S, class SM>
-  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& x, const Tensor<T, SM, B>& mask, const AttentionExtras<T, B>& extras,
+  template <Context C, class S, class M>
+  AttentionOutput<T, S, Heads, B> with_weights(C& ctx, const Var<T, S, B>& x, const M* mask, const AttentionExtras<T, B>& extras) const {
+    if (extras.kernel == AttentionKernel::flash)
+      throw ArgumentError("nn::Attention::forward_with_weights: the flash kernel does not form the weights");
+    Tensor<T, AnyShape, B> w;
+    auto out = forward(ctx, x, mask, extras, &w);
+    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
+  }
+
+  /// mask null: every position real.
+  template <Context C, class S, class M>
+  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& x, const M* key_mask, const AttentionExtras<T, B>& extras,
                        Tensor<T, AnyShape, B>* weights) const {
     if constexpr (!std::is_same_v<S, AnyShape>) {
       static_assert(S::rank == 3, "nn::Attention: the input must be (batch, time, Dim)");
@@ -131,8 +165,7 @@ class Attention : public Module {
     if (d.n != 3 || d.v[2] != Dim)
       throw ShapeError("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">: input shape " + d.str() +
                        " is not (batch, time, " + std::to_string(Dim) + ")");
-    if (!(mask.dims() == Dims{d.v[0], d.v[1]}))
-      shape_mismatch("nn::Attention", "mask must be (batch, time) of the input", mask.dims(), Dims{d.v[0], d.v[1]});
+    const Tensor<T, AnyShape, B> mask = key_mask ? keep_mask<T, B>(*key_mask, d.v[0], d.v[1], "nn::Attention") : Tensor<T, AnyShape, B>{};
     if (!extras.attn_mask.empty() && !(extras.attn_mask.dims() == Dims{d.v[1], d.v[1]}))
       shape_mismatch("nn::Attention", "attn_mask must be (time, time)", extras.attn_mask.dims(), Dims{d.v[1], d.v[1]});
     // PaddedRows::zero: the projections run on the real rows only. A padded row's Q, K and V are
@@ -140,7 +173,7 @@ class Attention : public Module {
     // output projection.
     Tensor<std::int64_t, AnyShape, B> rows;
     bool prefix = false;
-    const bool packed = opt_.padded == PaddedRows::zero && real_rows(mask, rows, &prefix);
+    const bool packed = opt_.padded == PaddedRows::zero && !mask.empty() && real_rows(mask, rows, &prefix);
     const Tensor<std::int64_t, AnyShape, B>* map = packed ? &rows : nullptr;
     // The flash kernel skipping padded queries never reads the rows after a sample's last real
     // token (which are all its padded rows under a lengths mask): they need not be zeroed.
@@ -149,7 +182,7 @@ class Attention : public Module {
     auto qkv = linear(ctx, x, in_proj_weight, in_proj_bias, {.map = map, .fill_rest = !(flash && prefix)});
     auto o = self_attention(ctx, qkv,
                             AttentionArgs<T, B>{.heads = Heads,
-                                                .key_mask = mask.erased(),
+                                                .key_mask = mask,
                                                 .attn_mask = extras.attn_mask,
                                                 .dropout = training() ? opt_.dropout : 0.0,
                                                 .kernel = extras.kernel,

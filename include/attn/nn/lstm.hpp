@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../autograd/lstm.hpp"
+#include "../core/mask.hpp"
 #include "embedding.hpp"
 #include "init.hpp"
 #include "module.hpp"
@@ -97,6 +98,14 @@ class LSTM : public Module {
     const PoolVector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
     return (*this)(ctx, x, std::span<const int>(l));
   }
+  /// The same with the batch described as for nn::Attention: attn::Lengths, or a KeepMask or
+  /// PaddingMask whose real tokens come first in each sample.
+  template <Context C, class SX, TokenMask M>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask) const {
+    lstm_detail::check_input<In, SX>(x.dims());
+    const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::LSTM");
+    return (*this)(ctx, x, std::span<const int>(l));
+  }
 
   /// The parameters of each direction, for the attn::lstm functions.
   std::vector<LstmWeights<T, B>> weights() const { return {{weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0}}; }
@@ -156,6 +165,14 @@ class BiLSTM : public Module {
   Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
     lstm_detail::check_input<In, SX>(x.dims());
     const PoolVector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
+    return (*this)(ctx, x, std::span<const int>(l));
+  }
+  /// The same with the batch described as for nn::Attention: attn::Lengths, or a KeepMask or
+  /// PaddingMask whose real tokens come first in each sample.
+  template <Context C, class SX, TokenMask M>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask) const {
+    lstm_detail::check_input<In, SX>(x.dims());
+    const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::BiLSTM");
     return (*this)(ctx, x, std::span<const int>(l));
   }
 
@@ -228,6 +245,11 @@ typename Lstm::Output embedded_lstm(NoGrad& ctx, const Lstm& lstm, const LstmInp
   auto r = lstm_from_table<T>(ctx, std::span<const Tensor<T, AnyShape, cpu>>(tables.dirs), ids, lengths,
                               std::span<const LstmWeights<T, cpu>>(w));
   return {r.out, r.h_n, r.c_n};
+}
+template <class Lstm, class T, std::integral I, class SI>
+typename Lstm::Output embedded_lstm(NoGrad& ctx, const Lstm& lstm, const LstmInputTables<T>& tables, const Tensor<I, SI, cpu>& ids,
+                                    const Lengths& lengths) {
+  return embedded_lstm(ctx, lstm, tables, ids, lengths.values());
 }
 
 }  // namespace attn::nn

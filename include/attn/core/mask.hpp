@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: MIT
+// Which positions of a padded (batch, time) input hold real tokens, with the convention in the type:
+//   attn::Lengths{5, 3}        sample b's real tokens are positions [0, lengths[b]) (what an LSTM takes)
+//   attn::KeepMask(m)          m (batch, time): true / 1 = a real token
+//   attn::PaddingMask(m)       m (batch, time): true / 1 = padding (torch's key_padding_mask)
+// m may hold bool, uint8 or any arithmetic type, with the values 0 and 1 only: anything else (such
+// as torch's additive float key_padding_mask of 0 and -inf) is an ArgumentError, never a silent
+// reading. nn::Attention and nn::masked_mean / masked_max take any of the three, nn::LSTM and
+// nn::BiLSTM take Lengths or a mask whose real tokens come first, so that one description serves a
+// whole model. A bare tensor in a mask's place is a compile error.
+#pragma once
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "error.hpp"
+#include "pool.hpp"
+#include "tensor.hpp"
+
+namespace attn {
+
+/// The lengths of a batch's samples, each in [1, time] when used.
+class Lengths {
+ public:
+  Lengths() = default;
+  Lengths(std::initializer_list<int> l) : v_(l) {}
+  explicit Lengths(std::vector<int> l) : v_(std::move(l)) {}
+  explicit Lengths(std::span<const int> l) : v_(l.begin(), l.end()) {}
+  /// From an integer tensor (batch), e.g. int64, on any backend.
+  template <std::integral I, class S, class B>
+  explicit Lengths(const Tensor<I, S, B>& t) {
+    if (t.rank() != 1) throw ShapeError("attn::Lengths: lengths must be a vector (batch), got " + t.dims().str());
+    PoolVector<I> host(t.numel());
+    t.copy_to_host(std::span<I>(host.data(), host.size()));
+    v_.reserve(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      if (host[i] < I(1) || static_cast<unsigned long long>(host[i]) > static_cast<unsigned long long>(max_length))
+        throw ArgumentError("attn::Lengths: lengths[" + std::to_string(i) + "] = " + std::to_string(host[i]) +
+                            " is not a length (must be in [1, " + std::to_string(max_length) + "])");
+      v_.push_back(static_cast<int>(host[i]));
+    }
+  }
+
+  std::size_t size() const noexcept { return v_.size(); }
+  int operator[](std::size_t i) const { return v_[i]; }
+  std::span<const int> values() const noexcept { return v_; }
+
+  /// Checks that there is one length per sample of a (batch, time) input, each in [1, time].
+  void check(const char* who, std::size_t batch, std::size_t time) const {
+    if (v_.size() != batch)
+      throw ShapeError(std::string(who) + ": " + std::to_string(v_.size()) + " lengths for a batch of " + std::to_string(batch));
+    for (std::size_t i = 0; i < v_.size(); ++i)
+      if (v_[i] < 1 || static_cast<std::size_t>(v_[i]) > time)
+        throw ArgumentError(std::string(who) + ": lengths[" + std::to_string(i) + "] = " + std::to_string(v_[i]) +
+                            " is outside [1, " + std::to_string(time) + "] (the time extent of the input)");
+  }
+
+  static constexpr int max_length = 1 << 30;
+
+ private:
+  std::vector<int> v_;
+};
+
+/// m (batch, time) with true / 1 for a real token and false / 0 for padding.
+template <class E, class S = AnyShape, class B = cpu>
+class KeepMask {
+ public:
+  static_assert(std::is_arithmetic_v<E>, "attn::KeepMask: the mask must hold bool or numbers");
+  KeepMask() = default;  // an empty mask, to be assigned
+  explicit KeepMask(Tensor<E, S, B> m) : m_(std::move(m)) {}
+  const Tensor<E, S, B>& tensor() const noexcept { return m_; }
+
+ private:
+  Tensor<E, S, B> m_;
+};
+
+/// m (batch, time) with true / 1 for padding and false / 0 for a real token: the convention of
+/// torch.nn.MultiheadAttention's key_padding_mask.
+template <class E, class S = AnyShape, class B = cpu>
+class PaddingMask {
+ public:
+  static_assert(std::is_arithmetic_v<E>, "attn::PaddingMask: the mask must hold bool or numbers");
+  PaddingMask() = default;  // an empty mask, to be assigned
+  explicit PaddingMask(Tensor<E, S, B> m) : m_(std::move(m)) {}
+  const Tensor<E, S, B>& tensor() const noexcept { return m_; }
+
+ private:
+  Tensor<E, S, B> m_;
+};
+
+namespace mask_detail {
+template <class M>
+struct kind {
+  static constexpr int value = 0;
+};
+template <>
+struct kind<Lengths> {
+  static constexpr int value = 1;
+};
+template <class E, class S, class B>
+struct kind<KeepMask<E, S, B>> {
+  static constexpr int value = 2;
+  using backend = B;
+};
+template <class E, class S, class B>
+struct kind<PaddingMask<E, S, B>> {
+  static constexpr int value = 3;
+  using backend = B;
+};
+template <class>
+inline constexpr bool always_false = false;
+}  // namespace mask_detail
+
+/// Lengths, KeepMask or PaddingMask: a description of which positions of a padded batch are real.
+template <class M>
+concept TokenMask = mask_detail::kind<std::remove_cvref_t<M>>::value != 0;
+
+/// True for a bare tensor, which cannot say which of its values means padding (layers reject it
+/// at compile time, naming the typed forms).
+template <class M>
+concept BareMaskTensor = requires(const M& m) {
+  typename std::remove_cvref_t<M>::backend;
+  m.dims();
+  m.data();
+} && !TokenMask<M>;
+
+namespace mask_detail {
+
+/// A host view of m's values (m's own memory on a host backend, else a copy in `copy`).
+template <class E, class S, class B>
+const E* host_values(const Tensor<E, S, B>& m, PoolVector<E>& copy) {
+  if constexpr (B::host_accessible) {
+    return m.data();
+  } else {
+    copy.resize(m.numel());
+    m.copy_to_host(std::span<E>(copy.data(), copy.size()));
+    return copy.data();
+  }
+}
+
+template <class E, class S, class B>
+void check_mask(const char* who, const char* kind, const Tensor<E, S, B>& m, const E* v, std::size_t batch, std::size_t time) {
+  if (!(m.dims() == Dims{batch, time}))
+    shape_mismatch(who, std::string(kind) + " must be (batch, time) of the input", m.dims(), Dims{batch, time});
+  if constexpr (!std::is_same_v<E, bool>) {
+    for (std::size_t i = 0; i < m.numel(); ++i)
+      if (!(v[i] == E(0) || v[i] == E(1)))
+        throw ArgumentError(std::string(who) + ": " + kind + " holds " + std::to_string(v[i]) + " at (" + std::to_string(i / time) +
+                            ", " + std::to_string(i % time) + "); a mask holds 0 and 1 only (an additive mask of 0 and -inf, "
+                            "as torch accepts, must be converted: PaddingMask(m != 0))");
+  }
+}
+
+}  // namespace mask_detail
+
+/// The keep mask (batch, time) in T on backend B (1 = real token) that the kernels read, from any
+/// TokenMask, checked against the input's (batch, time). A KeepMask already in T on B is returned
+/// as it is (no copy).
+template <class T, class B, TokenMask M>
+Tensor<T, AnyShape, B> keep_mask(const M& mask, std::size_t batch, std::size_t time, const char* who) {
+  using K = mask_detail::kind<std::remove_cvref_t<M>>;
+  if constexpr (K::value == 1) {
+    mask.check(who, batch, time);
+    PoolVector<T> host(batch * time, T(0));
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t t = 0; t < static_cast<std::size_t>(mask[b]); ++t) host[b * time + t] = T(1);
+    Tensor<T, AnyShape, B> out(Dims{batch, time});
+    out.copy_from_host(std::span<const T>(host.data(), host.size()));
+    return out;
+  } else {
+    static_assert(std::is_same_v<typename K::backend, B>, "attn: the mask must live on the layer's backend");
+    const auto& m = mask.tensor();
+    using E = std::remove_cvref_t<decltype(*m.data())>;
+    constexpr bool keep = K::value == 2;
+    PoolVector<E> copy;
+    const E* v = mask_detail::host_values(m, copy);
+    mask_detail::check_mask(who, keep ? "KeepMask" : "PaddingMask", m, v, batch, time);
+    if constexpr (keep && std::is_same_v<E, T>) {
+      return m.erased();
+    } else {
+      PoolVector<T> host(m.numel());
+      for (std::size_t i = 0; i < host.size(); ++i) host[i] = (v[i] != E(0)) == keep ? T(1) : T(0);
+      Tensor<T, AnyShape, B> out(Dims{batch, time});
+      out.copy_from_host(std::span<const T>(host.data(), host.size()));
+      return out;
+    }
+  }
+}
+
+/// The lengths of a TokenMask whose real tokens come first in each sample (what an LSTM needs);
+/// ArgumentError names the first sample with padding before a real token, or with no real token.
+template <TokenMask M>
+PoolVector<int> mask_lengths(const M& mask, std::size_t batch, std::size_t time, const char* who) {
+  using K = mask_detail::kind<std::remove_cvref_t<M>>;
+  PoolVector<int> out(batch);
+  if constexpr (K::value == 1) {
+    mask.check(who, batch, time);
+    for (std::size_t b = 0; b < batch; ++b) out[b] = mask[b];
+  } else {
+    const auto& m = mask.tensor();
+    using E = std::remove_cvref_t<decltype(*m.data())>;
+    constexpr bool keep = K::value == 2;
+    PoolVector<E> copy;
+    const E* v = mask_detail::host_values(m, copy);
+    mask_detail::check_mask(who, keep ? "KeepMask" : "PaddingMask", m, v, batch, time);
+    for (std::size_t b = 0; b < batch; ++b) {
+      std::size_t n = 0;
+      while (n < time && (v[b * time + n] != E(0)) == keep) ++n;
+      for (std::size_t t = n; t < time; ++t)
+        if ((v[b * time + t] != E(0)) == keep)
+          throw ArgumentError(std::string(who) + ": sample " + std::to_string(b) + " has padding at " + std::to_string(n) +
+                              " before a real token at " + std::to_string(t) + "; the real tokens must come first (pass attn::Lengths)");
+      if (n == 0) throw ArgumentError(std::string(who) + ": sample " + std::to_string(b) + " has no real token");
+      out[b] = static_cast<int>(n);
+    }
+  }
+  return out;
+}
+
+}  // namespace attn
