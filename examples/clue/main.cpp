@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "../common/dump.hpp"
 #include "../common/json_files.hpp"
 #include "../common/report.hpp"
 #include "run.hpp"
@@ -76,7 +77,8 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
 }
 
 template <std::size_t Heads>
-int predict(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top) {
+int predict(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top,
+            const std::string& dump) {
   TnewsClassifier<Heads> model(tr.cfg);
   attn::io::load(model, examples::committed_model(dir));
   model.eval();
@@ -111,6 +113,22 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
       fmt::print("{}{}({:.3f})", k ? " " : "", j < toks.size() ? toks[j] : "<unk>", recv[k].first);
     }
     fmt::print("\n");
+  }
+  if (!dump.empty()) {  // all titles as one padded batch, as the model sees them, and its logits
+    std::vector<std::vector<std::int32_t>> all;
+    for (auto& text : texts) all.push_back(encode(tr.vocab, tokens_of(tok, text, keywords, use_kw, nullptr), tr.cfg.max_len));
+    std::vector<const std::vector<std::int32_t>*> ptrs;
+    for (auto& ids : all) ptrs.push_back(&ids);
+    attn::NoGrad ctx;
+    const auto b = make_batch(ptrs, {});
+    const auto logits = model.forward(ctx, b).value();
+    using attn::io::DType;
+    examples::write_dump(dump,
+                         {{"ids", examples::dump_record(b.ids, DType::I32)},
+                          {"mask", examples::dump_lengths_mask(b.lengths.values(), b.ids.size(1))},
+                          {"logits", examples::dump_record(logits, DType::F32)}},
+                         "clue");
+    fmt::print("dump: {} ({} titles)\n", dump, texts.size());
   }
   return 0;
 }
@@ -173,7 +191,7 @@ int main(int argc, char** argv) {
       if (pr.texts.empty()) pr.texts.push_back(kExampleTitle);
       auto tr = load_trained(pr.model_dir);
       return attn::dispatch<1, 2, 4, 8>(tr.heads, "config.json heads",
-                                        [&]<std::size_t H>() { return predict<H>(pr.model_dir, tr, pr.texts, pr.keywords, pr.top); });
+                                        [&]<std::size_t H>() { return predict<H>(pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump); });
     }
     std::size_t heads = o.heads;
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;

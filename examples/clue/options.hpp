@@ -53,6 +53,7 @@ struct PredictOptions {
   std::string model_dir, keywords;
   std::vector<std::string> texts;
   std::size_t top = 5;
+  std::string dump;  // --dump: the batch of all titles and its logits, as safetensors
 };
 
 /// What the command line asks for: training or --bench (options), or `predict` (prediction).

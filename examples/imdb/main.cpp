@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "../common/dump.hpp"
 #include "../common/json_files.hpp"
 #include "../common/report.hpp"
 #include "../common/run_dir.hpp"
@@ -195,7 +196,7 @@ inline void print_sweep(const std::vector<RunResult>& runs) {
 }
 
 template <std::size_t Heads>
-int predict(const fs::path& dir, const std::vector<std::string>& texts) {
+int predict(const fs::path& dir, const std::vector<std::string>& texts, const std::string& dump) {
   const auto cfg = examples::with_json_file(dir / "config.json", [&](const json& j) { return ModelConfig::from_json(j.at("model")); });
   auto vocab = data::Vocab::load(dir / "vocab.txt");
   if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
@@ -229,6 +230,27 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts) {
     }
     fmt::print("\n");
   }
+  if (!dump.empty()) {  // all texts as one padded batch, as the model sees them, and its logits
+    std::vector<std::vector<std::int32_t>> all;
+    for (auto& text : texts) all.push_back(encode(vocab, tok(text)));
+    std::vector<const std::vector<std::int32_t>*> ptrs;
+    std::vector<float> nb;
+    for (auto& ids : all) ptrs.push_back(&ids), nb.push_back(model.nb_logit(ids));
+    attn::NoGrad ctx;
+    const auto b = make_batch(ptrs, {}, nb, cfg);
+    const auto logits = model.forward(ctx, b).value();
+    using attn::io::DType;
+    examples::write_dump(dump,
+                         {{"ids", examples::dump_record(b.ids, DType::I32)},
+                          {"pos", examples::dump_record(b.pos, DType::I32)},
+                          {"mask", examples::dump_record(b.mask.tensor(), DType::F32)},
+                          {"ngrams", examples::dump_record(b.ngrams, DType::I32)},
+                          {"ngram_mask", examples::dump_record(b.ngram_mask.tensor(), DType::F32)},
+                          {"nb", examples::dump_record(b.nb, DType::F32)},
+                          {"logits", examples::dump_record(logits, DType::F32)}},
+                         "imdb");
+    fmt::print("dump: {} ({} texts)\n", dump, texts.size());
+  }
   return 0;
 }
 
@@ -254,7 +276,7 @@ int main(int argc, char** argv) {
       if (pr.texts.empty()) pr.texts.push_back(kArticleSentence);
       const auto heads = examples::with_json_file(fs::path(pr.model_dir) / "config.json",
                                                   [](const json& j) { return examples::json_count(j, "heads", 1, 16); });
-      return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(pr.model_dir, pr.texts); });
+      return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(pr.model_dir, pr.texts, pr.dump); });
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
     fmt::print("attn IMDb example: {} thread(s), {} kernels, GEMM {}{}\n", attn::cpu::threads(), attn::isa_name(attn::cpu::isa()),

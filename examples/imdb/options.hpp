@@ -43,6 +43,7 @@ struct Options {
 struct PredictOptions {
   std::string model_dir;
   std::vector<std::string> texts;
+  std::string dump;  // --dump: the batch of all texts and its logits, as safetensors
 };
 
 /// What the command line asks for: training (options) or `predict` (prediction).
