@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds attn's tests with AddressSanitizer + UndefinedBehaviorSanitizer (ATTN_SANITIZE; Debug, so
-# assertions stay on, at -O1 with line tables: several times faster than -O0, and ASan's reports
-# keep their file:line stacks) and runs them with ctest. Any ASan/UBSan report fails the test that produced it (UBSan does not
+# assertions stay on, with line tables so that ASan's reports keep their file:line stacks; the
+# kernels of attn::compiled and the example programs at -O1, several times faster to run than -O0,
+# the test programs at -O0, faster to compile: see tests/CMakeLists.txt) and runs them with ctest. Any ASan/UBSan report fails the test that produced it (UBSan does not
 # recover, leaks are checked; the only suppressions are in scripts/lsan.supp).
 #   scripts/sanitize.sh [build-dir]                      # every test area (default build-asan)
 #   ATTN_SANITIZE_AREAS="core autograd io data" scripts/sanitize.sh   # only these tests/<area>

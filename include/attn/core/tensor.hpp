@@ -180,10 +180,11 @@ class TensorView {
   TensorView() = default;
   TensorView(T* p, const Dims& d, const Dims& strides) : p_(p), dims_(d), strides_(strides) { check_dims<S>("TensorView", d); }
   TensorView(T* p, const Dims& d) : TensorView(p, d, contiguous_strides(d)) {}
-  /// Non-const view converts to const view.
+  /// Non-const view converts to const view. (The target type is spelt through U so that a const
+  /// view's class does not declare a conversion to itself, which Clang warns about.)
   template <class U = T>
     requires(!std::is_const_v<U>)
-  operator TensorView<const value_type, S, B>() const { return {p_, dims_, strides_}; }
+  operator TensorView<const std::remove_const_t<U>, S, B>() const { return {p_, dims_, strides_}; }
 
   T* data() const noexcept { return p_; }
   const Dims& dims() const noexcept { return dims_; }

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Small file helpers for the data readers: a size-limited whole-file read, an atomic write
-// (temp file, fsync, rename) and a line splitter that handles a UTF-8 BOM and CRLF endings.
+// (attn::AtomicFile) and a line splitter that handles a UTF-8 BOM and CRLF endings.
 //   std::string s = attn::data::read_file(p, 1 << 20);  attn::data::write_file_atomic(p, s);
 #pragma once
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -17,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/atomic_file.hpp"
 #include "../core/error.hpp"
-#include "../core/fault.hpp"
 
 namespace attn::data {
 
@@ -68,43 +67,13 @@ inline std::string read_file(const fs::path& path, std::uintmax_t max_bytes) {
   return out;
 }
 
-/// Replaces `path` with `content` so that readers see either the old file or the whole new one:
-/// writes a temp file in the same directory, fsyncs it, renames it over `path`, then fsyncs the
-/// directory. On failure the temp file is removed and IoError names `path`.
+/// Replaces `path` with `content` so that readers see either the old file or the whole new one
+/// (attn::AtomicFile: a temporary beside it, fsync, rename, then the directory fsynced). On failure
+/// the temporary is removed and IoError names `path`.
 inline void write_file_atomic(const fs::path& path, std::string_view content) {
-  static std::atomic<std::uint64_t> counter{0};
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::string tmp_name = ".";  // built by appends: GCC 12 warns falsely (-Wrestrict) on "." + std::string
-  tmp_name.append(path.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
-  tmp_name.append("-").append(std::to_string(counter.fetch_add(1)));
-  const fs::path tmp = dir / tmp_name;
-  const auto fail = [&](const std::string& what, int err) {
-    ::unlink(tmp.c_str());
-    return IoError(path.string(), what + ": " + detail::errno_text(err));
-  };
-  {
-    detail::Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
-    if (f.fd < 0) throw IoError(path.string(), "cannot create temp file " + tmp.string() + ": " + detail::errno_text(errno));
-    std::size_t done = 0;
-    while (done < content.size()) {
-      const ::ssize_t n = ::write(f.fd, content.data() + done, content.size() - done);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw fail("write failed", errno);
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    if (::fsync(f.fd) != 0) throw fail("fsync failed", errno);
-    const int fd = f.fd;
-    f.fd = -1;
-    if (::close(fd) != 0) throw fail("close failed", errno);
-  }
-  fault_point();  // the temporary is complete, the target not yet replaced
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail("rename failed", errno);
-  fault_point();  // the target replaced
-  // Make the rename itself durable; failure here is not fatal for correctness of the content.
-  detail::Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd >= 0) ::fsync(d.fd);
+  AtomicFile file(path);
+  file.write(content);
+  file.commit();
 }
 
 /// The UTF-8 byte order mark, which some editors put at the start of text files.

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+// AtomicFile: write a file so that readers see either the old content or the complete new one. The
+// one atomic writer of the library: io/ (safetensors, checkpoints) and data/ (write_file_atomic,
+// vocabularies) both write through it.
+//   attn::AtomicFile f("model.safetensors");  f.write(bytes);  f.commit();   // no commit: old file kept
+// POSIX only (open/fsync/rename); the temporary lives beside the target so rename() never crosses devices.
+#pragma once
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "error.hpp"
+#include "fault.hpp"
+
+namespace attn {
+
+/// A temporary file next to `target` that replaces `target` on commit(). Until commit() succeeds the
+/// target is untouched; a failed write, a failed commit or destruction without commit removes the
+/// temporary. Not copyable; one writer per object.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
+    if (target_.filename().empty()) throw IoError(target_.string(), "not a file path");
+    const std::filesystem::path dir = target_.parent_path();
+    const auto stamp = static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
+    // O_EXCL makes the name ours; the pid and clock only make collisions (and retries) unlikely.
+    for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
+      std::string leaf = ".";  // hidden, and named after the target so that strays are recognisable
+      leaf += target_.filename().string();
+      leaf += ".tmp-";
+      leaf += std::to_string(::getpid());
+      leaf += '-';
+      leaf += std::to_string(stamp + static_cast<unsigned long long>(attempt));
+      temp_ = dir / leaf;
+      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // umask applies, like fopen
+      if (fd_ < 0 && errno != EEXIST) fail("cannot create temporary file " + temp_.string());
+    }
+    if (fd_ < 0) fail("cannot create a unique temporary file in " + dir.string());
+    file_ = ::fdopen(fd_, "wb");
+    if (file_ == nullptr) {
+      const int err = errno;
+      discard();
+      errno = err;
+      fail("fdopen failed");
+    }
+  }
+
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  ~AtomicFile() { discard(); }
+
+  /// Appends bytes to the temporary file. Throws IoError (and drops the temporary) on failure.
+  void write(std::span<const std::byte> bytes) {
+    if (file_ == nullptr) throw IoError(target_.string(), "write after commit or failure");
+    if (bytes.empty()) return;
+    if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
+      const int err = errno;
+      discard();
+      errno = err;
+      fail("write failed");
+    }
+  }
+  void write(std::string_view text) { write(std::as_bytes(std::span<const char>(text.data(), text.size()))); }
+
+  /// Flushes, fsyncs and renames the temporary onto the target, then fsyncs the directory (best
+  /// effort: some file systems refuse fsync on directories, and the rename has happened by then).
+  void commit() {
+    if (file_ == nullptr) throw IoError(target_.string(), "commit after commit or failure");
+    if (std::fflush(file_) != 0 || ::fsync(fd_) != 0) {
+      const int err = errno;
+      discard();
+      errno = err;
+      fail("flush/fsync failed");
+    }
+    const int close_rc = std::fclose(file_);
+    file_ = nullptr;
+    fd_ = -1;
+    fault_point();  // the temporary is complete, the target not yet replaced
+    if (close_rc != 0 || std::rename(temp_.c_str(), target_.c_str()) != 0) {
+      const int err = errno;
+      discard();
+      errno = err;
+      fail(close_rc != 0 ? "close failed" : "cannot rename " + temp_.string() + " onto it");
+    }
+    temp_.clear();
+    fault_point();  // the target replaced
+    const std::filesystem::path dir = target_.parent_path().empty() ? "." : target_.parent_path();
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+  const std::filesystem::path& target() const noexcept { return target_; }
+  /// The temporary's path while the file is open; empty after commit.
+  const std::filesystem::path& temp_path() const noexcept { return temp_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw IoError(target_.string(), what + ": " + std::strerror(errno));
+  }
+
+  // Closes and unlinks the temporary, if any. Never throws.
+  void discard() noexcept {
+    if (file_ != nullptr) {
+      std::fclose(file_);
+    } else if (fd_ >= 0) {
+      ::close(fd_);
+    }
+    file_ = nullptr;
+    fd_ = -1;
+    if (!temp_.empty()) {
+      ::unlink(temp_.c_str());
+      temp_.clear();
+    }
+  }
+
+  std::filesystem::path target_;
+  std::filesystem::path temp_;
+  int fd_ = -1;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace attn
