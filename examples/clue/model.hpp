@@ -78,7 +78,7 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
     lengths[i] = int(s.size());
     out.labels(i) = labels.empty() ? 0 : labels[i];
   }
-  out.lengths = attn::Lengths(std::move(lengths));
+  out.lengths = attn::Lengths(lengths);
   return out;
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Masked pooling over the time axis on Vars: the mean and the maximum of the real positions of a
-// padded batch, described by attn::Lengths, KeepMask or PaddingMask (core/mask.hpp). The loops are kernels::masked_mean_*/masked_max_* (backend/cpu/layer_kernels.hpp,
-// backend/cuda/layer_kernels.cuh).
+// padded batch, described by attn::Lengths, KeepMask or PaddingMask (core/mask.hpp). The loops are
+// kernels::masked_mean_*/masked_max_* (backend/cpu/layer_kernels.hpp, backend/cuda/layer_kernels.cuh).
 //   auto pooled = attn::masked_mean(ctx, y, attn::Lengths{5, 3});     // (B, T, D) -> (B, D)
 #pragma once
 #include <cstdint>

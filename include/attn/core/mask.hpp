@@ -24,27 +24,37 @@
 
 namespace attn {
 
-/// The lengths of a batch's samples, each in [1, time] when used.
+namespace mask_detail {
+/// An integer tensor (batch) of lengths, e.g. int64 from a data loader, on any backend, copied to
+/// the host; each must lie in [1, max] (`max_what` names the bound in the message).
+template <std::integral I, class S, class B>
+PoolVector<int> lengths_from_tensor(const Tensor<I, S, B>& t, std::size_t max, const char* who, const char* max_what) {
+  if (t.rank() != 1) throw ShapeError(std::string(who) + ": lengths must be a vector (batch), got " + t.dims().str());
+  PoolVector<I> host(t.numel());
+  t.copy_to_host(std::span<I>(host.data(), host.size()));
+  PoolVector<int> out(host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    if (host[i] < I(1) || static_cast<unsigned long long>(host[i]) > max)
+      throw ArgumentError(std::string(who) + ": lengths[" + std::to_string(i) + "] = " + std::to_string(host[i]) +
+                          " is outside [1, " + std::to_string(max) + "] (" + max_what + ")");
+    out[i] = static_cast<int>(host[i]);
+  }
+  return out;
+}
+}  // namespace mask_detail
+
+/// The lengths of a batch's samples, each in [1, time] when used. Held in the host pool, so that a
+/// training loop building one per batch allocates nothing once warm.
 class Lengths {
  public:
   Lengths() = default;
-  Lengths(std::initializer_list<int> l) : v_(l) {}
-  explicit Lengths(std::vector<int> l) : v_(std::move(l)) {}
+  Lengths(std::initializer_list<int> l) : v_(l.begin(), l.end()) {}
+  explicit Lengths(const std::vector<int>& l) : v_(l.begin(), l.end()) {}
   explicit Lengths(std::span<const int> l) : v_(l.begin(), l.end()) {}
   /// From an integer tensor (batch), e.g. int64, on any backend.
   template <std::integral I, class S, class B>
-  explicit Lengths(const Tensor<I, S, B>& t) {
-    if (t.rank() != 1) throw ShapeError("attn::Lengths: lengths must be a vector (batch), got " + t.dims().str());
-    PoolVector<I> host(t.numel());
-    t.copy_to_host(std::span<I>(host.data(), host.size()));
-    v_.reserve(host.size());
-    for (std::size_t i = 0; i < host.size(); ++i) {
-      if (host[i] < I(1) || static_cast<unsigned long long>(host[i]) > static_cast<unsigned long long>(max_length))
-        throw ArgumentError("attn::Lengths: lengths[" + std::to_string(i) + "] = " + std::to_string(host[i]) +
-                            " is not a length (must be in [1, " + std::to_string(max_length) + "])");
-      v_.push_back(static_cast<int>(host[i]));
-    }
-  }
+  explicit Lengths(const Tensor<I, S, B>& t)
+      : v_(mask_detail::lengths_from_tensor(t, max_length, "attn::Lengths", "the largest length")) {}
 
   std::size_t size() const noexcept { return v_.size(); }
   int operator[](std::size_t i) const { return v_[i]; }
@@ -63,7 +73,7 @@ class Lengths {
   static constexpr int max_length = 1 << 30;
 
  private:
-  std::vector<int> v_;
+  PoolVector<int> v_;
 };
 
 /// m (batch, time) with true / 1 for a real token and false / 0 for padding.
@@ -131,22 +141,18 @@ concept BareMaskTensor = requires(const M& m) {
 
 namespace mask_detail {
 
-/// A host view of m's values (m's own memory on a host backend, else a copy in `copy`).
+/// m's values on the host (m's own memory on a host backend, else a copy in `copy`), checked to
+/// be (batch, time) and to hold 0 and 1 only.
 template <class E, class S, class B>
-const E* host_values(const Tensor<E, S, B>& m, PoolVector<E>& copy) {
-  if constexpr (B::host_accessible) {
-    return m.data();
-  } else {
+const E* checked_values(const char* who, bool keep, const Tensor<E, S, B>& m, PoolVector<E>& copy, std::size_t batch, std::size_t time) {
+  const std::string kind = keep ? "KeepMask" : "PaddingMask";
+  if (!(m.dims() == Dims{batch, time})) shape_mismatch(who, kind + " must be (batch, time) of the input", m.dims(), Dims{batch, time});
+  const E* v = m.data();
+  if constexpr (!B::host_accessible) {
     copy.resize(m.numel());
     m.copy_to_host(std::span<E>(copy.data(), copy.size()));
-    return copy.data();
+    v = copy.data();
   }
-}
-
-template <class E, class S, class B>
-void check_mask(const char* who, const char* kind, const Tensor<E, S, B>& m, const E* v, std::size_t batch, std::size_t time) {
-  if (!(m.dims() == Dims{batch, time}))
-    shape_mismatch(who, std::string(kind) + " must be (batch, time) of the input", m.dims(), Dims{batch, time});
   if constexpr (!std::is_same_v<E, bool>) {
     for (std::size_t i = 0; i < m.numel(); ++i)
       if (!(v[i] == E(0) || v[i] == E(1)))
@@ -154,6 +160,7 @@ void check_mask(const char* who, const char* kind, const Tensor<E, S, B>& m, con
                             ", " + std::to_string(i % time) + "); a mask holds 0 and 1 only (an additive mask of 0 and -inf, "
                             "as torch accepts, must be converted: PaddingMask(m != 0))");
   }
+  return v;
 }
 
 }  // namespace mask_detail
@@ -178,8 +185,7 @@ Tensor<T, AnyShape, B> keep_mask(const M& mask, std::size_t batch, std::size_t t
     using E = std::remove_cvref_t<decltype(*m.data())>;
     constexpr bool keep = K::value == 2;
     PoolVector<E> copy;
-    const E* v = mask_detail::host_values(m, copy);
-    mask_detail::check_mask(who, keep ? "KeepMask" : "PaddingMask", m, v, batch, time);
+    const E* v = mask_detail::checked_values(who, keep, m, copy, batch, time);
     if constexpr (keep && std::is_same_v<E, T>) {
       return m.erased();
     } else {
@@ -206,8 +212,7 @@ PoolVector<int> mask_lengths(const M& mask, std::size_t batch, std::size_t time,
     using E = std::remove_cvref_t<decltype(*m.data())>;
     constexpr bool keep = K::value == 2;
     PoolVector<E> copy;
-    const E* v = mask_detail::host_values(m, copy);
-    mask_detail::check_mask(who, keep ? "KeepMask" : "PaddingMask", m, v, batch, time);
+    const E* v = mask_detail::checked_values(who, keep, m, copy, batch, time);
     for (std::size_t b = 0; b < batch; ++b) {
       std::size_t n = 0;
       while (n < time && (v[b * time + n] != E(0)) == keep) ++n;

@@ -27,23 +27,6 @@ struct LstmOutput {
 
 namespace lstm_detail {
 
-/// Lengths given as an integer tensor (B) (for example int64 from a data loader), copied to the
-/// host. Values outside [1, time] are rejected here, with their own value in the message.
-template <std::integral I, class S, class LB>
-PoolVector<int> host_lengths(const Tensor<I, S, LB>& t, std::size_t time) {
-  if (t.rank() != 1) throw ShapeError("nn::LSTM: lengths must be a vector (B), got " + t.dims().str());
-  PoolVector<I> v(t.numel());  // a host copy on any backend (B values, from the pool)
-  t.copy_to_host(std::span<I>(v.data(), v.size()));
-  PoolVector<int> out(t.numel());
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (v[i] < I(1) || static_cast<unsigned long long>(v[i]) > time)
-      throw ArgumentError("lstm: lengths[" + std::to_string(i) + "] = " + std::to_string(v[i]) + " is outside [1, " +
-                          std::to_string(time) + "] (the time extent of x)");
-    out[i] = static_cast<int>(v[i]);
-  }
-  return out;
-}
-
 template <std::size_t In, class SX>
 void check_input(const Dims& x) {
   if constexpr (!std::is_same_v<SX, AnyShape>) {
@@ -95,7 +78,7 @@ class LSTM : public Module {
   template <Context C, class SX, std::integral I, class SL, class LB>
   Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
     lstm_detail::check_input<In, SX>(x.dims());
-    const PoolVector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
+    const PoolVector<int> l = mask_detail::lengths_from_tensor(lengths, x.size(1), "nn::LSTM", "the time extent of x");
     return (*this)(ctx, x, std::span<const int>(l));
   }
   /// The same with the batch described as for nn::Attention: attn::Lengths, or a KeepMask or
@@ -164,7 +147,7 @@ class BiLSTM : public Module {
   template <Context C, class SX, std::integral I, class SL, class LB>
   Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
     lstm_detail::check_input<In, SX>(x.dims());
-    const PoolVector<int> l = lstm_detail::host_lengths(lengths, x.size(1));
+    const PoolVector<int> l = mask_detail::lengths_from_tensor(lengths, x.size(1), "nn::LSTM", "the time extent of x");
     return (*this)(ctx, x, std::span<const int>(l));
   }
   /// The same with the batch described as for nn::Attention: attn::Lengths, or a KeepMask or
