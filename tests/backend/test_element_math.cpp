@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The element math both backends share (backend/element_math.hpp), on the host: each backward
 // formula against central differences of its forward, the online softmax against a direct
-// log-sum-exp, the dropout hash's rate and determinism; and the CPU LSTM cell (Eigen's vectorised
-// activations) against its scalar reference.
+// log-sum-exp, the dropout hash's rate and determinism; and the CPU's compiler-vectorised kernels
+// (backend/cpu/vector_kernels.hpp: the LSTM cell, layer norm, Adam) at every ISA level the machine
+// runs, against scalar references.
 #include <attn/backend/cpu/lstm.hpp>
 #include <attn/backend/element_math.hpp>
 
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -71,44 +73,173 @@ TEST_CASE("element math: the LSTM cell's backward is the derivative of its forwa
   }
 }
 
-TEMPLATE_TEST_CASE("element math: the CPU LSTM cell (vectorised) against its scalar reference", "", float, double) {
+namespace {
+
+/// Every ISA level this machine runs, lowest first.
+std::vector<attn::Isa> levels() {
+  std::vector<attn::Isa> v;
+  for (int l = 0; l <= int(attn::cpu::isa_supported()); ++l) v.push_back(attn::Isa(l));
+  return v;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("vector kernels: the CPU LSTM cell at every ISA level against its scalar reference", "", float, double) {
   using T = TestType;
   const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
-  for (std::size_t h : {1, 7, 16, 33}) {
-    for (bool has_prev : {true, false}) {
-      const std::size_t n = 5;
-      const auto pre = filled<T>(n * 4 * h, 1), bias = filled<T>(4 * h, 2), c_prev = filled<T>(n * h, 3);
-      auto g1 = pre, g2 = pre;
-      std::vector<T> c1(n * h), h1(n * h), c2(n * h), h2(n * h);
-      attn::kernels::lstm_cell_forward(attn::cpu{}, n, h, g1.data(), bias.data(), has_prev ? c_prev.data() : nullptr, c1.data(),
-                                       h1.data());
-      attn::kernels::lstm_cell_forward_reference(attn::cpu{}, n, h, g2.data(), bias.data(), has_prev ? c_prev.data() : nullptr,
-                                                 c2.data(), h2.data());
-      double err = 0;
-      for (std::size_t i = 0; i < g1.size(); ++i) err = std::max(err, std::abs(double(g1[i]) - double(g2[i])));
-      for (std::size_t i = 0; i < c1.size(); ++i)
-        err = std::max({err, std::abs(double(c1[i]) - double(c2[i])), std::abs(double(h1[i]) - double(h2[i]))});
-      INFO("h " << h << (has_prev ? " with c_prev" : " zero state"));
-      CHECK(err <= tol);
-      // Backward: the kernel against elem::lstm_cell_backward unit by unit.
-      const auto dh = filled<T>(n * h, 4), dc0 = filled<T>(n * h, 5);
-      auto dc = dc0;
-      std::vector<T> dg(n * 4 * h);
-      attn::kernels::lstm_cell_backward(attn::cpu{}, n, h, g1.data(), c1.data(), has_prev ? c_prev.data() : nullptr, dh.data(),
-                                        dc.data(), dg.data());
-      double berr = 0;
-      for (std::size_t r = 0; r < n; ++r)
-        for (std::size_t k = 0; k < h; ++k) {
-          const T* a = g1.data() + r * 4 * h;
-          const auto d = elem::lstm_cell_backward(elem::LstmGates<T>{a[k], a[h + k], a[2 * h + k], a[3 * h + k]},
-                                                  std::tanh(c1[r * h + k]), c_prev[r * h + k], has_prev, dh[r * h + k],
-                                                  dc0[r * h + k]);
-          const T* got = dg.data() + r * 4 * h;
-          berr = std::max({berr, std::abs(double(got[k]) - d.i), std::abs(double(got[h + k]) - d.f),
-                           std::abs(double(got[2 * h + k]) - d.g), std::abs(double(got[3 * h + k]) - d.o),
-                           std::abs(double(dc[r * h + k]) - d.c_prev)});
+  for (const attn::Isa level : levels()) {
+    const attn::ScopedIsa scoped(level);
+    for (std::size_t h : {1, 7, 16, 33, 128}) {
+      for (bool has_prev : {true, false}) {
+        const std::size_t n = 5;
+        auto pre = filled<T>(n * 4 * h, 1);
+        const auto bias = filled<T>(4 * h, 2), c_prev = filled<T>(n * h, 3);
+        // The activations' edges: saturation both ways, the tiny-argument branch of tanh, zero.
+        const T edges[] = {T(-100), T(100), T(-20), T(20), T(1e-6), T(-3e-4), T(0), T(8.5), T(-8.5), T(-87.5)};
+        for (std::size_t i = 0; i < std::size(edges) && i < pre.size(); ++i) pre[i * 3 % pre.size()] = edges[i];
+        auto g1 = pre, g2 = pre;
+        std::vector<T> c1(n * h), h1(n * h), c2(n * h), h2(n * h);
+        attn::kernels::lstm_cell_forward(attn::cpu{}, n, h, g1.data(), bias.data(), has_prev ? c_prev.data() : nullptr, c1.data(),
+                                         h1.data());
+        attn::kernels::lstm_cell_forward_reference(attn::cpu{}, n, h, g2.data(), bias.data(), has_prev ? c_prev.data() : nullptr,
+                                                   c2.data(), h2.data());
+        double err = 0;
+        for (std::size_t i = 0; i < g1.size(); ++i) err = std::max(err, std::abs(double(g1[i]) - double(g2[i])));
+        for (std::size_t i = 0; i < c1.size(); ++i)
+          err = std::max({err, std::abs(double(c1[i]) - double(c2[i])), std::abs(double(h1[i]) - double(h2[i]))});
+        INFO("level " << attn::isa_name(level) << " h " << h << (has_prev ? " with c_prev" : " zero state"));
+        CHECK(err <= tol);
+        // Backward: the kernel against elem::lstm_cell_backward unit by unit.
+        const auto dh = filled<T>(n * h, 4), dc0 = filled<T>(n * h, 5);
+        auto dc = dc0;
+        std::vector<T> dg(n * 4 * h);
+        attn::kernels::lstm_cell_backward(attn::cpu{}, n, h, g1.data(), c1.data(), has_prev ? c_prev.data() : nullptr, dh.data(),
+                                          dc.data(), dg.data());
+        double berr = 0;
+        for (std::size_t r = 0; r < n; ++r)
+          for (std::size_t k = 0; k < h; ++k) {
+            const T* a = g1.data() + r * 4 * h;
+            const auto d = elem::lstm_cell_backward(elem::LstmGates<T>{a[k], a[h + k], a[2 * h + k], a[3 * h + k]},
+                                                    std::tanh(c1[r * h + k]), c_prev[r * h + k], has_prev, dh[r * h + k],
+                                                    dc0[r * h + k]);
+            const T* got = dg.data() + r * 4 * h;
+            berr = std::max({berr, std::abs(double(got[k]) - d.i), std::abs(double(got[h + k]) - d.f),
+                             std::abs(double(got[2 * h + k]) - d.g), std::abs(double(got[3 * h + k]) - d.o),
+                             std::abs(double(dc[r * h + k]) - d.c_prev)});
+          }
+        CHECK(berr <= 10 * tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("vector kernels: the float LSTM activations are within a few ulp of std::exp and std::tanh, and keep NaN") {
+  for (const attn::Isa level : levels()) {
+    const attn::ScopedIsa scoped(level);
+    // One row of 4 gates of width h: i, f, g, o; the zero state, so c = sigmoid(i) tanh(g).
+    const std::size_t h = 2003;
+    std::vector<float> gates(4 * h), bias(4 * h, 0.0f), c(h), hh(h);
+    for (std::size_t k = 0; k < h; ++k) {
+      const float x = -100.0f + 200.0f * float(k) / float(h - 1);  // -100 .. 100, through 0
+      const float small = (float(k) - float(h / 2)) * 1e-6f;      // around tanh's tiny-argument switch
+      gates[k] = x, gates[h + k] = small, gates[2 * h + k] = k % 2 ? x / 10 : small, gates[3 * h + k] = x / 25;
+    }
+    gates[7] = std::numeric_limits<float>::quiet_NaN();
+    gates[2 * h + 9] = std::numeric_limits<float>::quiet_NaN();
+    const auto pre = gates;
+    attn::kernels::lstm_cell_forward<float>(attn::cpu{}, 1, h, gates.data(), bias.data(), nullptr, c.data(), hh.data());
+    double worst = 0;
+    for (std::size_t j = 0; j < 4 * h; ++j) {
+      if (j == 7 || j == 2 * h + 9) {
+        CHECK(std::isnan(gates[j]));
+        continue;
+      }
+      const double x = pre[j];
+      const double ref = j >= 2 * h && j < 3 * h ? std::tanh(x) : 1 / (1 + std::exp(-x));
+      if (std::abs(ref) < 1e-30) continue;  // sigmoid(-100): both about 0
+      worst = std::max(worst, std::abs(double(gates[j]) - ref) / std::abs(ref) / double(std::numeric_limits<float>::epsilon()));
+    }
+    INFO("level " << attn::isa_name(level));
+    CHECK(worst <= 6.0);  // relative, in units of FLT_EPSILON
+    CHECK(std::isnan(c[7]));
+    CHECK(std::isnan(c[9]));
+  }
+}
+
+TEMPLATE_TEST_CASE("vector kernels: layer norm at every ISA level against a double reference", "", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  for (const attn::Isa level : levels()) {
+    const attn::ScopedIsa scoped(level);
+    for (std::size_t d : {1, 5, 16, 33, 128}) {
+      for (std::size_t rows : {3, 300}) {  // 300 x 128 rows: split over the threads
+        const auto x = filled<T>(rows * d, 11), gamma = filled<T>(d, 12), beta = filled<T>(d, 13), gy = filled<T>(rows * d, 14);
+        std::vector<T> y(rows * d), xhat(rows * d), rstd(rows), dx(rows * d, T(0.5)), dgamma(d, T(0)), dbeta(d, T(0));
+        attn::kernels::layer_norm_forward(attn::cpu{}, x.data(), gamma.data(), beta.data(), rows, d, 1e-5, y.data(), xhat.data(),
+                                          rstd.data());
+        attn::kernels::layer_norm_backward(attn::cpu{}, gy.data(), xhat.data(), gamma.data(), rstd.data(), rows, d, dx.data(),
+                                           dgamma.data(), dbeta.data());
+        double err = 0;
+        std::vector<double> rdg(d, 0), rdb(d, 0);
+        for (std::size_t r = 0; r < rows; ++r) {
+          double mu = 0, var = 0;
+          for (std::size_t j = 0; j < d; ++j) mu += double(x[r * d + j]);
+          mu /= double(d);
+          for (std::size_t j = 0; j < d; ++j) var += (double(x[r * d + j]) - mu) * (double(x[r * d + j]) - mu);
+          const double rs = 1 / std::sqrt(var / double(d) + 1e-5);
+          double m1 = 0, m2 = 0;
+          for (std::size_t j = 0; j < d; ++j) {
+            const double h = (double(x[r * d + j]) - mu) * rs, gg = double(gy[r * d + j]) * double(gamma[j]);
+            err = std::max({err, std::abs(double(xhat[r * d + j]) - h), std::abs(double(y[r * d + j]) - (h * double(gamma[j]) + double(beta[j])))});
+            m1 += gg, m2 += gg * h;
+            rdg[j] += double(gy[r * d + j]) * h, rdb[j] += double(gy[r * d + j]);
+          }
+          m1 /= double(d), m2 /= double(d);
+          err = std::max(err, std::abs(double(rstd[r]) - rs) / rs);
+          for (std::size_t j = 0; j < d; ++j) {
+            const double h = (double(x[r * d + j]) - mu) * rs, gg = double(gy[r * d + j]) * double(gamma[j]);
+            err = std::max(err, std::abs(double(dx[r * d + j]) - (0.5 + rs * (gg - m1 - h * m2))) / std::max(1.0, rs));
+          }
         }
-      CHECK(berr <= 10 * tol);
+        for (std::size_t j = 0; j < d; ++j)
+          err = std::max({err, std::abs(double(dgamma[j]) - rdg[j]) / double(rows), std::abs(double(dbeta[j]) - rdb[j]) / double(rows)});
+        INFO("level " << attn::isa_name(level) << " d " << d << " rows " << rows);
+        CHECK(err <= tol);
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("vector kernels: Adam's update at every ISA level against the scalar formula", "", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+  for (const attn::Isa level : levels()) {
+    const attn::ScopedIsa scoped(level);
+    // Tails of every vector width, the kernel's 1024-element blocks, and a size split over threads.
+    for (std::size_t n : {1, 7, 15, 16, 17, 1023, 1024, 1025, 5000, 70001}) {
+      for (int mode = 0; mode < 3; ++mode) {  // no decay, Adam's L2, AdamW
+        attn::kernels::vec::AdamStep<T> s;
+        s.lr = T(0.01), s.weight_decay = mode ? T(0.1) : T(0), s.decoupled = mode == 2;
+        s.one_minus_beta1 = T(0.1), s.beta2 = T(0.999), s.one_minus_beta2 = T(0.001);
+        s.step_size = T(0.01 / (1 - 0.9 * 0.9)), s.bc2_sqrt = T(std::sqrt(1 - 0.999 * 0.999)), s.eps = T(1e-8);
+        auto p = filled<T>(n, 21), m = filled<T>(n, 23), v = filled<T>(n, 24);
+        const auto g = filled<T>(n, 22);
+        for (auto& e : v) e = e * e;  // a second moment is not negative
+        const auto p0 = p, m0 = m, v0 = v;
+        attn::kernels::adam_update(attn::cpu{}, n, p.data(), g.data(), m.data(), v.data(), s);
+        double err = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const double lr = double(s.lr), wd = double(s.weight_decay);
+          double pi = double(p0[i]) * (mode == 2 ? 1 - lr * wd : 1.0);
+          const double gi = double(g[i]) + (mode == 1 ? wd * pi : 0.0);
+          const double mi = double(m0[i]) + (gi - double(m0[i])) * double(s.one_minus_beta1);
+          const double vi = double(v0[i]) * double(s.beta2) + double(s.one_minus_beta2) * gi * gi;
+          pi -= double(s.step_size) * mi / (std::sqrt(vi) / double(s.bc2_sqrt) + double(s.eps));
+          err = std::max({err, std::abs(double(p[i]) - pi), std::abs(double(m[i]) - mi), std::abs(double(v[i]) - vi)});
+        }
+        INFO("level " << attn::isa_name(level) << " n " << n << " mode " << mode);
+        CHECK(err <= tol);
+      }
     }
   }
 }

@@ -6,7 +6,7 @@ set(_kernels
   "attn::cpu::gemm<float>(" "attn::cpu::gemm_strided_batched<double>(" "attn::kernels::tile::gemm<float>("
   "attn::kernels::softmax_rows<double>(" "attn::kernels::gather_rows<float, long>("
   "attn::kernels::layer_norm_forward<float>(" "attn::kernels::cross_entropy_backward<double, int>("
-  "attn::kernels::lstm_cell_backward<float>(" "attn::detail::lstm_impl<float, attn::cpu>("
+  "attn::kernels::lstm_cell_backward<float>(" "attn::kernels::adam_update<double>(" "attn::detail::lstm_impl<float, attn::cpu>("
   "attn::kernels::mha_flash_forward<float>(" "attn::kernels::mha_naive_backward<double>(")
 foreach(mode header_only separate)
   set(_def)

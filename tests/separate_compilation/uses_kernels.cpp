@@ -12,6 +12,7 @@ void* const uses[] = {
     reinterpret_cast<void*>(&attn::kernels::layer_norm_forward<float>),
     reinterpret_cast<void*>(&attn::kernels::cross_entropy_backward<double, int>),
     reinterpret_cast<void*>(&attn::kernels::lstm_cell_backward<float>),
+    reinterpret_cast<void*>(&attn::kernels::adam_update<double>),
     reinterpret_cast<void*>(&attn::detail::lstm_impl<float, attn::cpu>),
     reinterpret_cast<void*>(&attn::kernels::mha_flash_forward<float>),
     reinterpret_cast<void*>(&attn::kernels::mha_naive_backward<double>),

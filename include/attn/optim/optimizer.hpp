@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "../core/eigen.hpp"
+#include "../backend/kernels.hpp"
 
 #include "../nn/module.hpp"
 
@@ -144,34 +144,13 @@ class Adam {
         }
         continue;
       }
-      // In blocks of Eigen arrays (vectorised sqrt and division); the same operations in the same
-      // order as the scalar formula, so the result does not depend on the vector width:
+      // The backend's kernel (backend/cpu/vector_kernels.hpp): the scalar formula, elementwise, so
+      // the result does not depend on the vector width:
       //   gi = g (+ wd p); m += (gi - m)(1 - b1); v = v b2 + (1 - b2) gi gi; p -= lr/bc1 m / (sqrt(v)/sqrt(bc2) + eps)
-      constexpr long long block = 4096;
-      const long long n = static_cast<long long>(d.value.numel()), nblocks = (n + block - 1) / block;
-      const bool decoupled = opt_.decoupled;
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-#endif
-      for (long long bi = 0; bi < nblocks; ++bi) {
-        using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-        const long long i0 = bi * block, len = std::min(block, n - i0);
-        Eigen::Map<Arr> P(p + i0, len), M(m + i0, len), V(v + i0, len);
-        Eigen::Map<const Arr> G(g + i0, len);
-        auto update = [&](const auto& gi) {
-          M += (gi - M) * omb1;  // torch: exp_avg.lerp_(grad, 1 - beta1)
-          V = V * b2 + omb2 * gi * gi;
-          P -= step_size * M / (V.sqrt() / bc2_sqrt + eps);
-        };
-        if (decoupled) {
-          P *= T(1) - lr * wd;
-          update(G);
-        } else if (wd != T(0)) {
-          update(G + wd * P);
-        } else {
-          update(G);
-        }
-      }
+      kernels::vec::AdamStep<T> s;
+      s.lr = lr, s.weight_decay = wd, s.one_minus_beta1 = omb1, s.beta2 = b2, s.one_minus_beta2 = omb2;
+      s.step_size = step_size, s.bc2_sqrt = bc2_sqrt, s.eps = eps, s.decoupled = opt_.decoupled;
+      kernels::adam_update(B{}, d.value.numel(), p, g, m, v, s);
     }
   }
   void zero_grad() {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// CPU kernels of the loss and layer functions: cross-entropy over log-probabilities, layer
-// normalisation, masked mean/max pooling over time. Overloaded on the backend tag, as
-// cuda/layer_kernels.cuh; the ops in autograd/loss.hpp and autograd/norm.hpp and autograd/pooling.hpp call them as kernels::xxx(B{}, ...).
+// CPU kernels of the loss and layer functions: cross-entropy over log-probabilities, masked
+// mean/max pooling over time, and (from vector_kernels.hpp, one copy per ISA level) layer
+// normalisation. Overloaded on the backend tag, as cuda/layer_kernels.cuh; the ops in
+// autograd/loss.hpp, autograd/norm.hpp and autograd/pooling.hpp call them as kernels::xxx(B{}, ...).
 //   attn::kernels::layer_norm_forward(attn::cpu{}, x, gamma, beta, rows, d, 1e-5, y, xhat, rstd);
 #pragma once
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "../../core/error.hpp"
 #include "../cpu.hpp"
 #include "../element_math.hpp"
+#include "vector_kernels.hpp"
 
 namespace attn::kernels {
 
@@ -61,64 +63,6 @@ void cross_entropy_backward(cpu, const T* logp, const I* targets, std::size_t n,
     const T* lp = logp + i * c;
     T* gi = g + i * c;
     for (std::size_t j = 0; j < c; ++j) gi[j] = elem::cross_entropy_grad(gi[j], lp[j], static_cast<long long>(j) == t, scale, eps, c);
-  }
-}
-
-/// Layer norm over rows of X (rows, d): xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased
-/// variance, accumulated in double), y = xhat * G + Bt with G, Bt (d). Writes y, xhat (rows, d), rstd (rows).
-template <class T>
-void layer_norm_forward(cpu, const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y, T* xhat,
-                        T* rstd) {
-  const long long nr = static_cast<long long>(rows);
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (rows * d > (1u << 15))
-#endif
-  for (long long r = 0; r < nr; ++r) {
-    const T* xr = X + r * d;
-    double mu = 0, var = 0;
-    for (std::size_t j = 0; j < d; ++j) mu += xr[j];
-    mu /= double(d);
-    for (std::size_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
-    const T rs = elem::layer_norm_rstd<T>(var, d, eps);
-    rstd[r] = rs;
-    T* hr = xhat + r * d;
-    T* yr = y + r * d;
-    for (std::size_t j = 0; j < d; ++j) {
-      hr[j] = elem::layer_norm_xhat(xr[j], mu, rs);
-      yr[j] = hr[j] * G[j] + Bt[j];
-    }
-  }
-}
-
-/// Backward of layer_norm_forward from the upstream gy (rows, d), the saved xhat and rstd and the
-/// weight Gm (d): dgamma += sum_rows gy * xhat; dbeta += sum_rows gy;
-/// dx += rstd * (gy*gamma - mean(gy*gamma) - xhat * mean(gy*gamma*xhat)). A null output is skipped.
-template <class T>
-void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx,
-                         T* dg, T* db) {
-  if (dg || db) {
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t j = 0; j < d; ++j) {
-        if (dg) dg[j] += gy[r * d + j] * H[r * d + j];
-        if (db) db[j] += gy[r * d + j];
-      }
-  }
-  if (dx) {
-    const long long nr = static_cast<long long>(rows);
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (rows * d > (1u << 15))
-#endif
-    for (long long r = 0; r < nr; ++r) {
-      double m1 = 0, m2 = 0;
-      for (std::size_t j = 0; j < d; ++j) {
-        const double gg = elem::layer_norm_gg(gy[r * d + j], Gm[j]);
-        m1 += gg;
-        m2 += gg * H[r * d + j];
-      }
-      m1 /= double(d);
-      m2 /= double(d);
-      for (std::size_t j = 0; j < d; ++j) dx[r * d + j] += elem::layer_norm_dx(rstd[r], gy[r * d + j], Gm[j], m1, m2, H[r * d + j]);
-    }
   }
 }
 
@@ -187,10 +131,6 @@ namespace attn {
                                                           const T*, std::size_t, T*);                                      \
   X template void kernels::cross_entropy_backward<T, std::int64_t>(cpu, const T*, const std::int64_t*, std::size_t,         \
                                                                    std::size_t, long long, T, const T*, std::size_t, T*);  \
-  X template void kernels::layer_norm_forward<T>(cpu, const T*, const T*, const T*, std::size_t, std::size_t, double, T*,   \
-                                                 T*, T*);                                                                  \
-  X template void kernels::layer_norm_backward<T>(cpu, const T*, const T*, const T*, const T*, std::size_t, std::size_t,    \
-                                                  T*, T*, T*);                                                             \
   X template void kernels::masked_mean_forward<T>(cpu, const T*, const T*, std::size_t, std::size_t, std::size_t, T*, T*);  \
   X template void kernels::masked_mean_backward<T>(cpu, const T*, const T*, const T*, std::size_t, std::size_t, std::size_t, \
                                                    T*);                                                                    \

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: MIT
+// The CPU kernels that the compiler vectorises (Adam's dense update, layer norm, the LSTM cell),
+// compiled once per ISA level and chosen at run time by cpu::isa(), as the hand-written tile GEMM
+// and exponential are: vector_kernels.inc holds their loops, included below in one namespace per
+// level under that level's target (AVX-512 F/CD/BW/DQ/VL, AVX2 + FMA) and once more with the
+// build's own flags (`generic`). A binary built without -march therefore still runs these loops in
+// 16-float registers on an AVX-512 CPU. A build whose -march is above a level keeps its own
+// instructions in that level's copy (a target adds to the command line, it cannot take away), so
+// ATTN_ISA=avx2 on a -march=native AVX-512 build lowers the hand-written kernels only. GCC compiles
+// the bodies without -ftrapping-math (attn reads no floating-point exception flags): with it, GCC
+// keeps the clamps and selects of the activations as branches, and the loops scalar, below AVX-512.
+//   attn::kernels::adam_update(attn::cpu{}, n, p, g, m, v, step);   // vec::AdamStep<float> step
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "../../core/instantiate.hpp"
+#include "../cpu.hpp"
+#include "../element_math.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace attn::kernels::vec {
+
+/// The scalars of one Adam step (optim::Adam computes them in double and rounds each once).
+template <class T>
+struct AdamStep {
+  T lr = 0, weight_decay = 0;
+  T one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0;
+  T step_size = 0;  // lr / (1 - beta1^t)
+  T bc2_sqrt = 1;   // sqrt(1 - beta2^t)
+  T eps = 0;
+  bool decoupled = false;  // AdamW: decay the weights; else add weight_decay p to the gradient
+};
+
+}  // namespace attn::kernels::vec
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define ATTN_VEC_LEVELS 1
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512cd,avx512bw,avx512dq,avx512vl,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512cd,avx512bw,avx512dq,avx512vl,avx2,fma")
+#pragma GCC optimize("no-trapping-math")
+#endif
+#define ATTN_VEC_LEVEL avx512
+#define ATTN_VEC_WIDTH 16
+#include "vector_kernels.inc"
+#undef ATTN_VEC_WIDTH
+#undef ATTN_VEC_LEVEL
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#pragma GCC optimize("no-trapping-math")
+#endif
+#define ATTN_VEC_LEVEL avx2
+#define ATTN_VEC_WIDTH 8
+#include "vector_kernels.inc"
+#undef ATTN_VEC_WIDTH
+#undef ATTN_VEC_LEVEL
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+#define ATTN_VEC_LEVEL generic
+#define ATTN_VEC_WIDTH 0
+#include "vector_kernels.inc"
+#undef ATTN_VEC_WIDTH
+#undef ATTN_VEC_LEVEL
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#endif
+
+// vec::call(fn, args...): fn of the level cpu::isa() names.
+#if defined(ATTN_VEC_LEVELS)
+#define ATTN_VEC_CALL(fn, ...)                                             \
+  do {                                                                     \
+    switch (cpu::isa()) {                                                  \
+      case Isa::avx512: vec::avx512::fn(__VA_ARGS__); break;               \
+      case Isa::avx2: vec::avx2::fn(__VA_ARGS__); break;                   \
+      case Isa::generic: vec::generic::fn(__VA_ARGS__); break;             \
+    }                                                                      \
+  } while (0)
+#else
+#define ATTN_VEC_CALL(fn, ...) vec::generic::fn(__VA_ARGS__)
+#endif
+
+namespace attn::kernels {
+
+namespace vec {
+/// Threads for `work` elements of a memory-bound loop over `items` independent items: one below
+/// 2^15 elements, where starting a team costs more than it saves.
+inline int threads_for(std::size_t items, std::size_t work) {
+#if defined(_OPENMP)
+  if (work <= (std::size_t(1) << 15)) return 1;
+  return static_cast<int>(std::clamp<std::size_t>(items, 1, static_cast<std::size_t>(omp_get_max_threads())));
+#else
+  (void)items, (void)work;
+  return 1;
+#endif
+}
+}  // namespace vec
+
+/// Adam's (or AdamW's) dense update of n elements of p with gradient g and moments m, v, in place:
+/// the formula of vec::adam_dense, elementwise (no result depends on the vector width or thread count).
+template <class T>
+void adam_update(cpu, std::size_t n, T* p, const T* g, T* m, T* v, const vec::AdamStep<T>& s) {
+  const int nt = vec::threads_for(n / 4096 + 1, n);
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+  for (int c = 0; c < nt; ++c) {
+    const std::size_t i0 = n * std::size_t(c) / std::size_t(nt) / 16 * 16;  // chunk starts on 64-byte multiples
+    const std::size_t i1 = c + 1 == nt ? n : n * std::size_t(c + 1) / std::size_t(nt) / 16 * 16;
+    ATTN_VEC_CALL(adam_dense<T>, i1 - i0, p + i0, g + i0, m + i0, v + i0, s);
+  }
+}
+
+/// Layer norm over rows of X (rows, d): xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased
+/// variance, accumulated in double), y = xhat * G + Bt with G, Bt (d). Writes y, xhat (rows, d), rstd (rows).
+template <class T>
+void layer_norm_forward(cpu, const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y, T* xhat,
+                        T* rstd) {
+  const int nt = vec::threads_for(rows, rows * d);
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+  for (int c = 0; c < nt; ++c)
+    ATTN_VEC_CALL(layer_norm_forward_rows<T>, rows * std::size_t(c) / std::size_t(nt), rows * std::size_t(c + 1) / std::size_t(nt),
+                  X, G, Bt, d, eps, y, xhat, rstd);
+}
+
+/// Backward of layer_norm_forward from the upstream gy (rows, d), the saved xhat and rstd and the
+/// weight Gm (d): dgamma += sum_rows gy * xhat; dbeta += sum_rows gy;
+/// dx += rstd * (gy*gamma - mean(gy*gamma) - xhat * mean(gy*gamma*xhat)). A null output is skipped.
+template <class T>
+void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx,
+                         T* dg, T* db) {
+  for (std::size_t r = 0; r < rows && (dg || db); ++r) {
+    const T* __restrict g = gy + r * d;
+    const T* __restrict h = H + r * d;
+    if (dg)
+      for (std::size_t j = 0; j < d; ++j) dg[j] += g[j] * h[j];
+    if (db)
+      for (std::size_t j = 0; j < d; ++j) db[j] += g[j];
+  }
+  if (!dx) return;
+  const int nt = vec::threads_for(rows, rows * d);
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+  for (int c = 0; c < nt; ++c)
+    ATTN_VEC_CALL(layer_norm_dx_rows<T>, rows * std::size_t(c) / std::size_t(nt), rows * std::size_t(c + 1) / std::size_t(nt), gy,
+                  H, Gm, rstd, d, dx);
+}
+
+/// Fused LSTM cell over n rows. gates (n, 4H) holds W_ih x + W_hh h_prev on entry and the
+/// activations sigmoid(i), sigmoid(f), tanh(g), sigmoid(o) on exit; bias (4H) = b_ih + b_hh.
+/// c = f * c_prev + i * g (c_prev nullptr: the zero state), h = o * tanh(c). c, h: (n, H).
+/// Float uses vectorisable sigmoid and tanh within a few ulp; double, std::exp and std::tanh.
+template <class T>
+void lstm_cell_forward(cpu, std::size_t n, std::size_t h, T* gates, const T* bias, const T* c_prev, T* c, T* hout) {
+  ATTN_VEC_CALL(lstm_cell_forward_rows<T>, 0, n, h, gates, bias, c_prev, c, hout);
+}
+
+/// Backward of lstm_cell_forward over n rows, from the saved activations act (n, 4H) and cells
+/// c (n, H), c_prev (n, H) or nullptr. dh (n, H) is dL/dh of this step; dc (n, H) carries dL/dc
+/// from the next step in and dL/dc_prev out. Writes dL/d(pre-activation) to dgates (n, 4H): the
+/// formulas of elem::lstm_cell_backward.
+template <class T>
+void lstm_cell_backward(cpu, std::size_t n, std::size_t h, const T* act, const T* c, const T* c_prev, const T* dh, T* dc,
+                        T* dgates) {
+  ATTN_VEC_CALL(lstm_cell_backward_rows<T>, 0, n, h, act, c, c_prev, dh, dc, dgates);
+}
+
+}  // namespace attn::kernels
+
+namespace attn {
+#define ATTN_INSTANTIATE_CPU_VECTOR_KERNELS(X, T)                                                                          \
+  X template void kernels::adam_update<T>(cpu, std::size_t, T*, const T*, T*, T*, const kernels::vec::AdamStep<T>&);        \
+  X template void kernels::layer_norm_forward<T>(cpu, const T*, const T*, const T*, std::size_t, std::size_t, double, T*,   \
+                                                 T*, T*);                                                                  \
+  X template void kernels::layer_norm_backward<T>(cpu, const T*, const T*, const T*, const T*, std::size_t, std::size_t,    \
+                                                  T*, T*, T*);                                                             \
+  X template void kernels::lstm_cell_forward<T>(cpu, std::size_t, std::size_t, T*, const T*, const T*, T*, T*);            \
+  X template void kernels::lstm_cell_backward<T>(cpu, std::size_t, std::size_t, const T*, const T*, const T*, const T*, T*, \
+                                                 T*);
+ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_VECTOR_KERNELS)
+}  // namespace attn
