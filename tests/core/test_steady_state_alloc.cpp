@@ -180,6 +180,39 @@ TEST_CASE("steady state: the host pool serves repeated shapes from its cache") {
   CHECK(attn::detail::HostPool::round(148000, cls) == 163840);  // in (2^17, 2^18]: steps of 2^14
 }
 
+TEST_CASE("host pool: bytes in use and their peak, with caching on or off", "[pool_peak]") {
+  // Block sizes: 1000 floats round to 4096 bytes, 50000 floats (200,000 bytes) to 212,992.
+  std::size_t cls = 0;
+  const std::size_t small = attn::detail::HostPool::round(1000 * sizeof(float), cls);
+  const std::size_t large = attn::detail::HostPool::round(50000 * sizeof(float), cls);
+  REQUIRE(small == 4096);
+  REQUIRE(large == 212992);
+  const std::size_t control = attn::detail::HostPool::round(1, cls);  // a tensor's control block (one 64-byte block)
+  const auto s0 = attn::cpu::pool_stats();
+  INFO("caching " << (s0.enabled ? "on" : "off"));
+  CHECK(s0.peak_bytes >= s0.in_use_bytes);
+  {
+    Tensor<float> a({1000});
+    Tensor<float> b({50000});
+    const auto s1 = attn::cpu::pool_stats();
+    CHECK(s1.in_use_bytes == s0.in_use_bytes + small + large + 2 * control);
+    CHECK(s1.peak_bytes >= s1.in_use_bytes);
+    attn::cpu::reset_pool_peak();
+    CHECK(attn::cpu::pool_stats().peak_bytes == s1.in_use_bytes);
+    { Tensor<float> c({50000}); }  // comes and goes: the peak keeps it
+    const auto s2 = attn::cpu::pool_stats();
+    CHECK(s2.in_use_bytes == s1.in_use_bytes);
+    CHECK(s2.peak_bytes == s1.in_use_bytes + large + control);
+  }
+  const auto s3 = attn::cpu::pool_stats();
+  CHECK(s3.in_use_bytes == s0.in_use_bytes);  // a cached block is not in use
+  CHECK(s3.peak_bytes == s0.in_use_bytes + small + 2 * large + 3 * control);
+  attn::cpu::reset_pool_peak();
+  CHECK(attn::cpu::pool_stats().peak_bytes == s0.in_use_bytes);
+  attn::cpu::empty_cache();
+  CHECK(attn::cpu::pool_stats().in_use_bytes == s0.in_use_bytes);  // giving the cache back frees nothing in use
+}
+
 TEST_CASE("steady state: a BiLSTM classifier trains and infers without allocating after warm-up") {
   const std::size_t b = 6, t = 20;
   attn::Rng rng(5);

@@ -53,8 +53,12 @@ struct cpu {
   /// Number of tensor allocations made by this backend since the program started.
   static std::uint64_t allocations() noexcept { return detail::cpu_allocation_counter().load(std::memory_order_relaxed); }
   /// The host pool that serves tensor buffers, their control blocks and VarData: how many
-  /// requests it served and how many of them reached the system allocator.
+  /// requests it served, how many of them reached the system allocator, the bytes in use and
+  /// their peak.
   static PoolStats pool_stats() { return detail::HostPool::get().stats(); }
+  /// Starts a new peak of the host pool's bytes in use (pool_stats().peak_bytes) from the bytes
+  /// in use now: reset, run a training step, read the peak.
+  static void reset_pool_peak() noexcept { detail::HostPool::get().reset_peak(); }
   /// Returns every cached free block of the host pool to the system.
   static void empty_cache() noexcept { detail::HostPool::get().release(); }
 

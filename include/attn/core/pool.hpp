@@ -4,7 +4,9 @@
 // a training or inference loop whose shapes repeat stops calling the system allocator after its
 // first step.
 //   attn::cpu::pool_stats().system_allocations;  attn::cpu::empty_cache();
+//   attn::cpu::reset_pool_peak(); train_step(); attn::cpu::pool_stats().peak_bytes;
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +22,8 @@ struct PoolStats {
   std::uint64_t requests = 0;            // blocks handed out
   std::uint64_t system_allocations = 0;  // of those, blocks the system allocator had to provide
   std::size_t cached_bytes = 0;          // free blocks kept for reuse
+  std::size_t in_use_bytes = 0;          // blocks handed out and not yet given back (block sizes, not requests)
+  std::size_t peak_bytes = 0;            // the most in_use_bytes has been since the last reset_pool_peak()
   std::size_t limit_bytes = 0;           // at most this much is kept; beyond it blocks are freed
   bool enabled = false;                  // false: every request goes to the system allocator
 };
@@ -55,6 +59,7 @@ class HostPool {
       if (void* p = free_[cls]) {  // always empty when caching is off
         free_[cls] = *static_cast<void**>(p);  // the next free block, stored in this one
         cached_ -= r;
+        hand_out(r);
         return p;
       }
       ++system_;
@@ -65,6 +70,8 @@ class HostPool {
       p = std::aligned_alloc(alignment, r);
       if (!p) throw std::bad_alloc();
     }
+    std::lock_guard<std::mutex> lock(m_);
+    hand_out(r);
     return p;
   }
 
@@ -72,9 +79,10 @@ class HostPool {
     if (!p) return;
     std::size_t cls = 0;
     const std::size_t r = round(bytes, cls);
-    if (enabled_) {
+    {
       std::lock_guard<std::mutex> lock(m_);
-      if (cached_ + r <= limit_) {
+      in_use_ -= r;
+      if (enabled_ && cached_ + r <= limit_) {
         *static_cast<void**>(p) = free_[cls];  // intrusive list: the pool itself never allocates
         free_[cls] = p;
         cached_ += r;
@@ -99,7 +107,19 @@ class HostPool {
 
   PoolStats stats() const {
     std::lock_guard<std::mutex> lock(m_);
-    return {requests_, system_, cached_, limit_, enabled_};
+    return {.requests = requests_,
+            .system_allocations = system_,
+            .cached_bytes = cached_,
+            .in_use_bytes = in_use_,
+            .peak_bytes = peak_,
+            .limit_bytes = limit_,
+            .enabled = enabled_};
+  }
+
+  /// Starts a new peak: peak_bytes becomes the bytes in use now.
+  void reset_peak() noexcept {
+    std::lock_guard<std::mutex> lock(m_);
+    peak_ = in_use_;
   }
 
   /// The block size a request of `bytes` gets, and its class.
@@ -132,10 +152,17 @@ class HostPool {
     enabled_ = mb > 0;
   }
 
+  // Counts a block of r bytes handed out (m_ held).
+  void hand_out(std::size_t r) noexcept {
+    in_use_ += r;
+    peak_ = std::max(peak_, in_use_);
+  }
+
   static constexpr std::size_t classes = 16 + 54 * 8;  // up to 2^64 bytes
   mutable std::mutex m_;
   std::array<void*, classes> free_{};  // per class: the first free block; each holds the next
   std::size_t cached_ = 0, limit_ = 0;
+  std::size_t in_use_ = 0, peak_ = 0;  // handed-out bytes, counted whether caching is on or off
   std::uint64_t requests_ = 0, system_ = 0;
   bool enabled_ = true;
 };
