@@ -17,4 +17,5 @@
 #include "autograd/pooling.hpp"
 #include "autograd/lstm.hpp"
 #include "autograd/attention.hpp"
+#include "autograd/checkpoint.hpp"
 #include "autograd/gradcheck.hpp"

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,14 @@ class Tape {
  public:
   static constexpr bool recording = true;
   explicit Tape(std::uint64_t seed = 0x7a9e) : rng_(seed) {}
+
+  /// Selects the tracing constructor.
+  struct Tracing {};
+  /// A tape that records no step: ops run under it as under any tape, but each step is dropped as
+  /// it is pushed (so what it would have kept dies with the op's Vars, as under NoGrad), and only
+  /// the VarData the steps list as inputs are noted (outside_inputs()). attn::checkpoint runs a
+  /// function's first forward pass under one. backward() on it has nothing to run.
+  explicit Tape(Tracing, std::uint64_t seed = 0x7a9e) : trace_(std::make_unique<Trace>()), rng_(seed) {}
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 
@@ -62,6 +71,10 @@ class Tape {
   void push(const std::shared_ptr<D>& out, std::span<const void* const> inputs, F&& step) {
     using Fn = std::decay_t<F>;
     static_assert(std::is_invocable_v<Fn&>, "Tape::push: the step must be callable without arguments");
+    if (trace_) {
+      trace_->note(out.get(), inputs);
+      return;
+    }
     void* mem = arena_.take(sizeof(Fn), alignof(Fn));
     Fn* fn = ::new (mem) Fn(std::forward<F>(step));
     const auto begin = static_cast<std::uint32_t>(inputs_.size());
@@ -82,6 +95,14 @@ class Tape {
   }
   ~Tape() { clear(); }
   std::size_t size() const noexcept { return steps_.size(); }
+  bool tracing() const noexcept { return trace_ != nullptr; }
+  /// On a tracing tape: the VarData (of any element type) that steps pushed so far listed as
+  /// inputs and that no op run under this tape produced, once each, in first-use order. These are
+  /// what the code run under the tape read from outside it: its input Vars, the parameters of the
+  /// modules it called, and leaves it created itself (those of the latter that have died since
+  /// may be listed, or left out when their address was an earlier op's output). Empty on a
+  /// recording tape.
+  std::vector<const void*> outside_inputs() const { return trace_ ? trace_->outside : std::vector<const void*>{}; }
   /// The random stream of ops run under this tape (dropout).
   Rng& rng() noexcept { return rng_; }
 
@@ -108,12 +129,18 @@ class Tape {
     g += Tensor<T, AnyShape, B>::full(loss.dims(), T(1));
     run_steps(leaves, &observer);
   }
-  /// Drops every recorded step (and with them the intermediate values they kept alive).
+  /// Runs the recorded steps in reverse from the gradients already in place: the caller has put
+  /// the upstream gradient of each output it differentiates into that output's VarData::grad
+  /// (backward from several outputs at once, as attn::checkpoint's recomputation does).
+  void backward_from_grads() { run_steps({}, nullptr); }
+  /// Drops every recorded step (and with them the intermediate values they kept alive); a tracing
+  /// tape forgets what it noted.
   void clear() noexcept {
     for (std::size_t i = steps_.size(); i-- > 0;) steps_[i].destroy(steps_[i].fn);
     steps_.clear();
     inputs_.clear();
     arena_.reset();
+    if (trace_) *trace_ = {};
   }
 
  private:
@@ -170,6 +197,18 @@ class Tape {
     std::size_t cur_ = 0, off_ = 0;
   };
 
+  /// A tracing tape's record: the outputs of the ops run under it and the inputs they read from
+  /// outside. The addresses are only compared, never followed.
+  struct Trace {
+    std::unordered_set<const void*> produced, seen;
+    std::vector<const void*> outside;
+    void note(const void* out, std::span<const void* const> inputs) {
+      for (const void* p : inputs)
+        if (p && !produced.count(p) && seen.insert(p).second) outside.push_back(p);
+      produced.insert(out);
+    }
+  };
+
   static void check_scalar(const Dims& d) {
     if (d.numel() != 1) throw ShapeError("Tape::backward: loss must have one element, got shape " + d.str());
   }
@@ -216,6 +255,7 @@ class Tape {
   // Scratch of run_steps, kept to reuse its memory.
   std::vector<std::pair<const void*, std::size_t>> sorted_;
   std::vector<std::size_t> first_use_, order_;
+  std::unique_ptr<Trace> trace_;  // set on a tracing tape only
   Rng rng_;
 };
 
