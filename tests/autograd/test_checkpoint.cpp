@@ -282,6 +282,21 @@ TEST_CASE("checkpoint: an input also used directly by the function, and a parame
   for (std::size_t i = 0; i < gw_p.size(); ++i) CHECK(gw_c[i] == Approx(gw_p[i]).epsilon(1e-14));
 }
 
+TEST_CASE("checkpoint: a function of parameters only") {
+  using T = double;
+  attn::nn::Linear<3, 2, T> fc(nullptr, "fc");
+  auto run = [&](Mode mode) {
+    fc.zero_grad();
+    Tape t(9);
+    auto fn = [&](auto& c) { return attn::dropout(c, attn::tanh(c, attn::scale(c, fc.weight, T(2))), 0.3, true); };
+    auto y = mode == Mode::plain ? fn(t) : attn::checkpoint(t, fn);
+    t.backward(attn::sum(t, attn::mul(t, y, y)));
+    return fc.weight.grad().to_vector();
+  };
+  const auto plain = run(Mode::plain);
+  CHECK(run(Mode::checkpoint) == plain);
+}
+
 TEST_CASE("checkpoint: errors name the input, or a recomputation that differs from the first run") {
   using V = attn::Var<double>;
   attn::Rng rng(14);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Conformance cases of the layers and layer functions: layer_norm, masked pooling, dropout,
-// Linear, Embedding, LSTM, BiLSTM and a small BiLSTM classifier trained one step's worth
-// (forward, cross-entropy, backward). Parameters are initialised on the host from their names,
+// Linear, Embedding, LSTM, BiLSTM, a small BiLSTM classifier trained one step's worth
+// (forward, cross-entropy, backward) and checkpointed residual blocks with dropout. Parameters are initialised on the host from their names,
 // so both backends start from the same weights. Included by the TUs that instantiate run_layers<T, B>.
 #pragma once
 #include "conformance_support.hpp"
@@ -187,6 +187,34 @@ Result bilstm_classifier(std::uint64_t seed) {
   record_value(r, "logits", logits);
   record_value(r, "loss", loss);
   record_parameter_grads<T, B>(r, model);
+  return r;
+}
+
+/// x + fc2(dropout(tanh(fc1(x)))), twice, each block under attn::checkpoint (the second nested
+/// in a checkpoint of its own): the recomputation runs on the backend, the dropout masks come
+/// from the tape's stream on the host.
+template <class T, class B>
+struct Blocks : nn::Module {
+  nn::Linear<12, 20, T, B> fc1{this, "fc1"}, fc3{this, "fc3"};
+  nn::Linear<20, 12, T, B> fc2{this, "fc2"}, fc4{this, "fc4"};
+};
+template <class T, class B>
+Result checkpointed_blocks(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape(seed);
+  Blocks<T, B> m;
+  using Var = V<T, B>;
+  auto block = [](const auto& up, const auto& down) {
+    return [&up, &down](auto& c, const Var& x) { return attn::add(c, x, down(c, nn::dropout(c, attn::tanh(c, up(c, x)), 0.3, true))); };
+  };
+  auto x = input<T, B>(rng, {4, 7, 12});
+  Var h = attn::checkpoint(tape, block(m.fc1, m.fc2), x);
+  Var y = attn::checkpoint(tape, [&](auto& c, const Var& v) { return attn::checkpoint(c, block(m.fc3, m.fc4), v); }, h);
+  backward_from(tape, y, rng);
+  Result r;
+  record_value(r, "y", y);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, m);
   return r;
 }
 

@@ -118,22 +118,16 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
 
   Fn fn(std::forward<F>(fn_in));
   Saved saved(args...);
-  std::size_t arg_index = 0;
-  (
-      [&](const auto& a) {
-        if constexpr (is_var_v<decltype(a)>)
-          if (!a.defined()) throw ArgumentError(std::string("checkpoint: input ") + std::to_string(arg_index) + " is an undefined Var");
-        ++arg_index;
-      }(args),
-      ...);
-
   // The Vars passed in, and for each the first argument that is the same Var (they share one leaf).
   std::array<const void*, n_in> in_data{};
   std::array<std::size_t, n_in> first{};
   for_each_index<n_in>([&](auto i) {
-    if constexpr (is_var_v<std::tuple_element_t<i, Saved>>) in_data[i] = std::get<i>(saved).data().get();
+    if constexpr (is_var_v<std::tuple_element_t<i, Saved>>) {
+      if (!std::get<i>(saved).defined()) throw ArgumentError(std::string("checkpoint: input ") + std::to_string(i) + " is an undefined Var");
+      in_data[i] = std::get<i>(saved).data().get();
+    }
     first[i] = i;
-    for (std::size_t j = 0; j < i; ++j)
+    for (std::size_t j = 0; j != i; ++j)
       if (in_data[i] && in_data[j] == in_data[i]) {
         first[i] = j;
         break;
@@ -175,7 +169,7 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
   // takes those direct terms in place, and its leaf's gradient is added to it afterwards.
   std::array<bool, n_in> direct{};
   std::vector<const void*> list;
-  for (std::size_t i = 0; i < n_in; ++i) {
+  for (std::size_t i = 0; i != n_in; ++i) {
     direct[i] = in_data[i] && listed(outside, in_data[i]);
     if (in_data[i] && first[i] == i) list.push_back(in_data[i]);
   }
