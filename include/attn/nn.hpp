@@ -10,3 +10,4 @@
 #include "nn/layer_norm.hpp"
 #include "nn/lstm.hpp"
 #include "nn/attention.hpp"
+#include "nn/encoder.hpp"

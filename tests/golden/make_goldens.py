@@ -642,6 +642,101 @@ def check_attn(in_path: str, out_path: str, expect_golden: bool) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
+# 9. Transformer encoder
+
+def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activation, eps):
+    """Hand-written torch.nn.TransformerEncoderLayer (dropout 0) on parameters p[prefix + name]."""
+    def ln(z, n):
+        mu = z.mean(-1, keepdim=True)
+        var = z.var(-1, unbiased=False, keepdim=True)
+        return (z - mu) / torch.sqrt(var + eps) * p[prefix + n + ".weight"] + p[prefix + n + ".bias"]
+
+    def sa(z):
+        return mha_reference(z, p[prefix + "self_attn.in_proj_weight"], p[prefix + "self_attn.in_proj_bias"],
+                             p[prefix + "self_attn.out_proj.weight"], p[prefix + "self_attn.out_proj.bias"],
+                             heads, key_valid)[0]
+
+    def ff(z):
+        h = z @ p[prefix + "linear1.weight"].T + p[prefix + "linear1.bias"]
+        h = h.clamp_min(0) if activation == "relu" else 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+        return h @ p[prefix + "linear2.weight"].T + p[prefix + "linear2.bias"]
+
+    if norm_first:
+        x = x + sa(ln(x, "norm1"))
+        return x + ff(ln(x, "norm2"))
+    x = ln(x + sa(x), "norm1")
+    return ln(x + ff(x), "norm2")
+
+
+def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, norm_first: bool,
+                 activation: str, final_norm: bool, seed: int) -> None:
+    """layers == 0: one nn.TransformerEncoderLayer; else nn.TransformerEncoder of that many."""
+    B, T, D, H, FF, eps = 2, 5, 16, 4, 32, 1e-5
+    lengths = [5, 3]
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0,
+                                       activation=activation, layer_norm_eps=eps, batch_first=True,
+                                       norm_first=norm_first)
+    if layers == 0:
+        model: nn.Module = layer
+    else:
+        model = nn.TransformerEncoder(layer, num_layers=layers,
+                                      norm=nn.LayerNorm(D, eps=eps) if final_norm else None,
+                                      enable_nested_tensor=False)
+    with torch.no_grad():
+        # Every parameter redrawn (the stack's layers start as copies of one layer; torch zeroes
+        # the attention biases and starts the norms at ones and zeros).
+        for n, q in model.named_parameters():
+            if q.dim() == 2:
+                q.copy_(randn32(*q.shape, scale=1.0 / math.sqrt(q.shape[1])))
+            elif "norm" in n and n.endswith("weight"):
+                q.copy_(1.0 + randn32(*q.shape, scale=0.2))
+            else:
+                q.copy_(randn32(*q.shape, scale=0.5))
+    x = randn32(B, T, D)
+    dout = randn32(B, T, D)
+    mask = mask_from_lengths(lengths, T)
+    key_valid = mask.bool()
+    t = {"x": f32(x), "mask": mask}
+    for n, q in model.named_parameters():
+        t[n] = f32(q)
+    t["dout"] = f32(dout)
+
+    model = model.double()
+    model.train()  # dropout is 0; training mode keeps torch off its fused inference fast path
+    d64 = dout.double()
+    x64 = x.double().requires_grad_()
+    out = model(x64, src_key_padding_mask=~key_valid)
+    (out * d64).sum().backward()
+
+    # the hand-written reference: output and every gradient
+    leaves = {n: q.detach().clone().requires_grad_() for n, q in model.named_parameters()}
+    xr = x.double().requires_grad_()
+    z = xr
+    prefixes = [""] if layers == 0 else [f"layers.{i}." for i in range(layers)]
+    for pre in prefixes:
+        z = encoder_layer_reference(z, leaves, pre, H, key_valid, norm_first, activation, eps)
+    if layers and final_norm:
+        mu = z.mean(-1, keepdim=True)
+        var = z.var(-1, unbiased=False, keepdim=True)
+        z = (z - mu) / torch.sqrt(var + eps) * leaves["norm.weight"] + leaves["norm.bias"]
+    (z * d64).sum().backward()
+    assert_close(f"{fname}.out", out, z)
+    assert_close(f"{fname}.grad.x", x64.grad, xr.grad)
+    for n, q in model.named_parameters():
+        assert_close(f"{fname}.grad.{n}", q.grad, leaves[n].grad)
+
+    t.update({"out": f64(out), "grad.x": f64(x64.grad)})
+    add_grads(t, model)
+    write(out_dir, fname, t,
+          meta("transformer_encoder_layer" if layers == 0 else "transformer_encoder", seed,
+               d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0, activation=activation,
+               layer_norm_eps=eps, batch_first=True, norm_first=norm_first, num_layers=max(layers, 1),
+               final_norm=bool(layers and final_norm), batch=B, seq=T, lengths=lengths,
+               padded_rows="computed (torch's training path)", loss="sum(out*dout)"), written)
+
+
+# ----------------------------------------------------------------------------------------------
 
 def generate(out_dir: Path) -> list[Path]:
     written: list[Path] = []
@@ -661,6 +756,9 @@ def generate(out_dir: Path) -> list[Path]:
     case_optimizer(out_dir, written, "sgd_momentum", seed=73)
     case_sparse_adam(out_dir, written, seed=74)
     case_roundtrip(out_dir, written)
+    case_encoder(out_dir, written, "encoder_layer_post_relu.safetensors", 0, False, "relu", False, seed=91)
+    case_encoder(out_dir, written, "encoder_layer_pre_gelu.safetensors", 0, True, "gelu", False, seed=92)
+    case_encoder(out_dir, written, "encoder_stack.safetensors", 2, True, "gelu", True, seed=93)
     return written
 
 

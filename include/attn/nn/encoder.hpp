@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT
+// nn::TransformerEncoderLayer<Heads, Dim> and nn::TransformerEncoder<Heads, Dim>: PyTorch's
+// torch.nn.TransformerEncoderLayer(batch_first=True) and torch.nn.TransformerEncoder, with their
+// parameter names ("layers.0.self_attn.in_proj_weight", "layers.0.linear1.weight", "norm.weight").
+//   attn::nn::TransformerEncoder<4, 128> enc{this, "encoder", {.num_layers = 6, .layer = {.norm_first = true},
+//                                                              .final_norm = true, .checkpoint = true}};
+//   auto y = enc(ctx, x, attn::Lengths{12, 7});   // (B, T, 128) -> (B, T, 128)
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../autograd/checkpoint.hpp"
+#include "../autograd/elementwise.hpp"
+#include "../autograd/linear.hpp"
+#include "attention.hpp"
+#include "init.hpp"
+#include "layer_norm.hpp"
+#include "module.hpp"
+
+namespace attn::nn {
+
+/// The feed-forward block's activation: PyTorch's activation="relu" or "gelu" (the exact, erf form).
+enum class Activation { relu, gelu };
+
+struct TransformerEncoderLayerOptions {
+  /// Width F of the feed-forward block (linear1: Dim -> F, linear2: F -> Dim). 0: 4 * Dim, the
+  /// usual ratio (PyTorch's fixed default, 2048, is 4 * Dim at Dim = 512); pass 2048 for PyTorch's.
+  std::size_t dim_feedforward = 0;
+  /// PyTorch's dropout: after the activation, on both residual branches, and on the attention
+  /// weights (nn.MultiheadAttention(dropout=p)). In training mode only.
+  double dropout = 0.1;
+  Activation activation = Activation::relu;
+  /// true: x + sa(norm1(x)), then x + ff(norm2(x)) (pre-norm); false: norm1(x + sa(x)), then
+  /// norm2(x + ff(x)) (post-norm, PyTorch's default).
+  bool norm_first = false;
+  double layer_norm_eps = 1e-5;
+  bool bias = true;  // every Linear's bias and the attention's biases (the norms keep theirs)
+  /// Passed to self_attn. Under PaddedRows::zero the rows of real tokens are the same; the padded
+  /// rows still run through the residual, feed-forward and norms, and hold other values than PyTorch's.
+  PaddedRows padded = PaddedRows::compute;
+};
+
+namespace detail {
+
+/// A Linear whose output width is chosen at run time (the feed-forward width): PyTorch's names
+/// "weight" (Out, In) and "bias" (Out), and nn.Linear's default initialisation.
+template <class T, class B>
+class RuntimeLinear : public Module {
+ public:
+  RuntimeLinear(Module* parent, std::string name, std::size_t in, std::size_t out, bool bias)
+      : Module(parent, std::move(name)), in_(in) {
+    weight = register_parameter<T, AnyShape, B>("weight", {out, in});
+    if (bias) this->bias = register_parameter<T, AnyShape, B>("bias", {out});
+    Rng rng(name_seed(this->name()));
+    reset_parameters(rng);
+  }
+  void reset_parameters(Rng& rng) override {
+    init::torch_linear_default(weight, rng, in_);
+    if (bias.defined()) init::torch_linear_default(bias, rng, in_);
+  }
+  /// (..., In) -> (..., Out).
+  template <Context C, class S>
+  Var<T, AnyShape, B> operator()(C& ctx, const Var<T, S, B>& x) const {
+    return Var<T, AnyShape, B>(linear(ctx, x.erased(), weight, bias));
+  }
+  Var<T, AnyShape, B> weight, bias;  // bias undefined when !bias
+
+ private:
+  std::size_t in_;
+};
+
+}  // namespace detail
+
+/// One encoder layer: self-attention and a feed-forward block (linear1, activation, dropout,
+/// linear2), each with a residual connection, its dropout (dropout1, dropout2) and a LayerNorm
+/// (norm1, norm2), before (norm_first) or after the residual sum. x (B, T, Dim) -> (B, T, Dim).
+///
+/// Padded positions: the mask removes padded keys from the attention; every query row is computed
+/// (PaddedRows::compute), as PyTorch's training path does, so the output matches PyTorch at every
+/// position, padded ones included.
+template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
+class TransformerEncoderLayer : public Module {
+  static_assert(Heads > 0 && Heads != dyn && Dim > 0 && Dim != dyn,
+                "nn::TransformerEncoderLayer<Heads, Dim>: Heads and Dim must be static, positive");
+  static_assert(Dim % Heads == 0, "nn::TransformerEncoderLayer<Heads, Dim>: Dim must be divisible by Heads");
+
+ public:
+  static constexpr std::size_t heads = Heads;
+  static constexpr std::size_t dim = Dim;
+
+  TransformerEncoderLayer(Module* parent, std::string name, TransformerEncoderLayerOptions opt = {})
+      : Module(parent, std::move(name)),
+        self_attn(this, "self_attn", {.dropout = checked(opt, this->name()).dropout, .bias = opt.bias, .padded = opt.padded}),
+        linear1(this, "linear1", Dim, width(opt), opt.bias),
+        dropout(this, "dropout", opt.dropout),
+        linear2(this, "linear2", width(opt), Dim, opt.bias),
+        norm1(this, "norm1", opt.layer_norm_eps),
+        norm2(this, "norm2", opt.layer_norm_eps),
+        dropout1(this, "dropout1", opt.dropout),
+        dropout2(this, "dropout2", opt.dropout),
+        opt_(opt) {}
+
+  /// x (B, T, Dim) -> (B, T, Dim). mask says which positions are real tokens, as for nn::Attention:
+  /// attn::Lengths, attn::KeepMask(m) or attn::PaddingMask(m) (torch's src_key_padding_mask).
+  /// extras.attn_mask (T, T) is added to every head's scores (torch's src_mask, additive form).
+  template <Context C, class S, TokenMask M>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x, const M& mask, AttentionExtras<T, B> extras = {}) const {
+    return forward(ctx, x, &mask, extras);
+  }
+  /// Every position a real token.
+  template <Context C, class S>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x, AttentionExtras<T, B> extras = {}) const {
+    return forward(ctx, x, static_cast<const Lengths*>(nullptr), extras);
+  }
+  template <Context C, class S, BareMaskTensor M>
+  Var<T, S, B> operator()(C&, const Var<T, S, B>&, const M&, AttentionExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<M>,
+                  "nn::TransformerEncoderLayer: a bare mask tensor does not say which value means padding; pass "
+                  "attn::KeepMask(m) (1 = real token), attn::PaddingMask(m) (1 = padding, torch's src_key_padding_mask) "
+                  "or attn::Lengths");
+    return {};
+  }
+
+  const TransformerEncoderLayerOptions& options() const noexcept { return opt_; }
+  /// The feed-forward width F.
+  std::size_t dim_feedforward() const noexcept { return width(opt_); }
+
+  Attention<Heads, Dim, T, B> self_attn;
+  detail::RuntimeLinear<T, B> linear1;
+  Dropout dropout;
+  detail::RuntimeLinear<T, B> linear2;
+  LayerNorm<Dim, T, B> norm1, norm2;
+  Dropout dropout1, dropout2;
+
+ private:
+  TransformerEncoderLayerOptions opt_;
+
+  static std::size_t width(const TransformerEncoderLayerOptions& opt) { return opt.dim_feedforward ? opt.dim_feedforward : 4 * Dim; }
+  static const TransformerEncoderLayerOptions& checked(const TransformerEncoderLayerOptions& opt, const std::string& name) {
+    if (!(opt.dropout >= 0 && opt.dropout < 1))
+      throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': dropout must be in [0, 1), got " + std::to_string(opt.dropout));
+    if (!(opt.layer_norm_eps > 0))
+      throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': layer_norm_eps must be positive, got " +
+                          std::to_string(opt.layer_norm_eps));
+    return opt;
+  }
+
+  /// (B, T, Dim) -> (B, T, F) -> (B, T, Dim).
+  template <Context C, class S>
+  Var<T, S, B> feed_forward(C& ctx, const Var<T, S, B>& x) const {
+    auto h = linear1(ctx, x);
+    h = opt_.activation == Activation::gelu ? gelu(ctx, h) : relu(ctx, h);
+    return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
+  }
+
+  template <Context C, class S, class M>
+  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& x, const M* mask, const AttentionExtras<T, B>& extras) const {
+    // self_attn checks the input's shape (B, T, Dim) and the masks.
+    auto sa = [&](const Var<T, S, B>& h) { return mask ? self_attn(ctx, h, *mask, extras) : self_attn(ctx, h, extras); };
+    Var<T, S, B> y = x;
+    if (opt_.norm_first) {
+      y = Var<T, S, B>(add(ctx, y, dropout1(ctx, sa(norm1(ctx, y)))));
+      y = Var<T, S, B>(add(ctx, y, dropout2(ctx, feed_forward(ctx, norm2(ctx, y)))));
+    } else {
+      y = norm1(ctx, Var<T, S, B>(add(ctx, y, dropout1(ctx, sa(y)))));
+      y = norm2(ctx, Var<T, S, B>(add(ctx, y, dropout2(ctx, feed_forward(ctx, y)))));
+    }
+    return y;
+  }
+};
+
+struct TransformerEncoderOptions {
+  std::size_t num_layers = 1;  // at run time; every layer has the same options
+  TransformerEncoderLayerOptions layer = {};
+  /// A LayerNorm "norm" after the last layer (PyTorch's TransformerEncoder(norm=LayerNorm(Dim))),
+  /// with the layers' layer_norm_eps. Usual with norm_first.
+  bool final_norm = false;
+  /// Each layer's forward goes through attn::checkpoint: its intermediate values are recomputed
+  /// during backward instead of kept, so a training step keeps about one layer's activations plus
+  /// each layer's input. Gradients and the random stream are those of a plain run, bit for bit.
+  bool checkpoint = false;
+};
+
+/// num_layers TransformerEncoderLayers, "layers.0" ... "layers.<N-1>", then the optional "norm".
+/// Like PyTorch's (whose layers are deep copies of one layer), every layer starts from the same
+/// initial values (each layer's modules seed from their own names); Module::init(seed) draws them
+/// all from one stream, each layer its own values.
+template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
+class TransformerEncoder : public Module {
+ public:
+  using Layer = TransformerEncoderLayer<Heads, Dim, T, B>;
+
+  TransformerEncoder(Module* parent, std::string name, TransformerEncoderOptions opt = {})
+      : Module(parent, std::move(name)), layers(this, "layers"), opt_(opt) {
+    if (opt.num_layers == 0) throw ArgumentError("nn::TransformerEncoder '" + this->name() + "': num_layers must be at least 1");
+    layers_.reserve(opt.num_layers);
+    for (std::size_t i = 0; i != opt.num_layers; ++i) layers_.push_back(std::make_unique<Layer>(&layers, std::to_string(i), opt.layer));
+    if (opt.final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", opt.layer.layer_norm_eps);
+  }
+
+  /// x (B, T, Dim) -> (B, T, Dim), every layer with the same mask (see TransformerEncoderLayer).
+  template <Context C, class S, TokenMask M>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x, const M& mask, AttentionExtras<T, B> extras = {}) const {
+    return forward(ctx, x, [&](const Layer& l, auto& c, const Var<T, S, B>& h) { return l(c, h, mask, extras); },
+                   [&](const Layer* l, auto& c, const Var<T, S, B>& h) {
+                     return attn::checkpoint(
+                         c, [l](auto& c2, const auto& v, const M& m, const AttentionExtras<T, B>& e) { return (*l)(c2, v, m, e); }, h,
+                         mask, extras);
+                   });
+  }
+  /// Every position a real token.
+  template <Context C, class S>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x, AttentionExtras<T, B> extras = {}) const {
+    return forward(ctx, x, [&](const Layer& l, auto& c, const Var<T, S, B>& h) { return l(c, h, extras); },
+                   [&](const Layer* l, auto& c, const Var<T, S, B>& h) {
+                     return attn::checkpoint(c, [l](auto& c2, const auto& v, const AttentionExtras<T, B>& e) { return (*l)(c2, v, e); }, h,
+                                             extras);
+                   });
+  }
+  template <Context C, class S, BareMaskTensor M>
+  Var<T, S, B> operator()(C&, const Var<T, S, B>&, const M&, AttentionExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<M>,
+                  "nn::TransformerEncoder: a bare mask tensor does not say which value means padding; pass "
+                  "attn::KeepMask(m) (1 = real token), attn::PaddingMask(m) (1 = padding, torch's src_key_padding_mask) "
+                  "or attn::Lengths");
+    return {};
+  }
+
+  std::size_t size() const noexcept { return layers_.size(); }
+  const Layer& layer(std::size_t i) const { return *layers_.at(i); }
+  Layer& layer(std::size_t i) { return *layers_.at(i); }
+  /// The final norm, or null without one.
+  const LayerNorm<Dim, T, B>* norm() const noexcept { return norm_.get(); }
+  const TransformerEncoderOptions& options() const noexcept { return opt_; }
+
+  Module layers;  // the parent of "0", "1", ...
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<LayerNorm<Dim, T, B>> norm_;
+  TransformerEncoderOptions opt_;
+
+  template <Context C, class S, class Plain, class Checkpointed>
+  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& x, Plain&& plain, Checkpointed&& checkpointed) const {
+    Var<T, S, B> h = x;
+    for (const auto& l : layers_) h = opt_.checkpoint ? checkpointed(l.get(), ctx, h) : plain(*l, ctx, h);
+    return norm_ ? (*norm_)(ctx, h) : h;
+  }
+};
+
+}  // namespace attn::nn
