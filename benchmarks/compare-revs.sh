@@ -5,6 +5,8 @@
 # each run a fresh process, and prints the median samples/s of each side and the ratio B/A.
 #   benchmarks/compare-revs.sh REV_A REV_B [--runs N] [--iters N] [--cases "R1-h1 R1-h8 ..."]
 #   benchmarks/compare-revs.sh 682d128 4c82096 --runs 3
+#   ATTN_COMPARE_CMAKE_ARGS="-DATTN_NATIVE=OFF" ATTN_COMPARE_DIR=build-compare-portable benchmarks/compare-revs.sh A B
+#     (extra CMake options for both builds; a build directory of their own)
 # A quiet machine is needed: on 2 cores another build running alongside makes the numbers noise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +33,7 @@ build_rev() {  # build_rev REV DIR: bench at REV, built in DIR/src (a detached w
     git -C "$dir/src" checkout --detach -q "$rev"
   fi
   cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_EXAMPLES=OFF \
-    -DATTN_BUILD_BENCHMARKS=ON -DATTN_CUDA=OFF >/dev/null
+    -DATTN_BUILD_BENCHMARKS=ON -DATTN_CUDA=OFF ${ATTN_COMPARE_CMAKE_ARGS:-} >/dev/null
   cmake --build "$dir/build" -j"${ATTN_BUILD_JOBS:-2}" --target bench >/dev/null
 }
 build_rev "$rev_a" "$work/a"
