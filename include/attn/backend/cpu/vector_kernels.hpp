@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../../core/instantiate.hpp"
 #include "../cpu.hpp"
