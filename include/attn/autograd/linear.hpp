@@ -119,8 +119,13 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
     Y = yp.data();
   }
   const bool has_bias = bias.defined();
-  if (has_bias) kernels::copy_rows(B{}, rows, out_w, bias.raw().data(), 0, nullptr, Y, out_w, nullptr, false);
-  kernels::gemm_rows(B{}, Trans::yes, rows, out_w, in, X, w.raw().data(), int(in), has_bias ? T(1) : T(0), Y);
+  if constexpr (B::host_accessible) {  // each thread writes the bias into its rows just before its GEMM
+    kernels::gemm_rows(B{}, Trans::yes, rows, out_w, in, X, w.raw().data(), int(in), T(0), Y, has_bias ? bias.raw().data() : nullptr);
+  } else {
+    if (has_bias) kernels::copy_rows(B{}, rows, out_w, bias.raw().data(), 0, nullptr, Y, out_w, nullptr, false);
+    kernels::gemm_rows(B{}, Trans::yes, rows, out_w, in, X, w.raw().data(), int(in), has_bias ? T(1) : T(0), Y,
+                       static_cast<const T*>(nullptr));
+  }
   if (idx) kernels::copy_rows(B{}, rows, out_w, Y, out_w, nullptr, y.data(), out_w, idx, false);
   xp = {};
   yp = {};
@@ -143,11 +148,11 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
         T* dx = xd->grad_ref().data();
         if (idx) {
           dxp = Ten({rows, in});
-          kernels::gemm_rows(B{}, Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(0), dxp.data());
+          kernels::gemm_rows(B{}, Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(0), dxp.data(), static_cast<const T*>(nullptr));
           kernels::copy_rows(B{}, rows, in, dxp.data(), in, nullptr, dx, in, idx, true);
           dxp = {};
         } else {
-          kernels::gemm_rows(B{}, Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(1), dx);
+          kernels::gemm_rows(B{}, Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(1), dx, static_cast<const T*>(nullptr));
         }
       }
       if (wd->requires_grad) {

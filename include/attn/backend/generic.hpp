@@ -10,10 +10,15 @@
 
 namespace attn::kernels {
 
-/// C (m, n) = A (m, k) op(Bm) + beta C (A and C contiguous, Bm's rows ldb apart): one B::gemm.
+/// C (m, n) = A (m, k) op(Bm) + beta C (A and C contiguous, Bm's rows ldb apart): one B::gemm. With
+/// `bias` (n), C's rows start as bias (one B::copy per row: callers with many rows broadcast the
+/// bias with their backend's kernels::copy_rows and pass beta = 1 instead) and beta is ignored.
 template <Backend B, class T>
-void gemm_rows(B, Trans tb, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, int ldb, T beta, T* C) {
-  B::template gemm<T>(Trans::no, tb, int(m), int(n), int(k), T(1), A, int(k), Bm, ldb, beta, C, int(n));
+void gemm_rows(B, Trans tb, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, int ldb, T beta, T* C,
+               const T* bias) {
+  if (bias)
+    for (std::size_t r = 0; r < m; ++r) B::template copy<T>(C + r * n, bias, n);
+  B::template gemm<T>(Trans::no, tb, int(m), int(n), int(k), T(1), A, int(k), Bm, ldb, bias ? T(1) : beta, C, int(n));
 }
 
 /// C (m, n) += A^T Bm with A (k, m), Bm (k, n): one B::gemm.

@@ -69,21 +69,23 @@ namespace kernels {
 
 /// C (m, n) = A (m, k) op(Bm) + beta C (A and C contiguous, Bm's rows ldb apart), the rows of A and C
 /// split over the threads, one serial GEMM each: no synchronisation inside a GEMM, which a loaded
-/// machine punishes.
+/// machine punishes. With `bias` (n), C's rows start as bias instead (beta is then ignored): each
+/// thread writes its rows just before its GEMM adds to them.
 template <class T>
-void gemm_rows(cpu, Trans tb, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, int ldb, T beta, T* C) {
+void gemm_rows(cpu, Trans tb, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, int ldb, T beta, T* C,
+               const T* bias) {
   const int nt = double(m) * n * k > 1e6 ? int(std::min<std::size_t>(cpu::threads(), m / 16)) : 1;
-  if (nt <= 1) {
-    cpu::gemm<T>(Trans::no, tb, int(m), int(n), int(k), T(1), A, int(k), Bm, ldb, beta, C, int(n));
-    return;
-  }
+  const auto rows = [&](std::size_t r0, std::size_t r1) {
+    if (bias)
+      for (std::size_t r = r0; r < r1; ++r) std::copy_n(bias, n, C + r * n);
+    cpu::gemm<T>(Trans::no, tb, int(r1 - r0), int(n), int(k), T(1), A + r0 * k, int(k), Bm, ldb, bias ? T(1) : beta, C + r0 * n,
+                 int(n));
+  };
+  if (nt <= 1) return rows(0, m);
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(nt) schedule(static)
 #endif
-  for (int c = 0; c < nt; ++c) {
-    const std::size_t r0 = m * c / nt, r1 = m * (c + 1) / nt;
-    cpu::gemm<T>(Trans::no, tb, int(r1 - r0), int(n), int(k), T(1), A + r0 * k, int(k), Bm, ldb, beta, C + r0 * n, int(n));
-  }
+  for (int c = 0; c < nt; ++c) rows(m * c / nt, m * (c + 1) / nt);
 }
 
 /// C (m, n) += A^T Bm with A (k, m), Bm (k, n) (a weight gradient: k = batch rows), the k rows split
@@ -117,7 +119,8 @@ void gemm_tn_accumulate(cpu, std::size_t m, std::size_t n, std::size_t k, const 
   X template void cpu::gemm<T>(Trans, Trans, int, int, int, T, const T*, int, const T*, int, T, T*, int);                  \
   X template void cpu::gemm_strided_batched<T>(Trans, Trans, int, int, int, T, const T*, int, long long, const T*, int,      \
                                                long long, T, T*, int, long long, int);                                     \
-  X template void kernels::gemm_rows<T>(cpu, Trans, std::size_t, std::size_t, std::size_t, const T*, const T*, int, T, T*); \
+  X template void kernels::gemm_rows<T>(cpu, Trans, std::size_t, std::size_t, std::size_t, const T*, const T*, int, T, T*,  \
+                                        const T*);                                                                         \
   X template void kernels::gemm_tn_accumulate<T>(cpu, std::size_t, std::size_t, std::size_t, const T*, const T*, T*);
 ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_GEMM)
 

@@ -3,10 +3,12 @@
 // operand and the sum/mean ops. Overloaded on the backend tag, as cuda/reduce.cuh.
 //   attn::kernels::sum_to(attn::cpu{}, g, Dims{b, t, d}, db, Dims{d}, /*accumulate=*/true);   // (B,T,D) -> (D)
 #pragma once
+#include <algorithm>
 #include <cstddef>
 
 #include "../../core/instantiate.hpp"
 #include "../../core/shape.hpp"
+#include "../../core/tensor.hpp"
 #include "../cpu.hpp"
 
 namespace attn::kernels {
@@ -29,6 +31,28 @@ void sum_to(cpu, const T* src, const Dims& src_dims, T* dst, const Dims& dst_dim
   const std::size_t inner = r ? src_dims.v[r - 1] : 1;
   const std::size_t outer = inner ? src_dims.numel() / inner : 0;
   const std::size_t is = r ? ds.v[r - 1] : 0;
+  // Every row into the same dst row (a bias gradient: (..., n) -> (n)): the rows split over the
+  // threads, each summing into its own buffer, added in thread order.
+  bool rows_to_one = is == 1 && r > 1;
+  for (std::size_t a = 0; a + 1 < r; ++a) rows_to_one = rows_to_one && ds.v[a] == 0;
+  const int nt = rows_to_one && outer * inner >= (std::size_t(1) << 17) ? int(std::min<std::size_t>(cpu::threads(), outer / 64)) : 1;
+  if (nt > 1) {
+    Tensor<T, AnyShape, cpu> part(Dims{std::size_t(nt) * inner});  // from the host pool
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+    for (int c = 0; c < nt; ++c) {
+      T* acc = part.data() + std::size_t(c) * inner;
+      std::fill_n(acc, inner, T(0));
+      for (std::size_t o = outer * std::size_t(c) / std::size_t(nt); o < outer * std::size_t(c + 1) / std::size_t(nt); ++o) {
+        const T* row = src + o * inner;
+        for (std::size_t j = 0; j < inner; ++j) acc[j] += row[j];
+      }
+    }
+    for (int c = 0; c < nt; ++c)
+      for (std::size_t j = 0; j < inner; ++j) dst[j] += part.data()[std::size_t(c) * inner + j];
+    return;
+  }
   std::size_t idx[max_rank] = {};
   for (std::size_t o = 0; o < outer; ++o) {
     std::size_t off = 0;
