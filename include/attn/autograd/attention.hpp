@@ -2,11 +2,14 @@
 // Multi-head scaled dot-product self-attention on a fused QKV tensor, as one op with a hand-written
 // backward over each backend's kernels (backend/cpu/attention.hpp, backend/cuda/attention.cuh): a
 // tiled online-softmax ("flash") kernel with O(T) memory, and a naive kernel that keeps the
-// (B, H, T, T) weights.   qkv (B, T, 3*D) -> (B, T, D), heads merged.
+// (B, H, T, T) weights.   qkv (B, T, 3*D) -> (B, T, D), heads merged. An optional sparse pattern
+// (sliding window, causal, leading global tokens; AttentionPattern) makes the flash kernel O(T w).
 //   auto o = attn::self_attention(ctx, qkv, {.heads = 8, .key_mask = mask});
+//   auto l = attn::self_attention(ctx, qkv, {.heads = 8, .window = 128, .global_tokens = 1});  // Longformer-style
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "../backend/attention_problem.hpp"
@@ -24,6 +27,10 @@ struct AttentionArgs {
   std::size_t heads = 1;
   Tensor<T, AnyShape, B> key_mask = {};   // (B, T): != 0 a real token, 0 padding (gets no weight); empty: none
   Tensor<T, AnyShape, B> attn_mask = {};  // (T, T): added to the scores, may hold -inf; empty: none
+  // Sparse pattern (AttentionPattern), applied with the masks above, never as a T x T tensor:
+  std::optional<std::int64_t> window = {};  // >= 1: query i sees keys j with |i - j| <= window; empty: every key
+  bool causal = false;                      // query i sees keys j <= i (with window: j in [i - window, i])
+  std::size_t global_tokens = 0;            // positions 0..global_tokens-1 see, and are seen by, every position
   double dropout = 0;                // probability of dropping each attention weight; pass 0 outside training
   AttentionKernel kernel = AttentionKernel::automatic;
   // CPU flash kernel: query rows after each sample's last real key are not computed; their output is
@@ -47,7 +54,9 @@ struct attention_out_shape<AnyShape> { using type = AnyShape; };
 
 /// Multi-head self-attention: qkv (B, T, 3*D) holds Q, K, V (each D = heads * head_dim wide, head h
 /// at columns h*head_dim..); returns softmax(Q K^T / sqrt(head_dim) + attn_mask, padded keys
-/// excluded) V per head, heads merged: (B, T, D). A query row with no visible key gives zero
+/// excluded) V per head, heads merged: (B, T, D). window, causal and global_tokens hide further
+/// scores as AttentionPattern::visible says; the flash kernel then skips the hidden tiles (work and
+/// memory O(T w) plus O(T g) for g global tokens). A query row with no visible key gives zero
 /// weights and a zero output. Queries at padded positions are computed like any other, unless
 /// skip_padded_queries asks the flash kernel to leave those after the last real key at zero.
 template <Context C, class T, class S, class B>
@@ -62,6 +71,12 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
     shape_mismatch("self_attention", "key_mask must be (batch, time)", a.key_mask.dims(), Dims{nb, n});
   if (!a.attn_mask.empty() && !(a.attn_mask.dims() == Dims{n, n}))
     shape_mismatch("self_attention", "attn_mask must be (time, time)", a.attn_mask.dims(), Dims{n, n});
+  if (a.window && *a.window < 1)
+    throw ArgumentError("self_attention: window must be >= 1 (keys within window positions on each side of a query), got " +
+                        std::to_string(*a.window));
+  if (a.global_tokens > n)
+    throw ArgumentError("self_attention: global_tokens = " + std::to_string(a.global_tokens) + " exceeds the sequence length " +
+                        std::to_string(n));
   if (!(a.dropout >= 0 && a.dropout < 1)) throw ArgumentError("self_attention: dropout must be in [0, 1), got " + std::to_string(a.dropout));
   const bool naive = a.kernel == AttentionKernel::naive || (a.kernel == AttentionKernel::automatic && a.weights);
   if (!naive && a.weights) throw ArgumentError("self_attention: the flash kernel does not form the weights; use the naive kernel");
@@ -78,6 +93,7 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   p.dropout = a.dropout;
   p.seed = a.dropout > 0 ? ctx.rng().next() : 0;
   p.skip_padded_queries = a.skip_padded_queries;
+  p.pattern = {.window = a.window ? static_cast<std::size_t>(*a.window) : 0, .causal = a.causal, .global = a.global_tokens};
 
   Tensor<T, AnyShape, B> out(Dims{nb, n, D}), saved;
   if (a.stats) a.stats->note(out.numel() * sizeof(T));

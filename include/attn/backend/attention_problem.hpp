@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 // The description of one multi-head self-attention problem that every backend's attention kernels
-// take (backend/cpu/attention.hpp, backend/cuda/attention.cuh), and what a call allocated.
+// take (backend/cpu/attention.hpp, backend/cuda/attention.cuh), its sparse (local + global)
+// pattern, and what a call allocated.
 //   attn::kernels::MhaProblem<float> p{.batch = b, .time = t, .heads = h, .head_dim = hd, .qkv = qkv};
+//   p.pattern = {.window = 64, .causal = false, .global = 1};   // Longformer-style, token 0 global
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+
+#include "../core/host_device.hpp"
 
 namespace attn {
 
@@ -15,7 +19,58 @@ struct AttentionStats {
   std::size_t saved_bytes = 0;    // kept for backward besides the output: logsumexp (B,H,T) or weights (B,H,T,T)
   std::size_t largest_bytes = 0;  // the largest single buffer the op allocated, forward or backward
   std::size_t total_bytes = 0;    // every buffer the op allocated, summed (scratch counted per thread)
+  std::size_t tiles = 0;          // CPU flash: (query tile, key tile) score tiles computed, forward and backward
   void note(std::size_t bytes) { largest_bytes = std::max(largest_bytes, bytes), total_bytes += bytes; }
+};
+
+/// A sparse attention pattern (Longformer, Beltagy et al. 2020; BigBird, Zaheer et al. 2020):
+/// which keys j each query i may see, on top of key padding and any additive attn_mask.
+///   window w > 0: |i - j| <= w, i.e. w keys on each side of the query and the query itself
+///                 (2w + 1 keys; Longformer's "window" of 2w + 1). 0: no window, every key.
+///   causal:       j <= i. With a window: j in [i - w, i], a decoder's local window of w + 1 keys.
+///   global g:     the leading positions 0..g-1 are global: a global query sees every key and every
+///                 query sees the global keys, whatever the window. Causality still holds for them
+///                 (a causal global query i sees keys 0..i; global key j is seen by queries i >= j).
+/// visible(i, j) is the definition; the range functions below restate it as intervals, which the
+/// tiled kernels use to skip tiles without reading them. For each query i the visible keys are
+/// [0, global_keys_end(i)) union [key_begin(i), key_end(i)); for each key j the queries that see it
+/// are [global_queries_begin(j), g) union [query_begin(j), query_end(j)) (n = time, ends exclusive).
+struct AttentionPattern {
+  std::size_t window = 0;  // one-sided: keys within w positions of the query; 0: none
+  bool causal = false;
+  std::size_t global = 0;  // positions [0, global) are global tokens
+
+  /// Whether the pattern hides anything (global tokens alone do not).
+  ATTN_HD bool active() const { return window != 0 || causal; }
+
+  ATTN_HD bool visible(std::size_t i, std::size_t j) const {
+    if (causal && j > i) return false;
+    if (window == 0 || i < global || j < global) return true;
+    return (i > j ? i - j : j - i) <= window;
+  }
+
+  // Query i's window part [key_begin, key_end); a global query's is every key (up to i if causal).
+  ATTN_HD std::size_t key_begin(std::size_t i) const { return window == 0 || i < global || i < window ? 0 : i - window; }
+  ATTN_HD std::size_t key_end(std::size_t i, std::size_t n) const {
+    if (causal) return i + 1 < n ? i + 1 : n;
+    return window == 0 || i < global || n - i <= window ? n : i + window + 1;
+  }
+  /// The global keys query i sees: [0, global_keys_end(i)).
+  ATTN_HD std::size_t global_keys_end(std::size_t i, std::size_t n) const {
+    std::size_t e = global < n ? global : n;
+    if (causal && i + 1 < e) e = i + 1;
+    return e;
+  }
+  // Key j's window part [query_begin, query_end); a global key is seen by every query (from j if causal).
+  ATTN_HD std::size_t query_begin(std::size_t j) const {
+    if (causal) return j;
+    return window == 0 || j < global || j < window ? 0 : j - window;
+  }
+  ATTN_HD std::size_t query_end(std::size_t j, std::size_t n) const {
+    return window == 0 || j < global || n - j <= window ? n : j + window + 1;
+  }
+  /// The global queries that see key j: [global_queries_begin(j), min(global, n)), empty if begin >= end.
+  ATTN_HD std::size_t global_queries_begin(std::size_t j) const { return causal ? j : 0; }
 };
 
 namespace kernels {
@@ -32,6 +87,7 @@ struct MhaProblem {
   double dropout = 0;
   std::uint64_t seed = 0;        // of the dropout mask, a pure function of (seed, b, h, i, j)
   bool skip_padded_queries = false;  // flash: rows from key_end(b) on are zero (lse +inf) and get no gradient
+  AttentionPattern pattern = {};     // sparse pattern; the default hides nothing
   std::size_t dim() const { return heads * head_dim; }
   std::size_t ld() const { return 3 * dim(); }
 };

@@ -3,9 +3,12 @@
 // with q = k = v = x and PyTorch's parameter names. One fused QKV projection (attn::linear), the
 // flash kernel unless the weights are asked for (attn::self_attention), output projection.
 //   attn::nn::Attention<8, 128> attention{this, "attn", {.dropout = 0.1}};
+//   attn::nn::Attention<8, 128> local{this, "local", {.window = 256, .global_tokens = 1}};  // Longformer-style
 //   auto y = attention(ctx, x, attn::Lengths{12, 7});          // or attn::KeepMask(m), attn::PaddingMask(m)
 #pragma once
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -33,6 +36,12 @@ struct AttentionOptions {
   double dropout = 0;                        // dropout on the attention weights, in training mode only
   bool bias = true;                          // in_proj_bias and out_proj.bias
   PaddedRows padded = PaddedRows::compute;  // see PaddedRows
+  // Sparse (local + global) attention, as attn::AttentionArgs and AttentionPattern: query i sees key
+  // j iff |i - j| <= window (empty: any distance), j <= i if causal, or either is one of the first
+  // global_tokens positions (causality still holds). The flash kernel then runs in O(T window).
+  std::optional<std::int64_t> window = {};
+  bool causal = false;
+  std::size_t global_tokens = 0;
 };
 
 /// Optional inputs of one forward call.
@@ -83,6 +92,9 @@ class Attention : public Module {
       : Module(parent, std::move(name)), out_proj(this, "out_proj", opt.bias), opt_(opt) {
     if (!(opt.dropout >= 0 && opt.dropout < 1))
       throw ArgumentError("nn::Attention '" + this->name() + "': dropout must be in [0, 1), got " + std::to_string(opt.dropout));
+    if (opt.window && *opt.window < 1)
+      throw ArgumentError("nn::Attention '" + this->name() + "': window must be >= 1 (keys within window positions on each side), got " +
+                          std::to_string(*opt.window));
     in_proj_weight = register_parameter<T, Shape<3 * Dim, Dim>, B>("in_proj_weight", {3 * Dim, Dim});
     if (opt.bias) in_proj_bias = register_parameter<T, Shape<3 * Dim>, B>("in_proj_bias", {3 * Dim});
     Rng rng(name_seed(this->name()));
@@ -184,6 +196,9 @@ class Attention : public Module {
                             AttentionArgs<T, B>{.heads = Heads,
                                                 .key_mask = mask,
                                                 .attn_mask = extras.attn_mask,
+                                                .window = opt_.window,
+                                                .causal = opt_.causal,
+                                                .global_tokens = opt_.global_tokens,
                                                 .dropout = training() ? opt_.dropout : 0.0,
                                                 .kernel = extras.kernel,
                                                 .skip_padded_queries = packed,

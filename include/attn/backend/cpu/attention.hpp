@@ -2,6 +2,8 @@
 // Multi-head self-attention kernels of the CPU backend, forward and backward: a tiled online-softmax
 // ("flash") kernel with O(T) memory on the register-tiled GEMM of tile_gemm.hpp, and a naive kernel
 // that keeps the (B, H, T, T) weights. Twin of cuda/attention.cuh; the op is autograd/attention.hpp.
+// With a sparse pattern (MhaProblem::pattern: sliding window, causal, global tokens) the flash
+// kernels compute only the tiles the pattern reaches: O(T w) work, no T x T buffer.
 //   attn::kernels::mha_flash_forward(attn::cpu{}, problem, out, lse, stats);   // problem: kernels::MhaProblem<T>
 #pragma once
 #include <algorithm>
@@ -73,14 +75,14 @@ template <class T>
 struct Masks {
   Scratch<T> key_bias;            // (B, T): 0 for a real key, -inf for padding; size 0 without key mask
   Scratch<unsigned char> kblock;  // (B, nkb): 0 all padding, 1 mixed, 2 all real
-  Scratch<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry
+  Scratch<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry; size 0 without attn_mask
   Scratch<std::size_t> kend;      // (B): 1 + the last real key (0: none); keys from there on are all padding
   std::size_t nqb = 0, nkb = 0;
 
   Masks(const MhaProblem<T>& p, std::size_t bq, std::size_t bk)
       : key_bias(0, p.key_mask ? p.batch * p.time : 0),
         kblock(1, p.batch * ((p.time + bk - 1) / bk)),
-        ablock(2, ((p.time + bq - 1) / bq) * ((p.time + bk - 1) / bk)),
+        ablock(2, p.attn_mask ? ((p.time + bq - 1) / bq) * ((p.time + bk - 1) / bk) : 0),
         kend(0, p.batch) {
     const std::size_t n = p.time;
     nqb = (n + bq - 1) / bq;
@@ -103,7 +105,6 @@ struct Masks {
         }
       }
     }
-    std::fill_n(ablock.data(), ablock.size(), static_cast<unsigned char>(1));
     if (p.attn_mask)
       for (std::size_t qb = 0; qb < nqb; ++qb)
         for (std::size_t kb = 0; kb < nkb; ++kb) {
@@ -115,15 +116,26 @@ struct Masks {
         }
   }
   std::size_t bytes() const { return key_bias.size() * sizeof(T) + kblock.size() + ablock.size() + kend.size() * sizeof(std::size_t); }
+  /// Whether attn_mask leaves anything of tile (qb, kb) visible.
+  bool alive(std::size_t qb, std::size_t kb) const { return ablock.size() == 0 || ablock[qb * nkb + kb]; }
   /// The query rows of sample b that are computed: all, or up to its last real key.
   std::size_t qend(const MhaProblem<T>& p, std::size_t b) const { return p.skip_padded_queries ? kend[b] : p.time; }
-  /// Adds attn_mask and key padding to score tile s (rows i0.., cols j0.., row stride ld).
+  /// Adds attn_mask and key padding to score tile s (rows i0.., cols j0.., row stride ld), and sets
+  /// the scores the pattern hides to -inf: in row i, the columns outside [0, global_keys_end(i)) and
+  /// [key_begin(i), key_end(i)), written as at most two runs per row.
   void apply(const MhaProblem<T>& p, std::size_t b, std::size_t kb, T* s, std::size_t ld, std::size_t i0, std::size_t rows,
              std::size_t j0, std::size_t cols) const {
-    const std::size_t n = p.time;
+    const std::size_t n = p.time, j1 = j0 + cols;
     const T* kbias = p.key_mask && kblock[b * nkb + kb] != 2 ? key_bias.data() + b * n + j0 : nullptr;
+    const AttentionPattern& pat = p.pattern;
     for (std::size_t r = 0; r < rows; ++r) {
       T* row = s + r * ld;
+      if (pat.active()) {
+        const std::size_t i = i0 + r, g = std::max(j0, pat.global_keys_end(i, n));
+        const std::size_t lo = std::min(j1, pat.key_begin(i)), hi = std::max(g, pat.key_end(i, n));
+        if (g < lo) std::fill(row + (g - j0), row + (lo - j0), neg_inf<T>);
+        if (hi < j1) std::fill(row + (hi - j0), row + cols, neg_inf<T>);
+      }
       if (p.attn_mask) {
         const T* a = p.attn_mask + (i0 + r) * n + j0;
 ATTN_MHA_OMP("omp simd")
@@ -136,6 +148,44 @@ ATTN_MHA_OMP("omp simd")
     }
   }
 };
+
+/// Tiles [first[0], last[0]) and then [first[1], last[1]) of one side (disjoint, ascending): the
+/// tiles a tile of the other side reaches through the pattern. Those outside are fully hidden and
+/// never read.
+struct TileRuns {
+  std::size_t first[2] = {0, 0}, last[2] = {0, 0};
+};
+
+/// The tile runs covering the element ranges [a0, a1) and [b0, b1) (either may be empty), merged
+/// when they touch.
+inline TileRuns tile_runs(std::size_t a0, std::size_t a1, std::size_t b0, std::size_t b1, std::size_t tile) {
+  TileRuns t;
+  std::size_t r[2][2] = {{a0 / tile, (a1 + tile - 1) / tile}, {b0 / tile, (b1 + tile - 1) / tile}};
+  if (a0 >= a1) r[0][0] = r[0][1] = 0;
+  if (b0 >= b1) r[1][0] = r[1][1] = 0;
+  if (r[0][0] == r[0][1]) std::swap(r[0], r[1]);   // an empty run goes last
+  else if (r[1][0] < r[1][1] && r[1][0] < r[0][0]) std::swap(r[0], r[1]);
+  if (r[1][0] < r[1][1] && r[1][0] <= r[0][1]) {   // overlapping or adjacent: one run
+    r[0][1] = std::max(r[0][1], r[1][1]);
+    r[1][0] = r[1][1] = 0;
+  }
+  for (int k = 0; k < 2; ++k) t.first[k] = r[k][0], t.last[k] = r[k][1];
+  return t;
+}
+
+/// The key tiles (width bk) that query rows [i0, i1) see: the global keys, and the union of the
+/// rows' windows (contiguous: each row's window holds the row's own position). key_begin is
+/// non-decreasing in i, and key_end is too except that global rows come first with key_end = n.
+inline TileRuns key_tiles(const AttentionPattern& pat, std::size_t n, std::size_t i0, std::size_t i1, std::size_t bk) {
+  return tile_runs(0, pat.global_keys_end(i1 - 1, n), pat.key_begin(i0), std::max(pat.key_end(i0, n), pat.key_end(i1 - 1, n)), bk);
+}
+
+/// The query tiles (height bq) that see keys [j0, j1): the global queries that see any of them,
+/// and the union of the keys' query windows (the same monotonicity, transposed).
+inline TileRuns query_tiles(const AttentionPattern& pat, std::size_t n, std::size_t j0, std::size_t j1, std::size_t bq) {
+  return tile_runs(pat.global_queries_begin(j0), std::min(pat.global, n), pat.query_begin(j0),
+                   std::max(pat.query_end(j0, n), pat.query_end(j1 - 1, n)), bq);
+}
 
 /// dst (hd, bc) = the transpose of rows [0, bc) of src (row stride ld, hd columns): a key or value
 /// tile laid out as the B operand of tile::gemm for S = Q K^T and dP = dO V^T.
@@ -170,10 +220,11 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   const DropMask<T> drop(p.dropout, p.seed);
   const std::size_t per_thread = block_q * block_k + 2 * block_q + hd * block_k;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
+  std::size_t tiles = 0;
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kt(6, hd * block_k);
-ATTN_MHA_OMP("omp for schedule(dynamic)")
+ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / (H * nqb), h = std::size_t(task) / nqb % H, qb = std::size_t(task) % nqb;
       const std::size_t i0 = qb * block_q, rows = std::min(block_q, n - i0), kend = masks.kend[b];
@@ -186,11 +237,14 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
       if (br == 0) continue;
       std::fill_n(m.data(), br, neg_inf<T>);
       std::fill_n(l.data(), br, T(0));
-      for (std::size_t kb = 0; kb < nkb; ++kb) {
+      const TileRuns runs = key_tiles(p.pattern, n, i0, i0 + br, block_k);
+      for (int run = 0; run < 2; ++run)
+      for (std::size_t kb = runs.first[run]; kb < runs.last[run]; ++kb) {
         const std::size_t j0 = kb * block_k;
         if (j0 >= kend) break;  // the rest of the keys are padding
-        if (!masks.kblock[b * nkb + kb] || !masks.ablock[qb * nkb + kb]) continue;
+        if (!masks.kblock[b * nkb + kb] || !masks.alive(qb, kb)) continue;
         const std::size_t bc = std::min(block_k, kend - j0);
+        ++tiles;
         // s (br, bc) = scale * Q_i K_j^T + masks
         transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
         tile::gemm<T>(br, bc, hd, p.scale, Q, ld, 1, kt.data(), bc, false, s.data(), bc);
@@ -226,6 +280,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
       }
     }
   }
+  if (stats) stats->tiles += tiles;
 }
 
 /// Flash backward (FlashAttention-2, Dao 2023): per head, D_i = rowsum(dO_i * O_i); for each key
@@ -237,17 +292,18 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   using namespace mha;
   const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
   const Masks<T> masks(p, block_q, block_k);
-  const std::size_t nqb = masks.nqb, nkb = masks.nkb;
+  const std::size_t nkb = masks.nkb;
   const long long tasks = static_cast<long long>(p.batch * H);
   const int nt = threads_for(std::size_t(tasks));
   const DropMask<T> drop(p.dropout, p.seed);
   const std::size_t per_thread = 2 * block_q * block_k + n + 2 * hd * block_k;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
+  std::size_t tiles = 0;
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
     const Scratch<T> kt(6, hd * block_k), vt(7, hd * block_k);
-ATTN_MHA_OMP("omp for schedule(dynamic)")
+ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
       const std::size_t qoff = b * n * ld + h * hd, ooff = b * n * D + h * hd;  // Q, K, V at qoff, +D, +2D
@@ -267,11 +323,14 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
         const std::size_t bc = std::min(block_k, kend - j0);
         transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
         transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
-        for (std::size_t qb = 0; qb < nqb; ++qb) {
+        const TileRuns runs = query_tiles(p.pattern, n, j0, j0 + bc, block_q);
+        for (int run = 0; run < 2; ++run)
+        for (std::size_t qb = runs.first[run]; qb < runs.last[run]; ++qb) {
           const std::size_t i0 = qb * block_q;
           if (i0 >= qend) break;  // skipped query rows
-          if (!masks.ablock[qb * nkb + kb]) continue;
+          if (!masks.alive(qb, kb)) continue;
           const std::size_t br = std::min(block_q, qend - i0);
+          ++tiles;
           tile::gemm<T>(br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
           masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
           for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
@@ -301,6 +360,7 @@ ATTN_MHA_OMP("omp simd")
       }
     }
   }
+  if (stats) stats->tiles += tiles;
 }
 
 /// Naive forward: per head, weights (B, H, T, T) = softmax(Q K^T * scale + masks) (a row with no

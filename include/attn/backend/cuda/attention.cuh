@@ -2,7 +2,9 @@
 // Multi-head self-attention kernels for attn::cuda, overloads of the cpu ones in
 // backend/cpu/attention.hpp with the same math, layouts and dropout hash: a fused flash kernel
 // (tiled, online softmax, O(T) memory; backward in two passes, dQ and dK/dV, recomputing the
-// scores) and a naive reference on cuBLAS that keeps the (B, H, T, T) weights.
+// scores) and a naive reference on cuBLAS that keeps the (B, H, T, T) weights. A sparse pattern
+// (MhaProblem::pattern) is honoured element by element through AttentionPattern::visible, the
+// cpu kernels' definition; these kernels do not skip the hidden tiles (O(T^2) work, O(T) memory).
 //   attn::kernels::mha_flash_forward(attn::cuda{}, problem, out, lse, stats);   // problem: kernels::MhaProblem<T>
 #pragma once
 #include <cmath>
@@ -28,6 +30,7 @@ struct MhaArgs {
   const T* qkv = nullptr;
   const T* key_mask = nullptr;   // (B, T): 0 = padding, or null
   const T* attn_mask = nullptr;  // (T, T) added to the scores, or null
+  AttentionPattern pattern = {};
   T scale = 1;
   bool drop = false;
   std::uint64_t seed = 0;
@@ -50,6 +53,7 @@ MhaArgs<T> mha_args(const Problem& p) {
   a.qkv = p.qkv;
   a.key_mask = p.key_mask;
   a.attn_mask = p.attn_mask;
+  a.pattern = p.pattern;
   a.scale = p.scale;
   a.drop = p.dropout > 0;
   a.seed = p.seed;
@@ -65,10 +69,12 @@ __device__ inline T mha_drop(const MhaArgs<T>& a, std::uint64_t idx) {
   return elem::dropout_factor(a.seed, idx, a.threshold, a.keep);
 }
 
-/// Score bias of key j for query i of sample b: attn_mask[i, j], -inf for a padded key.
+/// Score bias of key j for query i of sample b: attn_mask[i, j], -inf for a padded key or one the
+/// pattern hides.
 template <class T>
 __device__ inline T mha_bias(const MhaArgs<T>& a, int b, int i, int j) {
   T s = a.attn_mask ? a.attn_mask[std::size_t(i) * a.time + j] : T(0);
+  if (!a.pattern.visible(std::size_t(i), std::size_t(j))) s += -std::numeric_limits<T>::infinity();
   if (a.key_mask && a.key_mask[std::size_t(b) * a.time + j] == T(0)) s += -std::numeric_limits<T>::infinity();
   return s;
 }
@@ -310,7 +316,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_dkv_kernel(MhaArgs<T
   }
 }
 
-// Naive: P (B, H, T, T) += attn_mask + key padding bias, element by element.
+// Naive: P (B, H, T, T) += attn_mask + key padding and pattern bias, element by element.
 template <class T>
 __global__ void mha_mask_scores_kernel(MhaArgs<T> a, T* P) {
   const std::size_t n = a.time, total = std::size_t(a.batch) * a.heads * n * n;
@@ -427,7 +433,7 @@ void mha_naive_forward(cuda, const MhaProblem<T>& p, T* out, T* weights, Attenti
     cuda::gemm_strided_batched<T>(Trans::no, Trans::yes, n, n, hd, a.scale, Q, int(ld), hd, Q + D, int(ld), hd, T(0),
                                   weights + std::size_t(b) * H * nn, n, (long long)nn, H);
   }
-  if (p.key_mask || p.attn_mask) {
+  if (p.key_mask || p.attn_mask || p.pattern.active()) {
     mha_mask_scores_kernel<T><<<grid_blocks(total, dev), block_threads, 0, dev.stream>>>(a, weights);
     check_launch("cuda attention: mha_mask_scores_kernel launch");
   }

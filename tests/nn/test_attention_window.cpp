@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: MIT
+// Sparse (sliding-window, causal, global-token) attention: AttentionPattern's ranges against its
+// predicate, the flash and naive kernels against a dense 0 / -inf attn_mask built from the same
+// predicate (outputs and every gradient), gradient checks, the O(T w) work and memory of the flash
+// kernel, and the options' errors.
+#include "../gradcheck_util.hpp"
+
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include <attn/autograd/attention.hpp>
+#include <attn/nn/attention.hpp>
+
+using attn::AttentionKernel;
+using attn::AttentionPattern;
+using attn::Dims;
+using attn::dyn;
+using attn::Shape;
+using attn::Tape;
+using attn::Tensor;
+using V = std::vector<attn::Var<double>>;
+namespace nn = attn::nn;
+
+namespace {
+
+attn::Rng rng(77);
+
+template <class T>
+Tensor<T> random(const Dims& d, double lo = -1, double hi = 1) {
+  Tensor<T> t(d);
+  for (std::size_t i = 0; i < t.numel(); ++i) t[i] = T(rng.uniform(lo, hi));
+  return t;
+}
+
+template <class T>
+Tensor<T> lengths_mask(const std::vector<std::size_t>& lengths, std::size_t n) {
+  Tensor<T> m = Tensor<T>::zeros({lengths.size(), n});
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    for (std::size_t t = 0; t < std::min(n, lengths[b]); ++t) m(b, t) = T(1);
+  return m;
+}
+
+/// The oracle: (T, T) additive mask, 0 where pat.visible(i, j), else -inf.
+template <class T>
+Tensor<T> dense_mask(const AttentionPattern& pat, std::size_t n) {
+  Tensor<T> m({n, n});
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) m(i, j) = pat.visible(i, j) ? T(0) : -std::numeric_limits<T>::infinity();
+  return m;
+}
+
+template <class T, class S, class B>
+void set_value(const attn::Var<T, S, B>& p, const Tensor<T>& v) {
+  REQUIRE(p.numel() == v.numel());
+  std::copy_n(v.data(), v.numel(), const_cast<T*>(p.raw().data()));
+}
+
+/// max|a - b| / max|b|.
+template <class T, class S1, class S2>
+double rel_diff(const Tensor<T, S1>& a, const Tensor<T, S2>& b) {
+  REQUIRE(a.numel() == b.numel());
+  double num = 0, den = 1e-30;
+  for (std::size_t i = 0; i < a.numel(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return num / den;
+}
+
+template <class T>
+bool all_finite(const Tensor<T>& t) {
+  for (std::size_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t[i])) return false;
+  return true;
+}
+
+struct Run {
+  Tensor<float> out, grad, weights;
+};
+
+/// self_attention forward and backward on qkv (Tape seeded 7: the same dropout mask every run).
+Run run_op(const Tensor<float>& qkv, const Tensor<float>& dout, attn::AttentionArgs<float> args) {
+  Tape tape(7);
+  attn::Var<float> x(qkv.clone(), true);
+  Tensor<float> w;
+  if (args.kernel == AttentionKernel::naive) args.weights = &w;
+  auto o = attn::self_attention(tape, x, args);
+  tape.backward(o, dout);
+  return {o.value().erased(), x.grad().erased(), w};
+}
+
+}  // namespace
+
+TEST_CASE("AttentionPattern: the row and column ranges and the tile runs restate visible(i, j)") {
+  for (std::size_t n : {1, 5, 37, 300}) {
+    for (std::size_t w : {0, 1, 3, 16, 200}) {
+      for (bool causal : {false, true}) {
+        for (std::size_t g : {0, 1, 3}) {
+          if (g > n) continue;
+          const AttentionPattern pat{.window = w, .causal = causal, .global = g};
+          INFO("T = " << n << ", window " << w << ", causal " << causal << ", global " << g);
+          bool rows_ok = true, cols_ok = true, tiles_ok = true;
+          for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < n; ++j) {
+              const bool v = pat.visible(i, j);
+              const bool by_row = j < pat.global_keys_end(i, n) || (j >= pat.key_begin(i) && j < pat.key_end(i, n));
+              const bool by_col = (i >= pat.global_queries_begin(j) && i < std::min(g, n)) ||
+                                  (i >= pat.query_begin(j) && i < pat.query_end(j, n));
+              rows_ok = rows_ok && v == by_row;
+              cols_ok = cols_ok && v == by_col;
+            }
+          // Every tile (16 x 16 here) holding a visible element lies in the runs, both ways round.
+          const std::size_t t = 16, nt = (n + t - 1) / t;
+          for (std::size_t qb = 0; qb < nt; ++qb)
+            for (std::size_t kb = 0; kb < nt; ++kb) {
+              bool live = false;
+              for (std::size_t i = qb * t; i < std::min(n, qb * t + t); ++i)
+                for (std::size_t j = kb * t; j < std::min(n, kb * t + t); ++j) live = live || pat.visible(i, j);
+              const auto kr = attn::kernels::mha::key_tiles(pat, n, qb * t, std::min(n, qb * t + t), t);
+              const auto qr = attn::kernels::mha::query_tiles(pat, n, kb * t, std::min(n, kb * t + t), t);
+              const bool in_k = (kb >= kr.first[0] && kb < kr.last[0]) || (kb >= kr.first[1] && kb < kr.last[1]);
+              const bool in_q = (qb >= qr.first[0] && qb < qr.last[0]) || (qb >= qr.first[1] && qb < qr.last[1]);
+              // Exact: a tile in the runs has a visible element (the runs skip every hidden tile).
+              tiles_ok = tiles_ok && live == in_k && live == in_q;
+              // Two runs are ascending and apart (touching ones are merged).
+              tiles_ok = tiles_ok && (kr.first[1] == kr.last[1] || kr.last[0] < kr.first[1]);
+              tiles_ok = tiles_ok && (qr.first[1] == qr.last[1] || qr.last[0] < qr.first[1]);
+            }
+          CHECK(rows_ok);
+          CHECK(cols_ok);
+          CHECK(tiles_ok);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("window attention: flash and naive match a dense 0 / -inf attn_mask, outputs, weights and qkv gradients") {
+  for (std::size_t n : {37, 300}) {
+    const auto key_mask = lengths_mask<float>({n, 2 * n / 3}, n);
+    for (std::optional<std::int64_t> w : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{16}, std::optional<std::int64_t>{200}}) {
+      for (bool causal : {false, true}) {
+        for (std::size_t g : {0, 1, 3}) {
+          for (double dropout : {0.0, 0.2}) {
+            for (std::size_t heads : {1, 4}) {
+              INFO("T = " << n << ", window " << (w ? *w : 0) << ", causal " << causal << ", global " << g << ", dropout " << dropout
+                          << ", heads " << heads);
+              const AttentionPattern pat{.window = w ? std::size_t(*w) : 0, .causal = causal, .global = g};
+              const auto am = dense_mask<float>(pat, n);
+              const auto qkv = random<float>({2, n, 3 * 32});
+              const auto dout = random<float>({2, n, 32});
+              const attn::AttentionArgs<float> sparse{
+                  .heads = heads, .key_mask = key_mask, .window = w, .causal = causal, .global_tokens = g, .dropout = dropout};
+              const attn::AttentionArgs<float> dense{.heads = heads, .key_mask = key_mask, .attn_mask = am, .dropout = dropout};
+              auto with_kernel = [](attn::AttentionArgs<float> a, AttentionKernel k) { return a.kernel = k, a; };
+              const Run oracle = run_op(qkv, dout, with_kernel(dense, AttentionKernel::naive));
+              const Run flash = run_op(qkv, dout, with_kernel(sparse, AttentionKernel::flash));
+              const Run naive = run_op(qkv, dout, with_kernel(sparse, AttentionKernel::naive));
+              const Run flash_dense = run_op(qkv, dout, with_kernel(dense, AttentionKernel::flash));
+              REQUIRE(all_finite(flash.out));
+              REQUIRE(all_finite(flash.grad));
+              CHECK(rel_diff(flash.out, oracle.out) <= 1e-5);
+              CHECK(rel_diff(flash.grad, oracle.grad) <= 1e-5);
+              CHECK(rel_diff(naive.out, oracle.out) <= 1e-5);
+              CHECK(rel_diff(naive.grad, oracle.grad) <= 1e-5);
+              CHECK(rel_diff(naive.weights, oracle.weights) <= 1e-6);
+              CHECK(rel_diff(flash.out, flash_dense.out) <= 1e-5);
+              CHECK(rel_diff(flash.grad, flash_dense.grad) <= 1e-5);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("window attention through nn::Attention: output, input and parameter gradients match the dense mask, both PaddedRows") {
+  constexpr std::size_t H = 2, D = 32;
+  for (std::size_t n : {37, 300}) {
+    for (auto padded : {nn::PaddedRows::compute, nn::PaddedRows::zero}) {
+      for (auto [w, causal, g] : {std::tuple{16, false, std::size_t(1)}, std::tuple{200, true, std::size_t(3)},
+                                  std::tuple{16, true, std::size_t(0)}}) {
+        INFO("T = " << n << ", window " << w << ", causal " << causal << ", global " << g << ", zero rows "
+                    << (padded == nn::PaddedRows::zero));
+        const AttentionPattern pat{.window = std::size_t(w), .causal = causal, .global = g};
+        nn::Attention<H, D> sparse(nullptr, "attn",
+                                   {.dropout = 0.1, .padded = padded, .window = w, .causal = causal, .global_tokens = g});
+        nn::Attention<H, D> dense(nullptr, "attn", {.dropout = 0.1, .padded = padded});
+        auto ps = sparse.parameters<float>(), pd = dense.parameters<float>();
+        REQUIRE(ps.size() == pd.size());
+        for (std::size_t i = 0; i < ps.size(); ++i) set_value(pd[i], ps[i].value().erased().clone());
+        const auto x = random<float>({3, n, D});
+        const auto dout = random<float>({3, n, D});
+        const attn::Lengths lengths{int(n), int(n / 2), 1};
+        auto run = [&](const nn::Attention<H, D>& a, attn::nn::AttentionExtras<float> extras) {
+          Tape tape(7);
+          attn::Var<float, Shape<dyn, dyn, D>> xv(x.clone(), true);
+          auto y = a(tape, xv, lengths, extras);
+          tape.backward(y, dout);
+          return std::pair{y.value().erased(), xv.grad().erased()};
+        };
+        for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+          sparse.zero_grad();
+          dense.zero_grad();
+          auto [ys, gs] = run(sparse, {.kernel = kernel});
+          auto [yd, gd] = run(dense, {.attn_mask = dense_mask<float>(pat, n), .kernel = AttentionKernel::naive});
+          CHECK(rel_diff(ys, yd) <= 1e-5);
+          CHECK(rel_diff(gs, gd) <= 1e-5);
+          for (std::size_t i = 0; i < ps.size(); ++i) {
+            INFO("parameter " << i << (kernel == AttentionKernel::flash ? " flash" : " naive"));
+            CHECK(rel_diff(ps[i].grad().erased(), pd[i].grad().erased()) <= 1e-5);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gradcheck: window attention, flash and naive, causal, global tokens, padding, dropout") {
+  const std::size_t n = 9;
+  auto key_mask = lengths_mask<double>({9, 6, 0}, n);
+  for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+    const std::string k = kernel == AttentionKernel::flash ? "flash" : "naive";
+    testutil::check_gradients(k + " window 2", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .window = 2, .kernel = kernel});
+    }, {random<double>({3, n, 24})});
+    testutil::check_gradients(k + " window 2, causal, global 1", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .window = 2, .causal = true, .global_tokens = 1,
+                                            .kernel = kernel});
+    }, {random<double>({3, n, 24})});
+    testutil::check_gradients(k + " window 1, global 3, dropout", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 1, .key_mask = key_mask, .window = 1, .global_tokens = 3, .dropout = 0.3,
+                                            .kernel = kernel});
+    }, {random<double>({3, n, 12})});
+    testutil::check_gradients(k + " causal only, padded queries skipped", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .causal = true, .kernel = kernel,
+                                            .skip_padded_queries = true});
+    }, {random<double>({3, n, 24})});
+  }
+}
+
+TEST_CASE("window attention keeps O(T w) work and memory: T = 4096, w = 64, one global token") {
+  nn::Attention<2, 64> a(nullptr, "attn", {.window = 64, .global_tokens = 1});
+  auto measure = [&](std::size_t n) {
+    attn::AttentionStats stats;
+    Tape tape;
+    attn::Var<float, Shape<dyn, dyn, 64>> xv(random<float>({1, n, 64}), true);
+    auto y = a(tape, xv, {.stats = &stats});
+    tape.backward(y, random<float>({1, n, 64}));
+    REQUIRE(all_finite(xv.grad().erased()));
+    return stats;
+  };
+  const std::size_t n = 4096, tt = n * n * sizeof(float), nqb = n / 128;
+  const auto s = measure(n);
+  const auto half = measure(n / 2);
+  INFO("T = 4096: largest " << s.largest_bytes << " B, total " << s.total_bytes << " B, saved " << s.saved_bytes << " B, tiles "
+                            << s.tiles << "; T = 2048: tiles " << half.tiles << "; dense: " << 2 * 2 * nqb * nqb << " tiles");
+  CHECK(s.largest_bytes < tt / 32);
+  CHECK(s.total_bytes < tt / 8);
+  // Per head and pass (128 x 128 tiles): the tile row (column) of the global token, nqb tiles; the
+  // next and the last tile 3 each (the band, merged with the global tile or cut by the end); the
+  // other nqb - 3 tiles 4 each (the band of 3 and the global tile): 5 nqb - 6, against nqb^2 dense.
+  CHECK(s.tiles == 2 * 2 * (5 * nqb - 6));
+  CHECK(half.tiles == 2 * 2 * (5 * (nqb / 2) - 6));
+}
+
+TEST_CASE("window attention: invalid options are ArgumentErrors that say what is wrong") {
+  attn::NoGrad ctx;
+  attn::Var<float> qkv(random<float>({1, 5, 12}));
+  auto message = [&](attn::AttentionArgs<float> a) -> std::string {
+    try {
+      attn::self_attention(ctx, qkv, a);
+    } catch (const attn::ArgumentError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK_THAT(message({.window = 0}), Catch::Contains("window must be >= 1"));
+  CHECK_THAT(message({.window = -4}), Catch::Contains("got -4"));
+  CHECK_THAT(message({.global_tokens = 6}), Catch::Contains("global_tokens = 6 exceeds the sequence length 5"));
+  CHECK(message({.window = 1, .causal = true, .global_tokens = 5}) == "no error");
+  CHECK_THROWS_AS((nn::Attention<2, 8>(nullptr, "attn", {.window = 0})), attn::ArgumentError);
+  CHECK_THROWS_WITH((nn::Attention<2, 8>(nullptr, "local", {.window = -1})), Catch::Contains("'local': window must be >= 1"));
+  nn::Attention<2, 8> a(nullptr, "attn", {.window = 2, .global_tokens = 4});
+  CHECK_THROWS_WITH(a(ctx, attn::Var<float, Shape<dyn, dyn, 8>>(random<float>({1, 3, 8}))), Catch::Contains("global_tokens = 4"));
+}
