@@ -47,6 +47,7 @@ void cpu_mha(const MhaCase& c, const MhaData<T>& data, bool flash, std::vector<T
   p.scale = T(1.0 / std::sqrt(double(c.head_dim)));
   p.dropout = c.dropout;
   p.seed = c.seed;
+  p.pattern = c.pattern;
   const std::size_t D = c.heads * c.head_dim;
   out.assign(c.batch * c.time * D, T(0));
   dqkv.assign(data.qkv.size(), T(0));

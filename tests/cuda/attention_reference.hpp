@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <attn/backend/attention_problem.hpp>
+
 namespace attn_test {
 
 /// One attention problem: qkv (B, T, 3D), D = heads * head_dim.
@@ -16,6 +18,7 @@ struct MhaCase {
   std::uint64_t seed = 0;
   bool key_mask = false;   // (B, T) padding mask, with a fully padded sample when batch > 1
   bool attn_mask = false;  // (T, T) causal mask (-inf above the diagonal)
+  attn::AttentionPattern pattern = {};  // sparse pattern (window, causal, global tokens), MhaProblem::pattern
 };
 
 /// The inputs of a case: qkv, the masks (empty when off) and the upstream gradient dout (B, T, D).

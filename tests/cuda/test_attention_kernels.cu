@@ -54,6 +54,7 @@ void cuda_mha(const MhaCase& c, const MhaData<T>& data, bool flash, std::vector<
   p.scale = T(1.0 / std::sqrt(double(c.head_dim)));
   p.dropout = c.dropout;
   p.seed = c.seed;
+  p.pattern = c.pattern;
   const std::size_t D = c.heads * c.head_dim;
   DeviceBuffer<T> o(std::vector<T>(c.batch * c.time * D, T(0))), g(std::vector<T>(data.qkv.size(), T(0)));
   DeviceBuffer<T> s(std::vector<T>(c.batch * c.heads * c.time * (flash ? 1 : c.time), T(0)));
@@ -103,7 +104,9 @@ double norm_error(const std::vector<T>& got, const std::vector<T>& want) {
 std::string describe(const MhaCase& c) {
   return "B " + std::to_string(c.batch) + " T " + std::to_string(c.time) + " H " + std::to_string(c.heads) + " hd " +
          std::to_string(c.head_dim) + " dropout " + std::to_string(c.dropout) + (c.key_mask ? " key_mask" : "") +
-         (c.attn_mask ? " causal" : "");
+         (c.attn_mask ? " causal" : "") + (c.pattern.active() ? " window " + std::to_string(c.pattern.window) + (c.pattern.causal ? " causal" : "") +
+                                                              " global " + std::to_string(c.pattern.global)
+                                                        : std::string());
 }
 
 const std::vector<MhaCase>& small_cases() {
@@ -114,6 +117,10 @@ const std::vector<MhaCase>& small_cases() {
       {.batch = 1, .time = 33, .heads = 1, .head_dim = 64, .seed = 4, .attn_mask = true},
       {.batch = 2, .time = 64, .heads = 2, .head_dim = 128, .dropout = 0.1, .seed = 5, .key_mask = true},
       {.batch = 1, .time = 1, .heads = 3, .head_dim = 5, .seed = 6},
+      // Sparse patterns: the CUDA kernels apply visible() per element, the cpu ones skip tiles.
+      {.batch = 2, .time = 300, .heads = 2, .head_dim = 16, .dropout = 0.1, .seed = 7, .key_mask = true,
+       .pattern = {.window = 16, .causal = false, .global = 3}},
+      {.batch = 1, .time = 200, .heads = 1, .head_dim = 32, .seed = 8, .pattern = {.window = 40, .causal = true, .global = 1}},
   };
   return v;
 }

@@ -149,11 +149,15 @@ ATTN_MHA_OMP("omp simd")
   }
 };
 
-/// Tiles [first[0], last[0]) and then [first[1], last[1]) of one side (disjoint, ascending): the
-/// tiles a tile of the other side reaches through the pattern. Those outside are fully hidden and
-/// never read.
+/// Tiles [first[0], last[0]) and then [first[1], last[1]) of one side (disjoint, ascending; the
+/// second run empty unless the first is not): the tiles a tile of the other side reaches through
+/// the pattern. Those outside are fully hidden and never read.
+///   for (std::size_t kb = runs.begin(); kb < runs.end(); kb = runs.next(kb)) ...
 struct TileRuns {
   std::size_t first[2] = {0, 0}, last[2] = {0, 0};
+  std::size_t begin() const { return first[0]; }
+  std::size_t end() const { return first[1] < last[1] ? last[1] : last[0]; }
+  std::size_t next(std::size_t t) const { return t + 1 == last[0] && first[1] < last[1] ? first[1] : t + 1; }
 };
 
 /// The tile runs covering the element ranges [a0, a1) and [b0, b1) (either may be empty), merged
@@ -238,8 +242,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
       std::fill_n(m.data(), br, neg_inf<T>);
       std::fill_n(l.data(), br, T(0));
       const TileRuns runs = key_tiles(p.pattern, n, i0, i0 + br, block_k);
-      for (int run = 0; run < 2; ++run)
-      for (std::size_t kb = runs.first[run]; kb < runs.last[run]; ++kb) {
+      for (std::size_t kb = runs.begin(); kb < runs.end(); kb = runs.next(kb)) {
         const std::size_t j0 = kb * block_k;
         if (j0 >= kend) break;  // the rest of the keys are padding
         if (!masks.kblock[b * nkb + kb] || !masks.alive(qb, kb)) continue;
@@ -324,8 +327,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
         transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
         const TileRuns runs = query_tiles(p.pattern, n, j0, j0 + bc, block_q);
-        for (int run = 0; run < 2; ++run)
-        for (std::size_t qb = runs.first[run]; qb < runs.last[run]; ++qb) {
+        for (std::size_t qb = runs.begin(); qb < runs.end(); qb = runs.next(qb)) {
           const std::size_t i0 = qb * block_q;
           if (i0 >= qend) break;  // skipped query rows
           if (!masks.alive(qb, kb)) continue;
