@@ -107,3 +107,23 @@ TEST_CASE("exp_shift_sum at every level: within 3 ulp of std::exp, exact zeros b
     }
   }
 }
+
+TEST_CASE("row_max at every level: the maximum for every tail length, -inf for a row of -inf") {
+  namespace mha = attn::kernels::mha;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+    const attn::ScopedIsa scoped{Isa(level)};
+    for (std::size_t n : {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 47, 64, 100, 128}) {
+      INFO("level " << attn::isa_name(Isa(level)) << " n " << n);
+      for (std::size_t at = 0; at < n; at += (n > 20 ? 7 : 1)) {  // the maximum in every lane position
+        std::vector<float> x(n);
+        for (std::size_t j = 0; j < n; ++j) x[j] = -float((j * 37) % 101) - 1.0f;
+        if (n > 2) x[(at + 1) % n] = -inf;
+        x[at] = 3.5f;
+        CHECK(mha::row_max(x.data(), n) == 3.5f);
+      }
+      std::vector<float> all(n, -inf);
+      CHECK(mha::row_max(all.data(), n) == -inf);
+    }
+  }
+}

@@ -88,3 +88,22 @@ TEST_CASE("tile::gemm: a single row or column of A may have both strides 1") {
   CHECK(c == std::vector<double>{2, 20, 4, 40, 6, 60});
   CHECK_THROWS_AS(tile::gemm<double>(2, 2, 2, 1.0, a.data(), 2, 2, b.data(), 2, false, c.data(), 2), std::invalid_argument);
 }
+
+TEST_CASE("tile::transpose at every level the machine runs: every row and column tail, strides wider than the tile, nothing outside dst written") {
+  for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+    const attn::ScopedIsa scoped{attn::Isa(level)};
+    for (std::size_t rows : {1, 3, 7, 8, 9, 16, 17, 128, 130}) {
+      for (std::size_t cols : {1, 5, 8, 15, 16, 24, 33, 128}) {
+        INFO("level " << attn::isa_name(attn::Isa(level)) << " rows " << rows << " cols " << cols);
+        const std::size_t ld = cols + 5, ldd = rows + 3;
+        const auto src = filled<float>(rows * ld, 7);
+        std::vector<float> dst(cols * ldd, -99.0f);
+        tile::transpose(src.data(), ld, rows, cols, dst.data(), ldd);
+        bool ok = true;
+        for (std::size_t c = 0; c < cols; ++c)
+          for (std::size_t r = 0; r < ldd; ++r) ok = ok && dst[c * ldd + r] == (r < rows ? src[r * ld + c] : -99.0f);
+        CHECK(ok);
+      }
+    }
+  }
+}

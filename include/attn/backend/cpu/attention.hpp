@@ -195,8 +195,7 @@ inline TileRuns query_tiles(const AttentionPattern& pat, std::size_t n, std::siz
 /// tile laid out as the B operand of tile::gemm for S = Q K^T and dP = dO V^T.
 template <class T>
 void transpose_tile(const T* src, std::size_t ld, std::size_t bc, std::size_t hd, T* dst) {
-  for (std::size_t c = 0; c < hd; ++c)  // contiguous writes; the bc source rows stay in L1
-    for (std::size_t j = 0; j < bc; ++j) dst[c * bc + j] = src[j * ld + c];
+  tile::transpose(src, ld, bc, hd, dst, bc);
 }
 
 inline int threads_for(std::size_t tasks) {

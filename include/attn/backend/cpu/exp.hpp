@@ -147,14 +147,59 @@ ATTN_TARGET_AVX512 inline std::size_t exp_shift_sum_avx512(float* x, std::size_t
 }
 #endif
 
-/// max over x[0..n).
+/// max over x[0..n) (NaN entries: the order of the comparisons decides, as in std::max; the
+/// scores the kernels take it of are finite or -inf).
 template <class T>
 T row_max(const T* x, std::size_t n) {
   T m = neg_inf<T>;
   for (std::size_t j = 0; j < n; ++j) m = std::max(m, x[j]);
   return m;
 }
+#if defined(ATTN_MHA_AVX2)
+/// row_max's AVX2 and AVX-512 bodies: all of x[0..n), the tail element by element (AVX2) or under a
+/// mask (AVX-512), two independent chains.
+__attribute__((target("avx2,fma"))) inline float row_max_avx2(const float* x, std::size_t n) {
+  __m256 a0 = _mm256_set1_ps(neg_inf<float>), a1 = a0;
+  std::size_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    a0 = _mm256_max_ps(a0, _mm256_loadu_ps(x + j));
+    a1 = _mm256_max_ps(a1, _mm256_loadu_ps(x + j + 8));
+  }
+  if (j + 8 <= n) {
+    a0 = _mm256_max_ps(a0, _mm256_loadu_ps(x + j));
+    j += 8;
+  }
+  a0 = _mm256_max_ps(a0, a1);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  float m = _mm_cvtss_f32(h);
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+ATTN_TARGET_AVX512 inline float row_max_avx512(const float* x, std::size_t n) {
+  __m512 a0 = _mm512_set1_ps(neg_inf<float>), a1 = a0;
+  std::size_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    a0 = _mm512_max_ps(a0, _mm512_loadu_ps(x + j));
+    a1 = _mm512_max_ps(a1, _mm512_loadu_ps(x + j + 16));
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1u);
+    a0 = _mm512_mask_max_ps(a0, k, a0, _mm512_maskz_loadu_ps(k, x + j));
+  }
+  return _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+}
+#endif
+
 inline float row_max(const float* x, std::size_t n) {
+#if defined(ATTN_MHA_AVX2)
+  switch (cpu::isa()) {
+    case Isa::avx512: return row_max_avx512(x, n);
+    case Isa::avx2: return row_max_avx2(x, n);
+    case Isa::generic: break;
+  }
+#endif
   float m = neg_inf<float>;
   std::size_t j = 0;
 #if defined(__SSE2__)

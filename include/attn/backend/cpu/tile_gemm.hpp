@@ -191,6 +191,41 @@ ATTN_TARGET_AVX512 inline void gemm_avx512(std::size_t m, std::size_t n, std::si
     default: break;
   }
 }
+
+/// dst (cols, rows) = the transpose of src (rows, cols) (row strides ld and ldd), in 8 x 8 blocks of
+/// AVX registers (unpack, shuffle, lane permute); the edges element by element.
+__attribute__((target("avx2,fma"))) inline void transpose_avx2(const float* src, std::size_t ld, std::size_t rows,
+                                                               std::size_t cols, float* dst, std::size_t ldd) {
+  std::size_t i = 0;
+  for (; i + 8 <= rows; i += 8) {
+    std::size_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+      const float* s = src + i * ld + j;
+      __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ld), r2 = _mm256_loadu_ps(s + 2 * ld), r3 = _mm256_loadu_ps(s + 3 * ld);
+      __m256 r4 = _mm256_loadu_ps(s + 4 * ld), r5 = _mm256_loadu_ps(s + 5 * ld), r6 = _mm256_loadu_ps(s + 6 * ld),
+             r7 = _mm256_loadu_ps(s + 7 * ld);
+      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+                   t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                   t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee), u2 = _mm256_shuffle_ps(t1, t3, 0x44),
+                   u3 = _mm256_shuffle_ps(t1, t3, 0xee), u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+                   u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+      float* d = dst + j * ldd + i;
+      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(d + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    for (std::size_t r = i; r < i + 8; ++r)
+      for (std::size_t c = j; c < cols; ++c) dst[c * ldd + r] = src[r * ld + c];
+  }
+  for (std::size_t c = 0; c < cols; ++c)
+    for (std::size_t r = i; r < rows; ++r) dst[c * ldd + r] = src[r * ld + c];
+}
 #else
 inline bool available() { return false; }
 #endif
@@ -214,6 +249,18 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std:
   const std::size_t lda = at ? std::max(ak, m) : std::max(ai, k);
   cpu::gemm<T>(at ? Trans::yes : Trans::no, Trans::no, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb),
                accumulate ? T(1) : T(0), c, int(ldc));
+}
+
+/// dst (cols, rows) = the transpose of src (rows, cols), row strides ld and ldd: a key or value tile
+/// laid out as the B operand of gemm. Float goes through 8 x 8 register blocks from AVX2 on.
+template <class T>
+void transpose(const T* src, std::size_t ld, std::size_t rows, std::size_t cols, T* dst, std::size_t ldd) {
+#if defined(ATTN_TILE_GEMM_AVX2)
+  if constexpr (std::is_same_v<T, float>)
+    if (available()) return transpose_avx2(src, ld, rows, cols, dst, ldd);
+#endif
+  for (std::size_t c = 0; c < cols; ++c)  // contiguous writes; the source rows stay in L1
+    for (std::size_t r = 0; r < rows; ++r) dst[c * ldd + r] = src[r * ld + c];
 }
 
 }  // namespace attn::kernels::tile
