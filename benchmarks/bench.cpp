@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 // attn's benchmark harness for the reference models of BENCHMARKS.md, side by side with the
 // PyTorch peer. Each case runs in a fresh process (for its peak RSS); attn and the peer are
-// interleaved per case; the table gives samples/s, the attn/peer ratio and peak RSS, and for R1 and
-// R3 the GFLOP/s as a fraction of the machine's FP32 GEMM ceiling.
+// interleaved per case; the table gives samples/s, the attn/peer ratio and peak RSS, and for R1, R3
+// and R5 the GFLOP/s as a fraction of the machine's FP32 GEMM ceiling.
 // The ceiling is the machine's, not attn's: the best 2048^3 SGEMM rate among every GEMM at hand, each
 // in its own process at the widest ISA it has: the BLAS attn links in each of its x86-64
 // sub-configurations, Eigen's product, OpenBLAS (libopenblas.so.0) with its core type named, and
 // oneDNN's dnnl_sgemm (libdnnl.so.2), the last two loaded at run time where installed.
-//   bench --all [--peer "benchmarks/peer/run-peer.sh"] [--iters 20]
+//   bench --all [--peer "benchmarks/peer/run-peer.sh"] [--iters 20] [--cases R6 R6-ckpt]
 //   bench --case R1-h8 [--iters 20]          # one case, one JSON line
 //   bench --ceiling                          # every GEMM's rate, the best named
 #include <dlfcn.h>
@@ -73,8 +73,38 @@ Timing train_case(Model& model, const Batch& b, int iters) {
       b.lengths.size(), iters);
 }
 
-/// FLOPs of one attention layer (projections + scores + weighted sum), forward only.
-inline double attention_flops(double b, double t, double d) { return b * (2 * t * d * 3 * d + 2 * t * d * d + 4 * t * t * d); }
+/// FLOPs of one attention layer (projections + scores + weighted sum), forward only; `pairs` is the
+/// number of (query, key) pairs the scores cover (t * t when dense).
+inline double attention_flops(double b, double t, double d, double pairs) { return b * (2 * t * d * 3 * d + 2 * t * d * d + 4 * pairs * d); }
+inline double attention_flops(double b, double t, double d) { return attention_flops(b, t, d, t * t); }
+
+/// The (query, key) pairs of a sliding window: i sees j iff |i - j| <= w, 0 <= i, j < t. Only these
+/// count for R5: t (2w + 1) less the w (w + 1) cut off at the two ends.
+inline double band_pairs(double t, double w) { return w < t ? t * (2 * w + 1) - w * (w + 1) : t * t; }
+
+/// Forward + backward of a layer (no optimizer): x (b, t, 256) with its gradient, a fixed output
+/// gradient `seed`; `f(tape, x)` runs the forward. R3, R5 and R6.
+template <class F>
+Timing fwd_bwd_case(attn::Rng& rng, std::size_t b, std::size_t t, int iters, const std::function<void()>& zero_grad, F&& f) {
+  Tensor<float> xv({b, t, 256});
+  for (std::size_t i = 0; i < xv.numel(); ++i) xv[i] = float(rng.uniform(-1, 1));
+  attn::Var<float, Shape<dyn, dyn, 256>> xin(xv, true);
+  Tensor<float> seed({b, t, 256});
+  for (std::size_t i = 0; i < seed.numel(); ++i) seed[i] = float(rng.uniform(-1, 1));
+  attn::Tape tape;
+  return time_it(
+      [&] {
+        auto y = f(tape, xin);
+        tape.backward(y, seed);
+        zero_grad();
+        xin.data()->grad = {};
+        tape.clear();
+      },
+      b, iters);
+}
+
+inline const char* kCaseNames =
+    "R1-h1 R1-h8 R2-h4 R2-h8 R3-T512 R3-T1024 R3-T2048 R4-b1 R4-b64 R5-T1024 R5-T4096 R5-T16384 R6 R6-ckpt";
 
 /// Runs one case in this process; returns its JSON record.
 inline json run_case(const std::string& name, int iters) {
@@ -106,24 +136,28 @@ inline json run_case(const std::string& name, int iters) {
   } else if (name.rfind("R3-T", 0) == 0) {
     const std::size_t T = std::stoul(name.substr(4));
     nn::Attention<8, 256> layer(nullptr, "attn");
-    Tensor<float> xv({4, T, 256});
-    for (std::size_t i = 0; i < xv.numel(); ++i) xv[i] = float(rng.uniform(-1, 1));
-    attn::Var<float, Shape<dyn, dyn, 256>> xin(xv, true);
     const auto mask = attn::KeepMask(Tensor<float>::full({4, T}, 1.0f));
-    Tensor<float> seed({4, T, 256});
-    for (std::size_t i = 0; i < seed.numel(); ++i) seed[i] = float(rng.uniform(-1, 1));
-    attn::Tape tape;
-    t = time_it(
-        [&] {
-          auto y = layer(tape, xin, mask);
-          tape.backward(y, seed);
-          layer.zero_grad();
-          xin.data()->grad = {};
-          tape.clear();
-        },
-        4, iters);
+    t = fwd_bwd_case(rng, 4, T, iters, [&] { layer.zero_grad(); }, [&](attn::Tape& tape, const auto& x) { return layer(tape, x, mask); });
     flops = 3 * attention_flops(1, double(T), 256);
     j["mode"] = "train";
+  } else if (name == "R5-T1024" || name == "R5-T4096" || name == "R5-T16384") {
+    // Local attention: each query sees the 256 keys on either side (and itself), B = 1, no padding mask.
+    constexpr std::int64_t w = 256;
+    const std::size_t T = std::stoul(name.substr(4));
+    nn::Attention<8, 256> layer(nullptr, "attn", {.window = w});
+    t = fwd_bwd_case(rng, 1, T, iters, [&] { layer.zero_grad(); }, [&](attn::Tape& tape, const auto& x) { return layer(tape, x); });
+    flops = 3 * attention_flops(1, double(T), 256, band_pairs(double(T), double(w)));  // the band's products only
+    j["mode"] = "train";
+    j["window"] = w;
+  } else if (name == "R6" || name == "R6-ckpt") {
+    // A 4-layer pre-norm encoder, no dropout; R6-ckpt recomputes each layer during backward.
+    const bool ckpt = name == "R6-ckpt";
+    nn::TransformerEncoder<8, 256> enc(
+        nullptr, "encoder",
+        {.num_layers = 4, .layer = {.dim_feedforward = 1024, .dropout = 0.0, .norm_first = true}, .checkpoint = ckpt});
+    t = fwd_bwd_case(rng, 4, 2048, iters, [&] { enc.zero_grad(); }, [&](attn::Tape& tape, const auto& x) { return enc(tape, x); });
+    j["mode"] = "train";
+    j["checkpoint"] = ckpt;
   } else if (name == "R4-b1" || name == "R4-b64") {
     R2<4> m;
     m.eval();
@@ -144,7 +178,7 @@ inline json run_case(const std::string& name, int iters) {
         kR4Lengths.size(), iters);
     j["mode"] = "infer";
   } else {
-    throw attn::ArgumentError("bench: unknown case '" + name + "' (R1-h1 R1-h8 R2-h4 R2-h8 R3-T512 R3-T1024 R3-T2048 R4-b1 R4-b64)");
+    throw attn::ArgumentError("bench: unknown case '" + name + "' (" + kCaseNames + ")");
   }
   j["median_ms"] = t.median_ms;
   j["samples_per_s"] = t.samples_per_s;
@@ -288,11 +322,14 @@ int main(int argc, char** argv) {
   int iters = 20;
   bool all = false, gemm = false, ceiling_only = false;
   std::string gemm_impl = "attn";
-  std::vector<std::string> cases = {"R1-h1", "R1-h8", "R2-h4", "R2-h8", "R3-T512", "R3-T1024", "R3-T2048", "R4-b1", "R4-b64"};
+  // R6 and R6-ckpt (seconds per step on 2 cores) only when named in --cases.
+  std::vector<std::string> cases = {"R1-h1", "R1-h8",  "R2-h4",    "R2-h8",    "R3-T512",  "R3-T1024", "R3-T2048",
+                                    "R4-b1", "R4-b64", "R5-T1024", "R5-T4096", "R5-T16384"};
   CLI::App app{"attn benchmarks: the reference models of BENCHMARKS.md, against the PyTorch peer"};
   app.add_option("--case", one, "run one case in this process and print its JSON record");
   app.add_flag("--all", all, "run every case (each in a fresh process) and print the table");
-  app.add_option("--cases", cases, "cases for --all");
+  app.add_option("--cases", cases,
+                 std::string("cases for --all, of ") + bench::kCaseNames + " (default: all but R6 and R6-ckpt, which take minutes)");
   app.add_option("--peer", peer, "peer command, run per case with '--case X --json --iters N' appended (empty: no peer)");
   app.add_option("--iters", iters, "timed iterations per case (after 5 warm-ups)");
   app.add_flag("--gemm", gemm, "print one GEMM's FP32 2048^3 rate (--gemm-impl) as JSON and exit");

@@ -15,13 +15,20 @@ process that ran the case.  Every attention runs in up to four ways:
         the attention core as sdpa (hand on older torch): attn's
         PaddedRows::zero, which changes nothing the masked pooling reads
 
+R5 (local attention, a band of +-256 keys) runs hand and sdpa with the band as a
+dense (T, T) mask, and `chunked`: the band in query blocks of 128 against their
+128 + 2 * 256 keys, so O(T w) like attn's kernel.  R6 (a 4-layer pre-norm
+encoder) runs torch.nn.TransformerEncoder (impl `mha`), with R6-ckpt through
+torch.utils.checkpoint per layer.
+
 Usage:
   peer.py --case R1-h8 --mode train --iters 20 --json   # one JSON line, best impl
   peer.py --case R3-T1024 --mode train --impl hand      # one impl, in-process
   peer.py --all [--json]                                # every case, table
   peer.py --gemm                                        # FP32 GEMM 2048^3 GFLOP/s
   peer.py --r4-lengths                                  # the R4 sample lengths
-  peer.py --check                                       # hand == mha == sdpa == packed
+  peer.py --check                                       # hand == mha == sdpa == packed,
+                                                        # R5's band three ways, R6-ckpt == R6
 
 Works with torch 1.13 and 2.x.  Set OMP_NUM_THREADS before starting python
 (run-peer.sh does); the child processes started here get it from --threads.
@@ -52,17 +59,32 @@ CASES = {
     "R3-T2048": dict(model="R3", heads=8, batch=4, T=2048),
     "R4-b1": dict(model="R4", heads=4, batch=1, T=None),
     "R4-b64": dict(model="R4", heads=4, batch=64, T=None),
+    "R5-T1024": dict(model="R5", heads=8, batch=1, T=1024, window=256),
+    "R5-T4096": dict(model="R5", heads=8, batch=1, T=4096, window=256),
+    "R5-T16384": dict(model="R5", heads=8, batch=1, T=16384, window=256),
+    "R6": dict(model="R6", heads=8, batch=4, T=2048, layers=4, ff=1024, checkpoint=False),
+    "R6-ckpt": dict(model="R6", heads=8, batch=4, T=2048, layers=4, ff=1024, checkpoint=True),
 }
 MODES = {"R1": ("train", "infer"), "R2": ("train", "infer"),
-         "R3": ("train", "infer"), "R4": ("infer",)}
-# What --all runs, as BENCHMARKS.md lists them: R1, R2 training steps, R3
+         "R3": ("train", "infer"), "R4": ("infer",), "R5": ("train",), "R6": ("train",)}
+# What --all runs, as BENCHMARKS.md lists them: R1, R2 training steps, R3 and R5
 # forward + backward, R4 inference.  --all-modes adds the other modes.
 ALL_RUNS = ([(c, "train") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8",
                                     "R3-T512", "R3-T1024", "R3-T2048")]
-            + [("R4-b1", "infer"), ("R4-b64", "infer")])
+            + [("R4-b1", "infer"), ("R4-b64", "infer")]
+            + [(c, "train") for c in ("R5-T1024", "R5-T4096", "R5-T16384")])
+# Seconds per step on 2 cores: --all runs these only when --cases names them.
+OPT_IN_RUNS = [("R6", "train"), ("R6-ckpt", "train")]
 EXTRA_RUNS = [(c, "infer") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8",
                                      "R3-T512", "R3-T1024", "R3-T2048")]
-IMPLS = ("hand", "mha", "sdpa", "packed")
+IMPLS = ("hand", "mha", "sdpa", "packed", "chunked")
+# The impls that apply to a model: R5 has no padding (packed would be sdpa) and its
+# band goes in as an attention mask (mha would be sdpa's math); chunked is R5's
+# only.  R6 is torch.nn.TransformerEncoder, whose attention is nn.MultiheadAttention.
+MODEL_IMPLS = {"R5": ("hand", "sdpa", "chunked"), "R6": ("mha",)}
+DEFAULT_IMPLS = ("hand", "mha", "sdpa", "packed")
+CHUNK = 128              # R5 chunked: queries per block
+R5_DENSE_MAX_T = 4096    # R5 hand and sdpa (T x T work) above this only with --r5-dense
 
 SEED = 1234
 R4_SAMPLES = 64          # samples per R4 iteration (same set for b1 and b64)
@@ -94,6 +116,18 @@ def malloc_name():
         return "unknown"
 
 
+def mem_available():
+    """MemAvailable from /proc/meminfo in bytes, or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def peak_rss_mb():
     # Linux reports ru_maxrss in KiB.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -110,13 +144,16 @@ def build_modules(torch):
     class Attention(nn.Module):
         """Attention<H, D>: fused QKV (Linear(D, 3D)), per-head softmax(QK^T/sqrt(dh)) V
         with key-padding mask, heads merged, output Linear(D, D).
-        x: (B, T, D), valid: (B, T) bool (True = token).  Returns (B, T, D)."""
+        x: (B, T, D), valid: (B, T) bool (True = token).  Returns (B, T, D).
+        With `window` w (R5): query i sees key j iff |i - j| <= w, and there is no
+        key-padding mask (valid must be all True)."""
 
-        def __init__(self, heads, dim, impl):
+        def __init__(self, heads, dim, impl, window=None):
             super().__init__()
             assert dim % heads == 0
-            self.heads, self.dim, self.impl = heads, dim, impl
+            self.heads, self.dim, self.impl, self.window = heads, dim, impl, window
             self.head_dim = dim // heads
+            self._masks = {}
             if impl == "mha":
                 self.mha = nn.MultiheadAttention(dim, heads, batch_first=True)
             else:
@@ -138,7 +175,9 @@ def build_modules(torch):
                 qkv = self.in_proj(x)
             qkv = qkv.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)
             q, k, v = qkv[0], qkv[1], qkv[2]                      # (B, H, T, dh)
-            if self.impl == "sdpa" or (self.impl == "packed" and sdpa_available(torch)):
+            if self.window is not None:
+                o = self.local_core(q, k, v)
+            elif self.impl == "sdpa" or (self.impl == "packed" and sdpa_available(torch)):
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=valid[:, None, None, :])
             else:
                 o = self.core(q, k, v, valid)
@@ -154,6 +193,44 @@ def build_modules(torch):
             s = torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-1, -2))  # (B,H,T,T)
             s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
             return torch.matmul(torch.softmax(s, dim=-1), v)     # (B, H, T, dh)
+
+        def band(self, T):
+            """(T, T) bool, True where |i - j| <= window (built once per T)."""
+            if ("band", T) not in self._masks:
+                i = torch.arange(T)
+                self._masks[("band", T)] = (i[:, None] - i[None, :]).abs() <= self.window
+            return self._masks[("band", T)]
+
+        def local_core(self, q, k, v):
+            if self.impl == "chunked":
+                return self.chunked_core(q, k, v)
+            band = self.band(q.shape[2])
+            if self.impl == "sdpa":
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=band)
+            s = torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-1, -2))
+            s = s.masked_fill(~band, float("-inf"))
+            return torch.matmul(torch.softmax(s, dim=-1), v)
+
+        def chunked_core(self, q, k, v):
+            """The band in blocks of CHUNK queries, each against the CHUNK + 2w keys around
+            it (unfold: a strided view), the keys outside the band or the sequence masked:
+            (T / CHUNK) x CHUNK x (CHUNK + 2w) scores instead of T x T."""
+            B, H, T, dh = q.shape
+            w, c = self.window, min(CHUNK, self.window)
+            nb = -(-T // c)
+            pad = nb * c - T
+            qb = F.pad(q * (1.0 / math.sqrt(dh)), (0, 0, 0, pad)).view(B, H, nb, c, dh)
+            kw = F.pad(k, (0, 0, w, w + pad)).unfold(2, c + 2 * w, c)    # (B, H, nb, dh, c + 2w)
+            vw = F.pad(v, (0, 0, w, w + pad)).unfold(2, c + 2 * w, c)
+            key = ("chunks", T)
+            if key not in self._masks:
+                qi = torch.arange(c)[:, None]
+                kj = torch.arange(c + 2 * w)[None, :]
+                pos = torch.arange(nb)[:, None, None] * c - w + kj         # key positions
+                self._masks[key] = ((kj - w - qi).abs() <= w) & (pos >= 0) & (pos < T)
+            s = torch.matmul(qb, kw).masked_fill(~self._masks[key], float("-inf"))
+            o = torch.matmul(torch.softmax(s, dim=-1), vw.transpose(-1, -2))  # (B, H, nb, c, dh)
+            return o.reshape(B, H, nb * c, dh)[:, :, :T]
 
     def masked_mean(y, valid):
         m = valid.unsqueeze(-1).to(y.dtype)                       # (B, T, 1)
@@ -190,6 +267,32 @@ def build_modules(torch):
             return self.head(masked_mean(self.attn(y, valid), valid))
 
     return Attention, ImdbClassifier, TnewsClassifier
+
+
+def build_encoder(torch, layers, heads, dim, ff, checkpoint):
+    """R6: torch.nn.TransformerEncoder of pre-norm layers, no dropout; with checkpoint,
+    each layer through torch.utils.checkpoint (use_reentrant=False).  x (B, T, D)."""
+    nn = torch.nn
+    layer = nn.TransformerEncoderLayer(dim, heads, ff, dropout=0.0, batch_first=True,
+                                       norm_first=True)
+    try:
+        enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+    except TypeError:
+        enc = nn.TransformerEncoder(layer, layers)
+    if not checkpoint:
+        return enc
+    from torch.utils.checkpoint import checkpoint as ckpt
+
+    class Checkpointed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = enc
+
+        def forward(self, x):
+            for l in self.enc.layers:
+                x = ckpt(l, x, use_reentrant=False)
+            return x
+    return Checkpointed()
 
 
 def torch_version_tuple(torch):
@@ -245,12 +348,15 @@ def time_loop(fn, warmup, iters, max_seconds=None):
     return statistics.median(times), done_warm, len(times)
 
 
-def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None):
+def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, r5_dense=False):
     spec = CASES[case]
     model_kind, H, B, T = spec["model"], spec["heads"], spec["batch"], spec["T"]
     if mode not in MODES[model_kind]:
         raise SystemExit("peer.py: case %s has no mode %r (modes: %s)"
                          % (case, mode, ", ".join(MODES[model_kind])))
+    if impl not in MODEL_IMPLS.get(model_kind, DEFAULT_IMPLS):
+        raise SystemExit("peer.py: impl %s does not apply to case %s (impls: %s)"
+                         % (impl, case, ", ".join(MODEL_IMPLS.get(model_kind, DEFAULT_IMPLS))))
     if impl == "sdpa" and not sdpa_available(torch):
         raise SystemExit("peer.py: impl sdpa needs F.scaled_dot_product_attention "
                          "(torch >= 2.0); this is torch %s" % torch.__version__)
@@ -259,9 +365,26 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None):
     Attention, ImdbClassifier, TnewsClassifier = build_modules(torch)
     extra = {}
 
-    if model_kind == "R3":
+    if model_kind == "R5" and impl in ("hand", "sdpa") and T > R5_DENSE_MAX_T and not r5_dense:
+        raise SystemExit("peer.py: skipped %s %s: a dense (T, T) mask does T / (2w + 1) = %.0f times "
+                         "the band's work (minutes per run); --r5-dense runs it"
+                         % (case, impl, T / (2 * spec["window"] + 1)))
+    if model_kind == "R5" and impl == "hand":
+        # Scores, weights and their gradients: about four dense (B, H, T, T) floats.
+        need = 4 * B * H * T * T * 4
+        avail = mem_available()
+        if avail is not None and need > 0.8 * avail:
+            raise SystemExit("peer.py: skipped %s hand: its dense scores need about %.1f GiB, "
+                             "%.1f GiB available" % (case, need / 2 ** 30, avail / 2 ** 30))
+    if model_kind in ("R3", "R5", "R6"):
         D = 256
-        model = Attention(H, D, impl)
+        if model_kind == "R6":
+            model = build_encoder(torch, spec["layers"], H, D, spec["ff"], spec["checkpoint"])
+            extra["checkpoint"] = spec["checkpoint"]
+        else:
+            model = Attention(H, D, impl, spec.get("window"))
+        if "window" in spec:
+            extra["window"] = spec["window"]
         x = torch.randn(B, T, D, generator=g).requires_grad_(mode == "train")
         valid = torch.ones(B, T, dtype=torch.bool)
         grad_out = torch.randn(B, T, D, generator=g)
@@ -273,7 +396,7 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None):
             def step():
                 model.zero_grad(set_to_none=True)
                 x.grad = None
-                model(x, valid).backward(grad_out)
+                (model(x) if model_kind == "R6" else model(x, valid)).backward(grad_out)
             extra["step"] = "forward + backward (params and input), no optimizer"
         else:
             model.eval()
@@ -363,7 +486,8 @@ def run_gemm(torch, iters, max_seconds=None, n=2048):
 
 
 def check_impls(torch):
-    """Same weights, padded batch: hand, mha, sdpa and packed must agree (outputs and grads)."""
+    """Same weights, padded batch: hand, mha, sdpa and packed must agree (outputs and grads);
+    R5's three band impls must agree with a dense 0/-inf mask, R6-ckpt's gradients with R6's."""
     Attention, _, _ = build_modules(torch)
     g = torch.Generator().manual_seed(SEED)
     B, T, D, H = 3, 37, 256, 8
@@ -371,7 +495,7 @@ def check_impls(torch):
     valid = torch.arange(T)[None, :] < torch.tensor([T, 20, 1])[:, None]
     ref = Attention(H, D, "hand")
     outs = {}
-    for impl in IMPLS:
+    for impl in DEFAULT_IMPLS:
         if impl == "sdpa" and not sdpa_available(torch):
             continue
         m = Attention(H, D, impl)
@@ -396,6 +520,40 @@ def check_impls(torch):
         dg = (gx - base_g).abs().max().item()
         worst = max(worst, dy, dg)
         print("check %-10s max|dy| %.2e  max|dx.grad| %.2e" % (k, dy, dg))
+    # R5's band: hand (dense mask), sdpa (dense mask) and chunked, against a dense 0/-inf mask
+    # built here; T not a multiple of the block, a window wider than the block.
+    T5, w5 = 300, 130
+    i = torch.arange(T5)
+    ref_mask = torch.zeros(T5, T5).masked_fill((i[:, None] - i[None, :]).abs() > w5, float("-inf"))
+    x5 = torch.randn(1, T5, D, generator=g)
+    ref5 = Attention(H, D, "hand")
+    band = {}
+    for impl in [m for m in MODEL_IMPLS["R5"] if m != "sdpa" or sdpa_available(torch)] + ["dense"]:
+        m = Attention(H, D, "hand" if impl == "dense" else impl, None if impl == "dense" else w5)
+        m.load_state_dict(ref5.state_dict())
+        if impl == "dense":
+            m.core = lambda q, k, v, valid: torch.matmul(torch.softmax(
+                torch.matmul(q / math.sqrt(D // H), k.transpose(-1, -2)) + ref_mask, -1), v)
+        x = x5.clone().requires_grad_(True)
+        y = m(x, torch.ones(1, T5, dtype=torch.bool))
+        y.square().sum().backward()
+        band[impl] = (y.detach(), x.grad)
+    for k, (y, gx) in band.items():
+        dy = (y - band["dense"][0]).abs().max().item()
+        dg = (gx - band["dense"][1]).abs().max().item()
+        worst = max(worst, dy, dg)
+        print("check R5 %-7s max|dy| %.2e  max|dx.grad| %.2e" % (k, dy, dg))
+    # R6-ckpt: the same gradients as R6 (2 layers, T 64).
+    grads = []
+    for ck in (False, True):
+        torch.manual_seed(SEED)
+        enc = build_encoder(torch, 2, H, D, 1024, ck)
+        x = torch.randn(2, 64, D, generator=torch.Generator().manual_seed(SEED)).requires_grad_(True)
+        enc(x).square().sum().backward()
+        grads.append([x.grad] + [p.grad for p in enc.parameters()])
+    dg = max((a - b).abs().max().item() for a, b in zip(*grads))
+    worst = max(worst, dg)
+    print("check R6-ckpt max|grad - R6 grad| %.2e" % dg)
     print("check: %s (tolerance 1e-4)" % ("OK" if worst < 1e-4 else "FAILED"))
     return worst < 1e-4
 
@@ -431,6 +589,8 @@ def child(args, extra_argv, malloc=None):
            "--warmup", str(args.warmup)] + extra_argv
     if args.max_seconds:
         cmd += ["--max-seconds", str(args.max_seconds)]
+    if args.r5_dense:
+        cmd += ["--r5-dense"]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True)
     if p.returncode != 0:
@@ -438,12 +598,14 @@ def child(args, extra_argv, malloc=None):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def impls_for(args):
-    """Impls to try: the one asked for, or every impl this torch has."""
+def impls_for(args, case=None):
+    """Impls to try: the one asked for, or every impl this torch has (for `case`: those
+    that apply to it; without one: every impl of any case)."""
     if args.impl != "best":
         return [args.impl]
     import torch
-    return [i for i in IMPLS if i != "sdpa" or sdpa_available(torch)]
+    apply = MODEL_IMPLS.get(CASES[case]["model"], DEFAULT_IMPLS) if case else IMPLS
+    return [i for i in IMPLS if i in apply and (i != "sdpa" or sdpa_available(torch))]
 
 
 def best_of(results):
@@ -496,11 +658,11 @@ def run_all(args):
         gemm[mal] = child(args, ["--gemm"], mal)
         emit(gemm[mal], case="GEMM-2048", malloc=mal)
     rows = []
-    for case, mode in ALL_RUNS + (EXTRA_RUNS if args.all_modes else []):
-        if args.cases and case not in args.cases:
+    for case, mode in ALL_RUNS + (EXTRA_RUNS if args.all_modes else []) + OPT_IN_RUNS:
+        if (args.cases or (case, mode) in OPT_IN_RUNS) and case not in (args.cases or []):
             continue
         res = {mal: {} for mal in mallocs}
-        for impl in impls:
+        for impl in impls_for(args, case):
             for mal in mallocs:   # interleaved, so that machine noise hits both alike
                 r = res[mal][impl] = child(args, ["--case", case, "--mode", mode,
                                                   "--impl", impl], mal)
@@ -562,7 +724,8 @@ def main():
                     help="hand/mha/sdpa run in this process; best (default) runs each "
                          "in a fresh subprocess and reports the fastest")
     ap.add_argument("--all", action="store_true", help="run every case, print a table")
-    ap.add_argument("--cases", nargs="*", help="with --all: only these cases")
+    ap.add_argument("--cases", nargs="*", help="with --all: only these cases (R6 and R6-ckpt "
+                                               "run only when named here)")
     ap.add_argument("--gemm", action="store_true", help="FP32 GEMM 2048^3 GFLOP/s")
     ap.add_argument("--r4-lengths", action="store_true", help="print the R4 lengths")
     ap.add_argument("--check", action="store_true",
@@ -575,6 +738,8 @@ def main():
     ap.add_argument("--both-malloc", action="store_true",
                     help="with --all: run every case with glibc malloc and with jemalloc "
                          "(preloaded, MALLOC_CONF=%s), interleaved" % JEMALLOC_CONF)
+    ap.add_argument("--r5-dense", action="store_true",
+                    help="also run R5's dense-mask impls (hand, sdpa) above T = %d" % R5_DENSE_MAX_T)
     ap.add_argument("--all-modes", action="store_true",
                     help="with --all: also R1/R2 inference and R3 forward-only")
     ap.add_argument("--threads", type=int,
@@ -616,10 +781,10 @@ def main():
     mode = args.mode or ("infer" if CASES[args.case]["model"] == "R4" else "train")
     if args.impl != "best":
         r = run_case(torch, args.case, mode, args.impl, args.warmup, args.iters, args.threads,
-                     args.max_seconds)
+                     args.max_seconds, args.r5_dense)
     else:
         res = {i: child(args, ["--case", args.case, "--mode", mode, "--impl", i])
-               for i in impls_for(args)}
+               for i in impls_for(args, args.case)}
         r = best_of(res)
         if r is None:
             raise SystemExit("peer.py: every impl failed: %s" % json.dumps(res))
