@@ -2,6 +2,7 @@
 // nn::Attention and attn::self_attention: module contract, gradient checks of both kernels, flash
 // vs naive agreement, PyTorch goldens (nn.MultiheadAttention), dropout and the O(T) memory of flash.
 #include "../gradcheck_util.hpp"
+#include "attention_test_util.hpp"
 #include "../golden_util.hpp"
 
 #include <limits>
@@ -20,18 +21,14 @@ namespace nn = attn::nn;
 
 using testutil::check_gradients;
 
+using testutil::all_finite;
+using testutil::lengths_mask;
+using testutil::rel_diff;
+using testutil::set_value;
+
 namespace {
 
 attn::Rng rng(2024);
-
-/// (B, T) mask with the given lengths: 1 for t < len, else 0.
-template <class T>
-Tensor<T> lengths_mask(const std::vector<std::size_t>& lengths, std::size_t n) {
-  Tensor<T> m = Tensor<T>::zeros({lengths.size(), n});
-  for (std::size_t b = 0; b < lengths.size(); ++b)
-    for (std::size_t t = 0; t < std::min(n, lengths[b]); ++t) m(b, t) = T(1);
-  return m;
-}
 
 /// (T, T) additive mask: -inf strictly above the diagonal, random finite values elsewhere.
 template <class T>
@@ -47,31 +44,6 @@ Tensor<T> random(const Dims& d, double lo = -1, double hi = 1) {
   Tensor<T> t(d);
   for (std::size_t i = 0; i < t.numel(); ++i) t[i] = T(rng.uniform(lo, hi));
   return t;
-}
-
-template <class T, class S, class B>
-void set_value(const attn::Var<T, S, B>& p, const Tensor<T>& v) {
-  REQUIRE(p.numel() == v.numel());
-  std::copy_n(v.data(), v.numel(), const_cast<T*>(p.raw().data()));
-}
-
-/// max|a - b| / max|b|.
-template <class T, class S1, class S2>
-double rel_diff(const Tensor<T, S1>& a, const Tensor<T, S2>& b) {
-  REQUIRE(a.numel() == b.numel());
-  double num = 0, den = 1e-30;
-  for (std::size_t i = 0; i < a.numel(); ++i) {
-    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::abs(double(b[i])));
-  }
-  return num / den;
-}
-
-template <class T>
-bool all_finite(const Tensor<T>& t) {
-  for (std::size_t i = 0; i < t.numel(); ++i)
-    if (!std::isfinite(t[i])) return false;
-  return true;
 }
 
 }  // namespace

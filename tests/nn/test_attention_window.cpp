@@ -4,6 +4,7 @@
 // predicate (outputs and every gradient), gradient checks, the O(T w) work and memory of the flash
 // kernel, and the options' errors.
 #include "../gradcheck_util.hpp"
+#include "attention_test_util.hpp"
 
 #include <limits>
 #include <optional>
@@ -22,6 +23,11 @@ using attn::Tensor;
 using V = std::vector<attn::Var<double>>;
 namespace nn = attn::nn;
 
+using testutil::all_finite;
+using testutil::lengths_mask;
+using testutil::rel_diff;
+using testutil::set_value;
+
 namespace {
 
 attn::Rng rng(77);
@@ -33,14 +39,6 @@ Tensor<T> random(const Dims& d, double lo = -1, double hi = 1) {
   return t;
 }
 
-template <class T>
-Tensor<T> lengths_mask(const std::vector<std::size_t>& lengths, std::size_t n) {
-  Tensor<T> m = Tensor<T>::zeros({lengths.size(), n});
-  for (std::size_t b = 0; b < lengths.size(); ++b)
-    for (std::size_t t = 0; t < std::min(n, lengths[b]); ++t) m(b, t) = T(1);
-  return m;
-}
-
 /// The oracle: (T, T) additive mask, 0 where pat.visible(i, j), else -inf.
 template <class T>
 Tensor<T> dense_mask(const AttentionPattern& pat, std::size_t n) {
@@ -48,31 +46,6 @@ Tensor<T> dense_mask(const AttentionPattern& pat, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < n; ++j) m(i, j) = pat.visible(i, j) ? T(0) : -std::numeric_limits<T>::infinity();
   return m;
-}
-
-template <class T, class S, class B>
-void set_value(const attn::Var<T, S, B>& p, const Tensor<T>& v) {
-  REQUIRE(p.numel() == v.numel());
-  std::copy_n(v.data(), v.numel(), const_cast<T*>(p.raw().data()));
-}
-
-/// max|a - b| / max|b|.
-template <class T, class S1, class S2>
-double rel_diff(const Tensor<T, S1>& a, const Tensor<T, S2>& b) {
-  REQUIRE(a.numel() == b.numel());
-  double num = 0, den = 1e-30;
-  for (std::size_t i = 0; i < a.numel(); ++i) {
-    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::abs(double(b[i])));
-  }
-  return num / den;
-}
-
-template <class T>
-bool all_finite(const Tensor<T>& t) {
-  for (std::size_t i = 0; i < t.numel(); ++i)
-    if (!std::isfinite(t[i])) return false;
-  return true;
 }
 
 struct Run {

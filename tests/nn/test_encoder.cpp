@@ -4,6 +4,7 @@
 // checks of every input and parameter in double for both norm orders, and per-layer checkpointing:
 // bit-identical gradients with dropout and a lower host-pool peak.
 #include "../gradcheck_util.hpp"
+#include "attention_test_util.hpp"
 #include "../golden_util.hpp"
 
 #include <map>
@@ -20,6 +21,8 @@ using attn::Tape;
 using attn::Tensor;
 namespace nn = attn::nn;
 
+using testutil::set_value;
+
 namespace {
 
 template <class T>
@@ -27,13 +30,6 @@ Tensor<T> random(attn::Rng& rng, const Dims& d, double lo = -1, double hi = 1) {
   Tensor<T> t(d);
   for (std::size_t i = 0; i < t.numel(); ++i) t[i] = T(rng.uniform(lo, hi));
   return t;
-}
-
-template <class T, class S, class B>
-void set_value(const attn::Var<T, S, B>& p, const Tensor<T>& v) {
-  REQUIRE(p.numel() == v.numel());
-  std::copy_n(v.data(), v.numel(), const_cast<T*>(p.raw().data()));
-  p.data()->mark_value_written();
 }
 
 /// Every parameter's gradient, by name.
