@@ -212,7 +212,8 @@ TEMPLATE_TEST_CASE("vector kernels: layer norm at every ISA level against a doub
 
 TEMPLATE_TEST_CASE("vector kernels: Adam's update at every ISA level against the scalar formula", "", float, double) {
   using T = TestType;
-  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+  // Absolute, on values up to 4: a few roundings of float (2.4e-7 apart at 2-4) in each result.
+  const double tol = std::is_same_v<T, float> ? 4e-6 : 1e-14;
   for (const attn::Isa level : levels()) {
     const attn::ScopedIsa scoped(level);
     // Tails of every vector width, the kernel's 1024-element blocks, and a size split over threads.
