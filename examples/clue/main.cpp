@@ -63,7 +63,10 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
   for (auto& r : runs) {
     rep.heading(fmt::format("{} head{}: validation per class", r.heads, r.heads > 1 ? "s" : ""));
     rep.preformatted(r.valid_report);
-    rep.raw(examples::svg_heatmap("confusion matrix, row-normalised (rows: true, columns: predicted)", names, names, r.confusion_rows));
+    // Row-normalised: every cell is a fraction of its true class, drawn on the scale [0, 1].
+    rep.raw("<div>" + examples::svg_color_legend(1.0, "fraction of the true class") + "</div>" +
+            examples::svg_heatmap("confusion matrix, row-normalised (rows: true, columns: predicted)", names, names,
+                                  r.confusion_rows, 1.0));
     rep.preformatted(r.valid_confusion);
     if (!r.dev_report.empty()) {
       rep.heading(fmt::format("{} head{}: dev.json per class", r.heads, r.heads > 1 ? "s" : ""));

@@ -74,14 +74,47 @@ inline std::string svg_line_chart(const std::string& title, const std::string& x
   return s + "</svg>";
 }
 
-/// A heatmap of w (rows x cols, row-major) with token labels; darker = more weight.
+/// The colour of a weight x on the scale [0, vmax]: white at 0 to blue at vmax, values outside the scale
+/// clamped to it; a weight that is not finite (a diverged model) is grey.
+inline std::string heat_color(double x, double vmax) {
+  if (!std::isfinite(x)) return "rgb(160,160,160)";
+  const double v = vmax > 0 ? std::clamp(x / vmax, 0.0, 1.0) : (x > 0 ? 1.0 : 0.0);
+  const int c = int(255 - 215 * v);
+  return fmt::format("rgb({},{},255)", c, c);
+}
+
+/// A horizontal colour bar of the heatmap scale [0, vmax], titled with label, with ticks at 0, vmax / 2 and vmax.
+inline std::string svg_color_legend(double vmax, const std::string& label = "attention weight") {
+  const double L = 14, T = 20, bw = 200, bh = 12, W = L + bw + 40, H = T + bh + 18;
+  constexpr int steps = 50;
+  std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='10'>", W, H);
+  s += fmt::format("<text x='{}' y='13' font-size='11'>{}</text>", L, html_escape(label));
+  // The bar is drawn as narrow steps (each a little wider than its share, so no seams show between them).
+  for (int k = 0; k < steps; ++k)
+    s += fmt::format("<rect x='{:.1f}' y='{}' width='{:.1f}' height='{}' fill='{}'/>", L + bw * k / steps, T, bw / steps + 0.6, bh,
+                     heat_color((k + 0.5) / steps * vmax, vmax));
+  s += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='none' stroke='#888'/>", L, T, bw, bh);
+  for (int k = 0; k <= 2; ++k) {
+    const double x = L + bw * k / 2;
+    s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#888'/>", x, x, T + bh, T + bh + 3);
+    const std::string tick = k == 0 ? std::string("0") : fmt::format("{:.3g}", vmax * k / 2);
+    s += fmt::format("<text x='{}' y='{}' text-anchor='middle'>{}</text>", x, T + bh + 13, tick);
+  }
+  return s + "</svg>";
+}
+
+/// A heatmap of w (rows x cols, row-major) with token labels, coloured on the scale [0, vmax] (see heat_color);
+/// hovering a cell shows its value. With a non-empty column_means_label, a row of vertical bars under the map,
+/// titled with that label, shows for every column the mean of its weights over the rows: one bar under each
+/// column, scaled to the largest mean (written at the left), hovering a bar shows its column and value; a mean
+/// that is not finite is drawn as a grey bar of full height.
 inline std::string svg_heatmap(const std::string& title, const std::vector<std::string>& rows, const std::vector<std::string>& cols,
-                               const std::vector<float>& w) {
-  const double cell = 22, L = 90, T = 90;
-  const double W = L + cell * double(cols.size()) + 10, H = T + cell * double(rows.size()) + 10;
-  float mx = 1e-12f;
-  for (float v : w)
-    if (std::isfinite(v)) mx = std::max(mx, v);
+                               const std::vector<float>& w, double vmax, const std::string& column_means_label = {}) {
+  const bool bars = !column_means_label.empty();
+  const double cell = 22, L = 90, T = 90, gap = 8, label_h = 14, bar_h = 44;
+  const double map_w = cell * double(cols.size()), map_bottom = T + cell * double(rows.size());
+  const double bars_top = map_bottom + gap + label_h, base = bars_top + bar_h;
+  const double W = std::max(L + map_w + 10, bars ? 220.0 : 0.0), H = (bars ? base : map_bottom) + 10;
   std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='10'>", W, H);
   s += fmt::format("<text x='4' y='14' font-size='12' font-weight='bold'>{}</text>", html_escape(title));
   for (std::size_t j = 0; j < cols.size(); ++j)
@@ -89,28 +122,57 @@ inline std::string svg_heatmap(const std::string& title, const std::vector<std::
   for (std::size_t i = 0; i < rows.size(); ++i) {
     s += fmt::format("<text x='{}' y='{}' text-anchor='end'>{}</text>", L - 4, T + cell * double(i) + cell * 0.7, html_escape(rows[i]));
     for (std::size_t j = 0; j < cols.size(); ++j) {
-      // A weight that is not finite (a diverged model) is drawn grey; the others are clamped to [0, 1].
       const float x = w[i * cols.size() + j];
-      const double v = std::isfinite(x) ? std::clamp(double(x) / mx, 0.0, 1.0) : 0.0;
-      const int c = std::isfinite(x) ? int(255 - 215 * v) : 160;
-      s += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='rgb({},{},{})'><title>{:.3f}</title></rect>", L + cell * double(j),
-                       T + cell * double(i), cell - 1, cell - 1, c, c, std::isfinite(x) ? 255 : 160, x);
+      s += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='{}'><title>{:.3f}</title></rect>", L + cell * double(j),
+                       T + cell * double(i), cell - 1, cell - 1, heat_color(x, vmax), x);
     }
   }
+  if (!bars) return s + "</svg>";
+  // Column means over the rows, and their scale: 0 at the baseline, the largest finite mean at the top.
+  std::vector<double> mean(cols.size(), 0.0);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::size_t j = 0; j < cols.size(); ++j) mean[j] += w[i * cols.size() + j];
+  double bmax = 0;
+  for (double& m : mean) {
+    if (!rows.empty()) m /= double(rows.size());
+    if (std::isfinite(m)) bmax = std::max(bmax, m);
+  }
+  s += fmt::format("<text x='4' y='{}'>{}</text>", bars_top - 4, html_escape(column_means_label));
+  s += fmt::format("<text x='{}' y='{}' text-anchor='end'>{:.3g}</text>", L - 4, bars_top + 8, bmax);
+  s += fmt::format("<text x='{}' y='{}' text-anchor='end'>0</text>", L - 4, base);
+  s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#eee'/>", L, L + map_w, bars_top, bars_top);
+  for (std::size_t j = 0; j < cols.size(); ++j) {
+    const double m = mean[j], x = L + cell * double(j);
+    const double h = !std::isfinite(m) ? bar_h : bmax > 0 ? std::clamp(m / bmax, 0.0, 1.0) * bar_h : 0.0;
+    // An invisible rect over the whole bar height keeps short bars easy to hover.
+    s += fmt::format("<g><title>{}: {:.3g}</title><rect x='{}' y='{}' width='{}' height='{}' fill='#fff' fill-opacity='0'/>",
+                     html_escape(cols[j]), m, x, bars_top, cell - 1, bar_h);
+    s += fmt::format("<rect x='{}' y='{:.2f}' width='{}' height='{:.2f}' fill='{}'/></g>", x, base - h, cell - 1, h,
+                     std::isfinite(m) ? "rgb(70,90,210)" : "rgb(160,160,160)");
+  }
+  s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#888'/>", L, L + map_w, base, base);
   return s + "</svg>";
 }
 
-/// One heatmap per head of the first sample's attention weights w (batch, heads, T, T), over its
-/// first labels.size() tokens.
+/// The first sample's attention weights w (batch, heads, T, T) over its first labels.size() tokens: a colour
+/// legend, then one heatmap per head (rows: the attending tokens, columns: the attended ones) with, under each
+/// column, a bar of the mean attention that token receives. All heads share one colour scale, from 0 to the
+/// largest finite weight shown.
 inline std::string head_heatmaps(const attn::Tensor<float>& w, const std::vector<std::string>& labels, std::size_t heads) {
   const std::size_t t = labels.size();
-  std::string html;
-  for (std::size_t h = 0; h < heads; ++h) {
-    std::vector<float> m(t * t);
+  std::vector<std::vector<float>> maps(heads, std::vector<float>(t * t));
+  double vmax = 0;
+  for (std::size_t h = 0; h < heads; ++h)
     for (std::size_t i = 0; i < t; ++i)
-      for (std::size_t j = 0; j < t; ++j) m[i * t + j] = w(std::size_t(0), h, i, j);
-    html += svg_heatmap(fmt::format("head {} of {}", h + 1, heads), labels, labels, m);
-  }
+      for (std::size_t j = 0; j < t; ++j) {
+        const float x = w(std::size_t(0), h, i, j);
+        maps[h][i * t + j] = x;
+        if (std::isfinite(x)) vmax = std::max(vmax, double(x));
+      }
+  if (!(vmax > 0)) vmax = 1;  // no positive finite weight: every scale draws the cells alike
+  std::string html = "<div>" + svg_color_legend(vmax, "attention weight") + "</div>";
+  for (std::size_t h = 0; h < heads; ++h)
+    html += svg_heatmap(fmt::format("head {} of {}", h + 1, heads), labels, labels, maps[h], vmax, "mean attention received per token");
   return html;
 }
 
