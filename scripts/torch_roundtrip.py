@@ -87,21 +87,22 @@ def masked_max(h, keep):
 
 
 class Imdb(nn.Module):
-    """examples/imdb/model.hpp: token + position embeddings, MultiheadAttention, residual LayerNorm,
-    optional feed-forward block, masked mean+max pooling, the n-gram bag, the NB-LR log-odds, head."""
+    """examples/imdb/model.hpp: word + position + hashed n-gram embeddings, post-norm
+    TransformerEncoder layers (GELU, feed-forward width 256, optionally a sliding attention window),
+    masked mean+max pooling, the NB-LR log-odds (the ensemble's input; zero otherwise), head."""
 
     def __init__(self, m, heads):
         super().__init__()
         d = 128
-        self.ffn = m["ffn"]
-        self.bag = m["ngram_buckets"] > 0
+        self.window = m["window"]
         self.embed = nn.Embedding(m["vocab"], d, padding_idx=0)
         self.pos = nn.Embedding(m["max_len"], d)
-        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
-        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.ff1, self.ff2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
-        self.ngram = nn.Embedding(max(m["ngram_buckets"] + 1, 2), 64, padding_idx=0)
-        self.head = nn.Linear(2 * d + 64 + 1, 2)
+        self.ngram = nn.Embedding(max(m["ngram_buckets"] + 1, 2), d, padding_idx=0)
+        self.encoder = None
+        if m["layers"]:
+            layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=m["dropout"], activation="gelu", batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, m["layers"], enable_nested_tensor=False)
+        self.head = nn.Linear(2 * d + 1, 2)
         self.nblr = nn.Module()  # fitted by LIBLINEAR in attn; its score comes in as the input nb
         self.nblr.weight = nn.Parameter(torch.zeros(max(m["nblr_buckets"] + 1, 2), 1), requires_grad=False)
         self.nblr.bias = nn.Parameter(torch.zeros(1, 1), requires_grad=False)
@@ -109,13 +110,21 @@ class Imdb(nn.Module):
     def forward(self, b):
         keep = b["mask"] != 0
         x = self.embed(b["ids"].long()) + self.pos(b["pos"].long())
-        a, _ = self.attn(x, x, x, key_padding_mask=~keep, need_weights=False)
-        h = self.norm1(x + a)
-        if self.ffn:
-            h = self.norm2(h + self.ff2(F.gelu(self.ff1(h))))
-        bag = (masked_mean(self.ngram(b["ngrams"].long()), b["ngram_mask"] != 0) if self.bag
-               else torch.zeros(h.shape[0], 64))
-        pooled = torch.cat([masked_mean(h, keep), masked_max(h, keep), bag], 1)
+        n = 2
+        while f"grams{n}" in b:  # the n-gram starting at each token, n = 2 .. ngram_order
+            x = x + self.ngram(b[f"grams{n}"].long())
+            n += 1
+        h = x
+        if self.encoder is not None:
+            t = x.shape[1]
+            i = torch.arange(t)
+            hidden = (i[:, None] - i[None, :]).abs() > self.window if self.window else None  # True: may not attend
+            for layer in self.encoder.layers:
+                # A padded query may see no real key within its window: its row is NaN in PyTorch, and
+                # a NaN value times a zero weight is NaN in the next layer. attn zeroes padded rows
+                # (PaddedRows::zero); so does this loop. Real rows are unaffected.
+                h = layer(h, src_mask=hidden, src_key_padding_mask=~keep).masked_fill(~keep.unsqueeze(-1), 0.0)
+        pooled = torch.cat([masked_mean(h, keep), masked_max(h, keep)], 1)
         return self.head(torch.cat([pooled, b["nb"]], 1))
 
 
@@ -151,7 +160,7 @@ TEXTS = {
 }
 QUICK = {  # a short training run on the bundled data when no --model is given
     "imdb": ["--limit", "160", "--epochs", "1", "--batch", "16", "--max-len", "48", "--ngram-buckets", "512",
-             "--nblr-buckets", "0", "--threads", "2"],
+             "--ngram-order", "3", "--layers", "2", "--window", "6", "--nblr-buckets", "0", "--no-ablation", "--threads", "2"],
     "clue": ["--epochs", "1", "--batch", "8", "--threads", "2"],
 }
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // IMDb sentiment with single- and multi-head self-attention: trains one head count (--heads) or
-// all of them (--sweep), reports validation accuracy overall and by review length, writes
-// checkpoints, metrics.jsonl and a report.html with loss curves and per-head attention heatmaps;
-// `predict` classifies text with a trained model and shows the words it attended to most.
+// all of them (--sweep), the same model without attention (the ablation) and, when asked, an
+// ensemble with NB-LR; reports validation accuracy overall and by review length against the NB-LR
+// baseline, the attention's entropy per head, writes checkpoints, metrics.jsonl and a report.html
+// with loss curves and per-head attention heatmaps; `predict` classifies text with a trained model
+// and shows the words it attended to most.
 //   imdb --data examples/imdb/sample/aclImdb --heads 8 --out runs/imdb
 //   imdb predict --model runs/imdb/h8 "The movie was not good, but the acting was brilliant."
 #include <attn/attn.hpp>
@@ -56,8 +58,13 @@ inline void fit_nblr_scores(const Options& o, Prepared& p) {
   std::size_t ok = 0;
   for (std::size_t i = 0; i < p.valid.size(); ++i) ok += (p.valid_nb[i] > 0) == (p.valid_y[i] == 1);
   p.nblr_valid_acc = p.valid.empty() ? 0.0 : double(ok) / double(p.valid.size());
+  if (!p.test.empty()) {
+    std::size_t tok = 0;
+    for (std::size_t i = 0; i < p.test.size(); ++i) tok += (p.test_nb[i] > 0) == (p.test_y[i] == 1);
+    p.nblr_test_acc = double(tok) / double(p.test.size());
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("NB-LR ({}-grams, {} buckets, C {}): {:.2f}% validation accuracy on its own; {}-fold scores for training, calibrated "
+  fmt::print("NB-LR baseline ({}-grams, {} buckets, C {}): {:.2f}% validation accuracy; {}-fold scores for training, calibrated "
              "as {:.3f} * score {:+.3f}; {:.1f}s\n",
              c.order, c.buckets, c.c, 100 * p.nblr_valid_acc, c.folds, p.nblr_scale.a, p.nblr_scale.b, secs);
 }
@@ -119,12 +126,16 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr) {
       p.test_words.push_back(word_count(t));
     }
   }
+  std::size_t train_tokens = 0;
+  for (auto& x : p.train) train_tokens += x.size();
+  p.ngram_buckets = o.ngram_buckets ? *o.ngram_buckets : auto_ngram_buckets(train_tokens);
   examples::warn_one_class(p.train_y, {"negative", "positive"}, "training");
   examples::warn_one_class(p.valid_y, {"negative", "positive"}, "validation");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("data: {} train / {} validation reviews (fixed-seed {:.0f}% split of {}/train){}; vocabulary {} (min freq {}); {:.1f}s\n",
+  fmt::print("data: {} train / {} validation reviews (fixed-seed {:.0f}% split of {}/train){}; vocabulary {} (min freq {}); "
+             "n-gram buckets {}; {:.1f}s\n",
              p.train.size(), p.valid.size(), 100 * o.valid_fraction, o.data,
-             p.test.empty() ? "" : fmt::format(", {} test reviews", p.test.size()), p.vocab.size(), o.min_freq, secs);
+             p.test.empty() ? "" : fmt::format(", {} test reviews", p.test.size()), p.vocab.size(), o.min_freq, p.ngram_buckets, secs);
   if (train_split.stats.invalid_utf8) fmt::print("data: {} invalid UTF-8 sequences replaced\n", train_split.stats.invalid_utf8);
   if (o.nblr_buckets) fit_nblr_scores(o, p);
   return p;
@@ -132,23 +143,62 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr) {
 
 
 
+/// The results table: one row per run, and NB-LR alone (the baseline) when it was fitted.
+inline std::string results_table(const Prepared& p, const std::vector<RunResult>& runs) {
+  std::string t = fmt::format("{:<24} {:>10} {:>10} {:>11} {:>12}\n", "model", "valid acc", "test acc", "train time", "parameters");
+  for (auto& r : runs)
+    t += fmt::format("{:<24} {:>9.2f}% {:>10} {:>10.0f}s {:>12}\n", r.spec.label(), 100 * r.best_valid,
+                     r.test_acc < 0 ? "-" : fmt::format("{:.2f}%", 100 * r.test_acc), r.train_seconds, r.params);
+  if (p.nblr_valid_acc >= 0)
+    t += fmt::format("{:<24} {:>9.2f}% {:>10} {:>11} {:>12}\n", "NB-LR alone (baseline)", 100 * p.nblr_valid_acc,
+                     p.nblr_test_acc < 0 ? "-" : fmt::format("{:.2f}%", 100 * p.nblr_test_acc), "-", "-");
+  return t;
+}
+
+/// Validation accuracy by review length, one column per run.
+inline std::string buckets_table(const std::vector<RunResult>& runs) {
+  if (runs.empty() || runs[0].bucket_labels.empty()) return {};
+  std::string bt = fmt::format("{:>10}", "words");
+  for (auto& r : runs) bt += fmt::format(" {:>12}", r.spec.name());
+  bt += fmt::format(" {:>8}\n", "reviews");
+  for (std::size_t k = 0; k < runs[0].bucket_labels.size(); ++k) {
+    bt += fmt::format("{:>10}", runs[0].bucket_labels[k]);
+    for (auto& r : runs)
+      bt += runs[0].bucket_counts[k] ? fmt::format(" {:>11.2f}%", 100 * r.bucket_acc[k]) : fmt::format(" {:>12}", "-");
+    bt += fmt::format(" {:>8}\n", runs[0].bucket_counts[k]);
+  }
+  return bt;
+}
+
+/// Attention entropy per head on validation (fraction of uniform), one row per run and layer.
+inline std::string entropy_table(const std::vector<RunResult>& runs) {
+  std::string t;
+  for (auto& r : runs)
+    for (std::size_t l = 0; l < r.entropy.per_head.size(); ++l) {
+      const auto& e = r.entropy.per_head[l];
+      double mean = 0;
+      for (double v : e) mean += v / double(e.size());
+      t += fmt::format("{:<24} {:>5} {:>6.3f} ", r.spec.label(), l + 1, mean);
+      for (double v : e) t += fmt::format(" {:.2f}", v);
+      t += "\n";
+    }
+  return t.empty() ? t : fmt::format("{:<24} {:>5} {:>6}  per head\n", "model", "layer", "mean") + t;
+}
+
 inline void write_report(const Options& o, const Prepared& p, const std::vector<RunResult>& runs) {
   examples::HtmlReport rep("attn: IMDb sentiment with single- and multi-head self-attention");
-  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}). Model width {}, max length {}.", o.data,
-                            100 * o.valid_fraction, o.train.seed, kDim, o.max_len));
-  if (p.nblr_valid_acc >= 0)
-    rep.paragraph(fmt::format("The NB-LR score ({}-grams, {} buckets, C {}) alone: {:.2f}% validation accuracy.", o.nblr_order, o.nblr_buckets,
-                              o.nblr_c, 100 * p.nblr_valid_acc));
-  std::string table = fmt::format("{:>6} {:>10} {:>10} {:>12} {:>12}\n", "heads", "valid acc", "test acc", "train time", "parameters");
-  for (auto& r : runs)
-    table += fmt::format("{:>6} {:>9.2f}% {:>10} {:>11.0f}s {:>12}\n", r.heads, 100 * r.best_valid,
-                         r.test_acc < 0 ? "-" : fmt::format("{:.2f}%", 100 * r.test_acc), r.train_seconds, r.params);
-  rep.heading("Accuracy by head count");
-  rep.preformatted(table);
+  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}{}). Model width {}, {} encoder layer{}{}, "
+                            "max length {} ({}), n-gram embeddings {}.",
+                            o.data, 100 * o.valid_fraction, o.train.seed, p.test.empty() ? "" : "; test: the data's test split", kDim,
+                            o.layers, o.layers > 1 ? "s" : "", o.window ? fmt::format(", attention window {}", o.window) : "", o.max_len,
+                            o.truncate, p.ngram_buckets ? fmt::format("up to {}-grams in {} buckets", o.ngram_order, p.ngram_buckets) : "off"));
+  rep.paragraph("Rows: the attention model for each head count; \"no attention\" is the ablation (the same inputs, mean+max pooled "
+                "without attention); \"+ NB-LR\" is an explicit ensemble with the NB-LR log-odds; NB-LR alone is the linear baseline.");
+  rep.heading("Accuracy");
+  rep.preformatted(results_table(p, runs));
   std::vector<examples::Series> loss, acc;
   for (auto& r : runs) {
-    examples::Series tl{fmt::format("train h{}", r.heads), {}, {}}, vl{fmt::format("valid h{}", r.heads), {}, {}},
-        va{fmt::format("h{}", r.heads), {}, {}};
+    examples::Series tl{"train " + r.spec.name(), {}, {}}, vl{"valid " + r.spec.name(), {}, {}}, va{r.spec.name(), {}, {}};
     for (auto& e : r.history) {
       tl.x.push_back(double(e.epoch)), tl.y.push_back(e.train_loss);
       vl.x.push_back(double(e.epoch)), vl.y.push_back(e.valid_loss);
@@ -158,41 +208,29 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
   }
   rep.heading("Loss and accuracy curves");
   rep.raw(examples::svg_line_chart("cross-entropy loss", "epoch", loss) + examples::svg_line_chart("validation accuracy (%)", "epoch", acc));
-  if (!runs.empty() && !runs[0].bucket_labels.empty()) {
-    std::string bt = fmt::format("{:>10}", "length");
-    for (auto& r : runs) bt += fmt::format(" {:>8}", fmt::format("h{}", r.heads));
-    bt += fmt::format(" {:>8}\n", "reviews");
-    for (std::size_t k = 0; k < runs[0].bucket_labels.size(); ++k) {
-      bt += fmt::format("{:>10}", runs[0].bucket_labels[k]);
-      for (auto& r : runs) bt += fmt::format(" {:>7.2f}%", 100 * r.bucket_acc[k]);
-      bt += fmt::format(" {:>8}\n", runs[0].bucket_counts[k]);
-    }
+  if (const auto bt = buckets_table(runs); !bt.empty()) {
     rep.heading("Validation accuracy by review length (words)");
     rep.preformatted(bt);
   }
+  if (const auto et = entropy_table(runs); !et.empty()) {
+    rep.heading("Attention entropy on validation (fraction of the uniform distribution's; 1.0 = attends to everything alike)");
+    rep.preformatted(et);
+  }
   for (auto& r : runs) {
-    rep.heading(fmt::format("Attention heatmaps, {} head{}", r.heads, r.heads > 1 ? "s" : ""));
+    if (r.html_heatmaps.empty()) continue;
+    rep.heading("Attention heatmaps, " + r.spec.label());
     rep.raw(r.html_heatmaps);
   }
   rep.write((fs::path(o.train.out) / "report.html").string());
   fmt::print("\nreport: {}\n", (fs::path(o.train.out) / "report.html").string());
 }
 
-inline void print_sweep(const std::vector<RunResult>& runs) {
-  fmt::print("\n{:>6} {:>10} {:>10} {:>12} {:>12}\n", "heads", "valid acc", "test acc", "train time", "parameters");
-  for (auto& r : runs)
-    fmt::print("{:>6} {:>9.2f}% {:>10} {:>11.0f}s {:>12}\n", r.heads, 100 * r.best_valid,
-               r.test_acc < 0 ? "-" : fmt::format("{:.2f}%", 100 * r.test_acc), r.train_seconds, r.params);
-  if (runs.size() > 1 && !runs[0].bucket_labels.empty()) {
-    fmt::print("\nvalidation accuracy by review length (words): single-head vs multi-head\n{:>10}", "length");
-    for (auto& r : runs) fmt::print(" {:>8}", fmt::format("h{}", r.heads));
-    fmt::print("\n");
-    for (std::size_t k = 0; k < runs[0].bucket_labels.size(); ++k) {
-      fmt::print("{:>10}", runs[0].bucket_labels[k]);
-      for (auto& r : runs) fmt::print(" {:>7.2f}%", 100 * r.bucket_acc[k]);
-      fmt::print("\n");
-    }
+inline void print_summary(const Prepared& p, const std::vector<RunResult>& runs) {
+  fmt::print("\n{}", results_table(p, runs));
+  if (runs.size() > 1) {
+    if (const auto bt = buckets_table(runs); !bt.empty()) fmt::print("\nvalidation accuracy by review length\n{}", bt);
   }
+  if (const auto et = entropy_table(runs); !et.empty()) fmt::print("\nattention entropy on validation (fraction of uniform)\n{}", et);
 }
 
 template <std::size_t Heads>
@@ -209,24 +247,27 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts, const st
     auto ids = encode(vocab, toks);
     const auto kept = kept_positions(ids.size(), cfg.max_len, cfg.truncate);
     attn::NoGrad ctx;
-    attn::Tensor<float> w;
+    std::vector<attn::Tensor<float>> weights;
     auto b = make_batch({&ids}, {0}, {model.nb_logit(ids)}, cfg);
-    auto pr = attn::softmax(ctx, model.forward(ctx, b, &w)).value();
-    const std::size_t t = kept.size();
-    std::vector<std::pair<float, std::size_t>> recv(t);
-    for (std::size_t j = 0; j < t; ++j) {
-      float s = 0;
-      for (std::size_t h = 0; h < Heads; ++h)
-        for (std::size_t i = 0; i < t; ++i) s += w(std::size_t(0), h, i, j);
-      recv[j] = {s / float(Heads * t), j};
-    }
-    std::sort(recv.begin(), recv.end(), std::greater<>());
+    auto pr = attn::softmax(ctx, model.forward(ctx, b, &weights)).value();
     const bool pos = pr(0, 1) >= 0.5f;
-    fmt::print("{}\t{:.4f}\t", pos ? "positive" : "negative", pos ? pr(0, 1) : pr(0, 0));
-    for (std::size_t k = 0; k < std::min<std::size_t>(5, t); ++k) {
-      const std::size_t j = recv[k].second;
-      const std::size_t src = kept[j];
-      fmt::print("{}{}({:.3f})", k ? " " : "", src < toks.size() ? toks[src] : "?", recv[k].first);
+    fmt::print("{}\t{:.4f}", pos ? "positive" : "negative", pos ? pr(0, 1) : pr(0, 0));
+    if (!weights.empty()) {  // the tokens the last layer's heads attend to most, on average
+      const auto& w = weights.back();
+      const std::size_t t = kept.size();
+      std::vector<std::pair<float, std::size_t>> recv(t);
+      for (std::size_t j = 0; j < t; ++j) {
+        float s = 0;
+        for (std::size_t h = 0; h < Heads; ++h)
+          for (std::size_t i = 0; i < t; ++i) s += w(std::size_t(0), h, i, j);
+        recv[j] = {s / float(Heads * t), j};
+      }
+      std::sort(recv.begin(), recv.end(), std::greater<>());
+      fmt::print("\t");
+      for (std::size_t k = 0; k < std::min<std::size_t>(5, t); ++k) {
+        const std::size_t src = kept[recv[k].second];
+        fmt::print("{}{}({:.3f})", k ? " " : "", src < toks.size() ? toks[src] : "?", recv[k].first);
+      }
     }
     fmt::print("\n");
   }
@@ -240,15 +281,13 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts, const st
     const auto b = make_batch(ptrs, {}, nb, cfg);
     const auto logits = model.forward(ctx, b).value();
     using attn::io::DType;
-    examples::write_dump(dump,
-                         {{"ids", examples::dump_record(b.ids, DType::I32)},
-                          {"pos", examples::dump_record(b.pos, DType::I32)},
-                          {"mask", examples::dump_record(b.mask.tensor(), DType::F32)},
-                          {"ngrams", examples::dump_record(b.ngrams, DType::I32)},
-                          {"ngram_mask", examples::dump_record(b.ngram_mask.tensor(), DType::F32)},
-                          {"nb", examples::dump_record(b.nb, DType::F32)},
-                          {"logits", examples::dump_record(logits, DType::F32)}},
-                         "imdb");
+    attn::io::TensorMap records{{"ids", examples::dump_record(b.ids, DType::I32)},
+                                {"pos", examples::dump_record(b.pos, DType::I32)},
+                                {"mask", examples::dump_record(b.mask.tensor(), DType::F32)},
+                                {"nb", examples::dump_record(b.nb, DType::F32)},
+                                {"logits", examples::dump_record(logits, DType::F32)}};
+    for (std::size_t k = 0; k < b.grams.size(); ++k) records.emplace(fmt::format("grams{}", k + 2), examples::dump_record(b.grams[k], DType::I32));
+    examples::write_dump(dump, records, "imdb");
     fmt::print("dump: {} ({} texts)\n", dump, texts.size());
   }
   return 0;
@@ -284,31 +323,39 @@ int main(int argc, char** argv) {
                par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     // Everything is checked before anything is written: the run directories (options against
     // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.
-    const std::vector<std::size_t> heads = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads};
+    std::vector<RunSpec> specs;
+    for (std::size_t h : o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads})
+      specs.push_back({Variant::attention, h});
+    if (o.ablation) specs.push_back({Variant::ablation, 1});
+    if (o.ensemble == "nblr")
+      for (std::size_t h : o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads})
+        specs.push_back({Variant::ensemble, h});
     std::vector<examples::RunPlan> plans;
-    for (std::size_t h : heads) {
-      plans.push_back(examples::inspect_run_dir(run_dir(o, h), o.train, run_options(o, h)));
-      if (plans.back().resume) (void)resumed_config(plans.back(), h);
+    for (const auto& r : specs) {
+      plans.push_back(examples::inspect_run_dir(run_dir(o, r), o.train, run_options(o, r)));
+      if (plans.back().resume) (void)resumed_config(plans.back(), r.heads);
     }
     auto p = prepare(o, examples::resumed_vocab(plans));
-    for (std::size_t k = 0; k < heads.size(); ++k)
+    for (std::size_t k = 0; k < specs.size(); ++k)
       if (plans[k].resume)
-        attn::dispatch<1, 2, 4, 8, 16>(heads[k], "--heads", [&]<std::size_t H>() {
+        attn::dispatch<1, 2, 4, 8, 16>(specs[k].heads, "--heads", [&]<std::size_t H>() {
           ImdbClassifier<H> model(resumed_config(plans[k], H));
           examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
         });
     par->barrier();  // no process is still reading when the directories change
     std::vector<RunResult> runs;
-    for (std::size_t k = 0; k < heads.size(); ++k) runs.push_back(train_heads(heads[k], o, p, *par, plans[k]));
-    if (o.sweep) print_sweep(runs);
+    for (std::size_t k = 0; k < specs.size(); ++k) runs.push_back(train_run(specs[k], o, p, *par, plans[k]));
     if (!par->main()) return 0;
+    print_summary(p, runs);
     fs::create_directories(o.train.out);
     json sj = json::array();
     for (auto& r : runs)
-      sj.push_back({{"heads", r.heads}, {"valid_accuracy", r.best_valid},
-                    {"nblr_valid_accuracy", p.nblr_valid_acc < 0 ? json(nullptr) : json(p.nblr_valid_acc)},
-                    {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds},
-                    {"parameters", r.params}, {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}});
+      sj.push_back({{"run", r.spec.name()}, {"model", r.spec.label()}, {"heads", r.heads}, {"valid_accuracy", r.best_valid},
+                    {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds}, {"parameters", r.params},
+                    {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}, {"attention_entropy", r.entropy.per_head}});
+    if (p.nblr_valid_acc >= 0)
+      sj.push_back({{"run", "nblr"}, {"model", "NB-LR alone (baseline)"}, {"valid_accuracy", p.nblr_valid_acc},
+                    {"test_accuracy", p.nblr_test_acc}});
     data::write_file_atomic(fs::path(o.train.out) / "summary.json", sj.dump(2) + "\n");
     write_report(o, p, runs);
   } catch (const std::exception& e) {

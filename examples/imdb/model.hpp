@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: MIT
-// The IMDb sentiment classifier: token + learned position embeddings, one multi-head self-attention
-// block (residual, LayerNorm, optional feed-forward) over the first and last --max-len/2 tokens,
-// masked mean+max pooling, an optional hashed unigram+bigram bag over the whole review, the log-odds
-// of an NB-LR model over the review's uni-, bi- and trigrams (nblr.hpp), and a linear head.
-// Heads is a template argument: each head count is its own type. The token and n-gram tables
-// have row-sparse gradients (only the rows a batch uses are updated).
+// The IMDb sentiment classifier: every position's input is the sum of its word's embedding, a
+// learned position embedding and (optionally) the hashed embeddings of the n-grams starting at
+// it; then N post-norm Transformer encoder layers (nn::TransformerEncoder: multi-head
+// self-attention, full or over a sliding window, and a feed-forward block), masked mean+max pooling
+// over the real tokens and a linear head. Everything the head sees has passed through the
+// attention. Two variants share the class:
+//   layers = 0      the ablation: the same inputs, mean+max pooled without any attention;
+//   nblr_buckets    an explicit ensemble: the log-odds of an NB-LR model over the review's uni-, bi-
+//                   and trigrams (nblr.hpp) enter the head beside the pooled features.
+// Heads is a template argument: each head count is its own type. The word and n-gram tables have
+// row-sparse gradients (only the rows a batch uses are updated).
 #pragma once
 #include <attn/attn.hpp>
 
@@ -21,8 +26,8 @@ using attn::dyn;
 using attn::Shape;
 using attn::Tensor;
 
-inline constexpr std::size_t kDim = 128;       // model width
-inline constexpr std::size_t kNgramDim = 64;   // width of the n-gram bag feature
+inline constexpr std::size_t kDim = 128;               // model width
+inline constexpr std::size_t kFeedForward = 2 * kDim;  // the encoder layers' feed-forward width
 
 /// Which tokens of a review longer than max_len the attention sees.
 enum class Truncate { head, tail, head_tail };
@@ -53,19 +58,24 @@ struct ModelConfig {
   std::size_t vocab = 0;
   std::size_t max_len = 256;       // tokens the attention sees
   Truncate truncate = Truncate::head_tail;
-  std::size_t bag_max_len = 2048;  // tokens the n-gram bag sees
-  std::size_t ngram_buckets = 0;   // buckets of the n-gram bag (0: no bag)
-  std::size_t nblr_buckets = 0;    // buckets of the NB-LR n-grams (0: no NB-LR score)
+  std::size_t layers = 1;          // encoder layers; 0: no attention (the ablation)
+  std::size_t window = 0;          // 0: every token attends to every token; w: to the w on each side
+  std::size_t ngram_buckets = 0;   // hash buckets of the n-gram embeddings (0: words only)
+  std::size_t ngram_order = 2;     // n-grams of 2 .. ngram_order words start at each position
+  std::size_t nblr_buckets = 0;    // buckets of the NB-LR ensemble's n-grams (0: no ensemble)
   std::size_t nblr_order = 3;
   std::size_t nblr_max_tokens = NbLrConfig{}.max_tokens;
   double dropout = 0.1;
   double attn_dropout = 0.1;
-  bool ffn = true;
+  bool checkpoint = false;         // recompute each encoder layer in backward (less memory)
+
+  bool ensemble() const { return nblr_buckets != 0; }
 
   nlohmann::json to_json() const {
-    return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"bag_max_len", bag_max_len},
-            {"ngram_buckets", ngram_buckets}, {"nblr_buckets", nblr_buckets}, {"nblr_order", nblr_order},
-            {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"ffn", ffn}};
+    return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"layers", layers}, {"window", window},
+            {"ngram_buckets", ngram_buckets}, {"ngram_order", ngram_order}, {"nblr_buckets", nblr_buckets},
+            {"nblr_order", nblr_order}, {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout},
+            {"attn_dropout", attn_dropout}, {"checkpoint", checkpoint}};
   }
   /// Reads config.json's "model" object; every field is range-checked (examples::FieldError
   /// "model.max_len: ..." otherwise) before anything is allocated from it.
@@ -78,14 +88,16 @@ struct ModelConfig {
     const std::string t = json_string(j, "truncate", m);
     if (t != "head" && t != "tail" && t != "head+tail") throw FieldError(m + "truncate", "'" + t + "' is not head, tail or head+tail");
     c.truncate = parse_truncate(t);
-    c.bag_max_len = json_count(j, "bag_max_len", 1, kMaxBagLen, m);
+    c.layers = json_count(j, "layers", 0, kMaxLayers, m);
+    c.window = json_count(j, "window", 0, kMaxLen, m);
     c.ngram_buckets = json_count(j, "ngram_buckets", 0, kMaxNgramBuckets, m);
+    c.ngram_order = json_count(j, "ngram_order", 2, kMaxNgramOrder, m);
     c.nblr_buckets = json_count(j, "nblr_buckets", 0, kMaxNblrBuckets, m);
     c.nblr_order = json_count(j, "nblr_order", 1, 5, m);
     c.nblr_max_tokens = json_count(j, "nblr_max_tokens", 1, kMaxBagLen, m);
     c.dropout = json_real(j, "dropout", 0.0, 0.95, m);
     c.attn_dropout = json_real(j, "attn_dropout", 0.0, 0.95, m);
-    c.ffn = json_bool(j, "ffn", m);
+    c.checkpoint = json_bool(j, "checkpoint", m);
     return c;
   }
   /// The n-gram settings of the NB-LR score (C and the folds only matter when fitting).
@@ -96,41 +108,32 @@ struct ModelConfig {
   }
 };
 
-/// One padded batch: ids, positions and the mask (B, T) of real tokens, for the attention; the
-/// hashed n-gram ids and their mask (B, N) for the bag; the NB-LR log-odds (B, 1).
+/// One padded batch: word ids, positions and the mask (B, T) of real tokens; for each n-gram
+/// length n = 2 .. ngram_order, the hashed id (B, T) of the n-gram starting at each kept token
+/// (0 where the review ends first, or without n-gram embeddings); the NB-LR log-odds (B, 1).
 struct Batch {
-  Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos, ngrams;
-  attn::KeepMask<float, Shape<dyn, dyn>> mask, ngram_mask;
+  Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos;
+  std::vector<Tensor<std::int32_t, Shape<dyn, dyn>>> grams;
+  attn::KeepMask<float, Shape<dyn, dyn>> mask;
   Tensor<float, Shape<dyn, 1>> nb;
   Tensor<std::int64_t, Shape<dyn>> labels;
   std::size_t size() const { return ids.size(0); }
 };
 
-/// Calls f(id) for every hashed n-gram (unigrams and bigrams) of the first cfg.bag_max_len tokens.
-template <class F>
-void for_each_ngram(const std::vector<std::int32_t>& s, const ModelConfig& cfg, F&& f) {
-  const std::size_t n = std::min(s.size(), cfg.bag_max_len);
-  for (std::size_t j = 0; j < n; ++j) {
-    f(ngram_hash(s.data() + j, 1, cfg.ngram_buckets));
-    if (j + 1 < n) f(ngram_hash(s.data() + j, 2, cfg.ngram_buckets));
-  }
-}
-
 /// Builds a batch from whole encoded reviews, their labels and their NB-LR log-odds (empty: zeros).
+/// The n-grams are those of the review itself: where head+tail truncation joins the two parts, the
+/// last n-grams of the head still run into the words that follow it in the review.
 inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seqs, const std::vector<int>& labels,
                         const std::vector<float>& nb_logits, const ModelConfig& cfg) {
   const std::size_t b = seqs.size();
-  std::size_t t = 1, nb = 1;
-  for (auto* s : seqs) {
-    t = std::max(t, std::min(s->size(), cfg.max_len));
-    if (cfg.ngram_buckets) nb = std::max(nb, 2 * std::min(s->size(), cfg.bag_max_len));
-  }
+  std::size_t t = 1;
+  for (auto* s : seqs) t = std::max(t, std::min(s->size(), cfg.max_len));
   Batch out;
   out.ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
   out.pos = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
   auto mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});  // 1 = a real token
-  out.ngrams = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, nb});
-  auto ngram_mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, nb});
+  const std::size_t orders = cfg.ngram_buckets ? cfg.ngram_order - 1 : 0;
+  for (std::size_t k = 0; k < orders; ++k) out.grams.push_back(Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t}));
   out.labels = Tensor<std::int64_t, Shape<dyn>>::zeros({b});
   out.nb = Tensor<float, Shape<dyn, 1>>::zeros({b, 1});
   for (std::size_t i = 0; i < b; ++i) {
@@ -140,35 +143,39 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
       out.ids(i, j) = s[kept[j]];
       out.pos(i, j) = std::int32_t(j);
       mask(i, j) = 1.0f;
-    }
-    if (cfg.ngram_buckets) {
-      std::size_t k = 0;
-      for_each_ngram(s, cfg, [&](std::int32_t id) {
-        out.ngrams(i, k) = id;
-        ngram_mask(i, k++) = 1.0f;
-      });
+      for (std::size_t k = 0; k < orders; ++k)
+        if (kept[j] + k + 2 <= s.size()) out.grams[k](i, j) = ngram_hash(s.data() + kept[j], k + 2, cfg.ngram_buckets);
     }
     out.labels(i) = labels.empty() ? 0 : labels[i];
     out.nb(i, 0) = nb_logits.empty() ? 0.0f : nb_logits[i];
   }
   out.mask = attn::KeepMask(mask);
-  out.ngram_mask = attn::KeepMask(ngram_mask);
   return out;
+}
+
+/// The encoder's options for a configuration.
+inline nn::TransformerEncoderOptions encoder_options(const ModelConfig& c) {
+  return {.num_layers = c.layers,
+          .layer = {.dim_feedforward = kFeedForward,
+                    .dropout = c.dropout,
+                    .activation = nn::Activation::gelu,
+                    .padded = nn::PaddedRows::zero,  // only real tokens are pooled
+                    .attention_dropout = c.attn_dropout,
+                    .window = c.window ? std::optional<std::int64_t>(std::int64_t(c.window)) : std::nullopt},
+          .checkpoint = c.checkpoint};
 }
 
 template <std::size_t Heads>
 struct ImdbClassifier : nn::Module {
+  static constexpr std::size_t heads = Heads;
+
   explicit ImdbClassifier(const ModelConfig& c)
       : cfg(c),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
         positions(this, "pos", c.max_len, {.init_std = 0.02}),
-        attention(this, "attn", {.dropout = c.attn_dropout, .padded = nn::PaddedRows::zero}),  // only real tokens are pooled
-        norm1(this, "norm1"),
-        ff1(this, "ff1", {.xavier = true}),
-        ff2(this, "ff2", {.xavier = true}),
-        norm2(this, "norm2"),
         ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
         head(this, "head", {.xavier = true}) {
+    if (c.layers) encoder.emplace(this, "encoder", encoder_options(c));
     const std::size_t rows = std::max<std::size_t>(c.nblr_buckets + 1, 2);
     // Fitted by LIBLINEAR (set_nblr), not by the optimizer; saved with the other weights.
     nblr_weight = register_parameter<float, Shape<dyn, 1>>("nblr.weight", {rows, 1});
@@ -182,15 +189,16 @@ struct ImdbClassifier : nn::Module {
     attn::nn::init::constant(nblr_bias, 0.0f);
   }
 
-  /// Stores a fitted NB-LR and starts the head from its calibrated log-odds alone: the score's
-  /// column of the head gets weights (-a/2, +a/2), the biases (-b/2, +b/2) and every other column
-  /// zeros, so that before training the logit difference is a * score + b (Platt scaling of the
-  /// cross-fitted training scores) and the attention's features enter as a learned correction.
+  /// The ensemble: stores a fitted NB-LR and starts the head from its calibrated log-odds alone:
+  /// the score's column of the head gets weights (-a/2, +a/2), the biases (-b/2, +b/2) and every
+  /// other column zeros, so that before training the logit difference is a * score + b (Platt
+  /// scaling of the cross-fitted training scores) and the attention's features enter as a learned
+  /// correction.
   void set_nblr(const NbLr& m, const PlattScale& s) {
     if (m.weight.size() != nblr_weight.size(0)) throw attn::ArgumentError("set_nblr: expected " + std::to_string(nblr_weight.size(0)) + " weights");
     std::copy(m.weight.begin(), m.weight.end(), const_cast<float*>(nblr_weight.raw().data()));
     const_cast<float*>(nblr_bias.raw().data())[0] = m.bias;
-    constexpr std::size_t col = 2 * kDim + kNgramDim;
+    constexpr std::size_t col = 2 * kDim;
     float* w = const_cast<float*>(head.weight.raw().data());
     std::fill(w, w + 2 * (col + 1), 0.0f);
     w[0 * (col + 1) + col] = float(-s.a / 2);
@@ -200,45 +208,39 @@ struct ImdbClassifier : nn::Module {
     bias[1] = float(s.b / 2);
   }
 
-  /// The NB-LR log-odds of a whole encoded review (0 without NB-LR).
+  /// The NB-LR log-odds of a whole encoded review (0 without the ensemble).
   float nb_logit(const std::vector<std::int32_t>& ids) const {
-    if (!cfg.nblr_buckets) return 0.0f;
+    if (!cfg.ensemble()) return 0.0f;
     return nblr_logit(nblr_weight.raw().data(), nblr_bias.raw().data()[0], distinct_ngrams(ids, cfg.nblr()));
   }
 
-  /// Logits (B, 2). When weights is given, the attention weights (B, Heads, T, T) are stored there.
+  /// Logits (B, 2). When weights is given, every encoder layer's attention weights (B, Heads, T, T)
+  /// are stored there, first layer first (none without layers).
   template <attn::Context C>
-  auto forward(C& ctx, const Batch& b, Tensor<float>* weights = nullptr) const {
+  auto forward(C& ctx, const Batch& b, std::vector<Tensor<float>>* weights = nullptr) const {
     const bool tr = training();
-    auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);                  // (B, T, Dim)
+    auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);  // (B, T, Dim)
+    for (const auto& g : b.grams) x = x + ngrams(ctx, g);
     x = nn::dropout(ctx, x, cfg.dropout, tr);
-    attn::Var<float, Shape<dyn, dyn, kDim>> a;
-    if (weights) {
-      auto r = attention.forward_with_weights(ctx, x, b.mask);
-      a = r.out;
-      *weights = r.weights.erased();
-    } else {
-      a = attention(ctx, x, b.mask);
+    auto h = x;
+    if (weights) weights->clear();
+    if (cfg.layers && weights) {
+      auto r = encoder->forward_with_weights(ctx, x, b.mask);
+      h = r.out;
+      for (auto& w : r.weights) weights->push_back(w.erased());
+    } else if (cfg.layers) {
+      h = (*encoder)(ctx, x, b.mask);
     }
-    auto h = norm1(ctx, x + nn::dropout(ctx, a, cfg.dropout, tr));
-    if (cfg.ffn) h = norm2(ctx, h + nn::dropout(ctx, ff2(ctx, attn::gelu(ctx, ff1(ctx, h))), cfg.dropout, tr));
     std::vector<attn::Var<float>> feats{nn::masked_mean(ctx, h, b.mask).erased(), nn::masked_max(ctx, h, b.mask).erased()};
-    feats.push_back(cfg.ngram_buckets ? nn::masked_mean(ctx, ngrams(ctx, b.ngrams), b.ngram_mask).erased()
-                                      : attn::Var<float>(Tensor<float>::zeros({b.size(), kNgramDim})));
-    attn::Var<float> nb(b.nb.erased());  // (B, 1), an input: no gradient
-    auto pooled = nn::dropout(ctx, attn::concat(ctx, feats, 1), cfg.dropout, tr);  // (B, 2 Dim + NgramDim)
+    auto pooled = nn::dropout(ctx, attn::concat(ctx, feats, 1), cfg.dropout, tr);  // (B, 2 Dim)
+    attn::Var<float> nb(b.nb.erased());                                             // (B, 1), an input: no gradient
     return head(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
   }
 
   ModelConfig cfg;
-  nn::Embedding<kDim> tokens, positions;
-  nn::Attention<Heads, kDim> attention;
-  nn::LayerNorm<kDim> norm1;
-  nn::Linear<kDim, 2 * kDim> ff1;
-  nn::Linear<2 * kDim, kDim> ff2;
-  nn::LayerNorm<kDim> norm2;
-  nn::Embedding<kNgramDim> ngrams;
-  nn::Linear<2 * kDim + kNgramDim + 1, 2> head;
+  nn::Embedding<kDim> tokens, positions, ngrams;
+  std::optional<nn::TransformerEncoder<Heads, kDim>> encoder;  // none without layers
+  nn::Linear<2 * kDim + 1, 2> head;
   attn::Var<float, Shape<dyn, 1>> nblr_weight;
   attn::Var<float, Shape<1, 1>> nblr_bias;
 };

@@ -13,23 +13,31 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--data", o.data, "aclImdb root holding train/{pos,neg} (and optionally test/)");
   app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16")->check(examples::count(1, 16));
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8, 16 and print the comparison tables");
+  app.add_option("--layers", o.layers, "Transformer encoder layers (attention + feed-forward)")->check(examples::count(1, kMaxLayers));
+  app.add_option("--window", o.window, "sliding-window attention: each token attends to the N on each side (0: to every token)")
+      ->check(examples::count(0, kMaxLen));
+  app.add_flag("--checkpoint", o.checkpoint, "recompute each encoder layer in backward instead of keeping its activations (less memory)");
+  app.add_flag("!--no-ablation", o.ablation, "skip the ablation run (the same inputs mean+max pooled, without attention)");
+  app.add_option("--ensemble", o.ensemble, "also train an explicit ensemble, reported in its own row: nblr = the attention model + the NB-LR log-odds")
+      ->check(CLI::IsMember({"none", "nblr"}));
   examples::add_training_flags(app, o.train);
   app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(examples::real(0, 0.95));
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
   app.add_option("--max-len", o.max_len, "tokens kept per review")->check(examples::count(1, kMaxLen));
   app.add_option("--truncate", o.truncate, "tokens of a longer review the attention sees: head, tail or head+tail (half of each)")
       ->check(CLI::IsMember({"head", "tail", "head+tail"}));
-  app.add_option("--bag-max-len", o.bag_max_len, "tokens of a review the n-gram bag sees")->check(examples::count(1, kMaxBagLen));
   app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary")->check(examples::count(0, kMaxCount));
   app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included; 0: no limit)")
       ->check(examples::count(0, kMaxVocab) & examples::except(1, "a vocabulary holds <pad> and <unk> (0: no limit, else at least 2)"));
-  app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the unigram+bigram bag feature (0: off)")->check(examples::count(0, kMaxNgramBuckets));
-  app.add_option("--nblr-buckets", o.nblr_buckets, "hash buckets of the NB-LR score's n-grams (0: no NB-LR)")
+  app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the n-gram embeddings added to each token's input (0: words only; default: one per 8 training tokens, a power of two, at most 2^19)")
+      ->check(examples::count(0, kMaxNgramBuckets));
+  app.add_option("--ngram-order", o.ngram_order, "longest n-gram embedded at each token (2: bigrams, 3: bigrams and trigrams)")
+      ->check(examples::count(2, kMaxNgramOrder));
+  app.add_option("--nblr-buckets", o.nblr_buckets, "hash buckets of NB-LR's n-grams, the baseline row and the ensemble's score (0: no NB-LR)")
       ->check(examples::count(0, kMaxNblrBuckets));
-  app.add_option("--nblr-order", o.nblr_order, "longest n-gram of the NB-LR score")->check(examples::count(1, 5));
+  app.add_option("--nblr-order", o.nblr_order, "longest n-gram of NB-LR")->check(examples::count(1, 5));
   app.add_option("--nblr-c", o.nblr_c, "NB-LR's inverse L2 regularisation strength (LIBLINEAR's C)")->check(examples::real(0, 1e9, true));
   app.add_option("--nblr-folds", o.nblr_folds, "cross-fitting folds of the training reviews' NB-LR scores")->check(examples::count(2, 20));
-  app.add_flag("!--no-ffn", o.ffn, "no feed-forward block after the attention");
   app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)")->check(examples::real(0.01, 0.9));
   app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)")->check(examples::count(0, examples::kMaxThreads));
   app.add_option("--explain", o.explain, "extra text(s) whose attention heatmaps go into the report");
@@ -40,6 +48,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   pred->add_option("--dump", pr.dump, "also write the texts as one batch (its inputs) and the logits to this safetensors file, for a PyTorch model to reproduce");
   pred->add_option("text", pr.texts, "text to classify (default: the article's sentence)");
   if (auto exit_code = examples::parse(app, argc, argv)) return exit_code;
+  if (o.ensemble == "nblr" && !o.nblr_buckets) return app.exit(CLI::ValidationError("--ensemble", "nblr needs NB-LR, but --nblr-buckets is 0"));
   cmd.predict = bool(*pred);
   return std::nullopt;
 }

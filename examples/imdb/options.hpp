@@ -12,12 +12,22 @@
 namespace imdb {
 
 /// Limits of the count options (also checked when config.json is read).
-inline constexpr std::size_t kMaxLen = 8192;                        // --max-len
-inline constexpr std::size_t kMaxBagLen = std::size_t(1) << 20;     // --bag-max-len
+inline constexpr std::size_t kMaxLen = 8192;                        // --max-len, --window
+inline constexpr std::size_t kMaxBagLen = std::size_t(1) << 20;     // tokens of a review NB-LR reads
+inline constexpr std::size_t kMaxLayers = 64;                       // --layers
+inline constexpr std::size_t kMaxNgramOrder = 4;                    // --ngram-order
 inline constexpr std::size_t kMaxVocab = (std::size_t(1) << 31) - 1;  // --max-vocab (ids are int32)
 inline constexpr std::size_t kMaxCount = std::size_t(1) << 32;      // --min-freq
 inline constexpr std::size_t kMaxNgramBuckets = std::size_t(1) << 24;
 inline constexpr std::size_t kMaxNblrBuckets = std::size_t(1) << 30;
+
+/// The default number of n-gram buckets: one per 8 tokens of the training portion, as a power of
+/// two, at least 1,024 and at most 2^19 (a 256 MiB table at width 128).
+inline std::size_t auto_ngram_buckets(std::size_t training_tokens) {
+  std::size_t b = 1024;
+  while (b < training_tokens / 8 && b < (std::size_t(1) << 19)) b *= 2;
+  return b;
+}
 
 inline constexpr const char* kArticleSentence = "The movie was not good, but the acting was brilliant.";
 
@@ -26,15 +36,20 @@ struct Options {
   examples::TrainOptions train{.out = "runs/imdb", .epochs = 2, .batch = 32, .patience = 2, .warmup = 0.06};
   std::size_t heads = 8;
   bool sweep = false;
+  bool ablation = true;         // also train the model without attention (mean+max of its inputs)
+  std::string ensemble = "none";  // "nblr": also train the attention model + NB-LR ensemble
   std::size_t max_len = 256, min_freq = 2, max_vocab = 30000, threads = 0;
-  std::size_t ngram_buckets = 0;  // the n-gram bag: off (the NB-LR score carries the n-grams)
+  std::size_t layers = 1, window = 0;
+  bool checkpoint = false;
+  // Hash buckets of the n-gram embeddings; empty: auto_ngram_buckets() of the training portion.
+  std::optional<std::size_t> ngram_buckets;
+  std::size_t ngram_order = 2;
+  // NB-LR: the baseline row (0 buckets: none) and the ensemble's score.
   std::size_t nblr_buckets = std::size_t(1) << 22, nblr_order = 3, nblr_folds = 5;
   double nblr_c = 1.0;
   double dropout = 0.3, attn_dropout = 0.1;
   double valid_fraction = 0.1;
-  bool ffn = true;
   std::string truncate = "head+tail";
-  std::size_t bag_max_len = 2048;
   std::vector<std::string> explain;
   std::size_t limit = 0;  // use only the first N training reviews (smoke tests)
 };

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// What the IMDb program's translation units share: the prepared data, the result of training one
-// head count, and train_heads(), defined in train.cpp (training, evaluation, the heatmaps) so that
-// main.cpp (data preparation, the sweep, the report and predict) compiles separately.
+// What the IMDb program's translation units share: the prepared data, the runs of a session (the
+// attention model per head count, the ablation, the ensemble), the result of one, and train_run(),
+// defined in train.cpp (training, evaluation, attention entropy, the heatmaps) so that main.cpp
+// (data preparation, the sweep, the report and predict) compiles separately.
 #pragma once
 #include <attn/attn.hpp>
 
@@ -38,7 +39,8 @@ struct Prepared {
   NbLr nblr;
   PlattScale nblr_scale;  // calibration of the cross-fitted scores (the head's starting point)
   std::vector<float> train_nb, valid_nb, test_nb;
-  double nblr_valid_acc = -1;  // NB-LR's own validation accuracy
+  std::size_t ngram_buckets = 0;  // --ngram-buckets, or its default for this training portion
+  double nblr_valid_acc = -1, nblr_test_acc = -1;  // NB-LR alone, the baseline (-1: not measured)
 };
 
 /// Words of a review: tokens holding a letter or digit (punctuation is not a word).
@@ -60,7 +62,51 @@ inline std::vector<std::int32_t> encode(const data::Vocab& v, const std::vector<
   return ids;
 }
 
+/// What a run trains: the attention model, the ablation (the same inputs mean+max pooled without
+/// attention) or the explicit ensemble of the attention model and NB-LR.
+enum class Variant { attention, ablation, ensemble };
+
+struct RunSpec {
+  Variant variant = Variant::attention;
+  std::size_t heads = 8;  // 1 for the ablation (it has no attention)
+
+  /// The run directory's name below --out: h8, ablation, h8+nblr.
+  std::string name() const {
+    return variant == Variant::ablation ? "ablation" : fmt::format("h{}{}", heads, variant == Variant::ensemble ? "+nblr" : "");
+  }
+  /// The row label of the tables.
+  std::string label() const {
+    if (variant == Variant::ablation) return "no attention";
+    return fmt::format("{} head{}{}", heads, heads > 1 ? "s" : "", variant == Variant::ensemble ? " + NB-LR" : "");
+  }
+};
+
+/// The model configuration of a new run.
+inline ModelConfig model_config(const Options& o, const RunSpec& r, const Prepared& p) {
+  return ModelConfig{.vocab = p.vocab.size(),
+                     .max_len = o.max_len,
+                     .truncate = parse_truncate(o.truncate),
+                     .layers = r.variant == Variant::ablation ? 0 : o.layers,
+                     .window = o.window,
+                     .ngram_buckets = p.ngram_buckets,
+                     .ngram_order = o.ngram_order,
+                     .nblr_buckets = r.variant == Variant::ensemble ? o.nblr_buckets : 0,
+                     .nblr_order = o.nblr_order,
+                     .dropout = o.dropout,
+                     .attn_dropout = o.attn_dropout,
+                     .checkpoint = o.checkpoint};
+}
+
+/// Mean entropy of the attention rows on the validation reviews, per layer and head, as a fraction
+/// of the entropy of the uniform distribution over the keys each row can see (1.0: a head that
+/// attends to every visible token alike).
+struct AttentionEntropy {
+  std::vector<std::vector<double>> per_head;  // [layer][head]
+  std::size_t reviews = 0, skipped = 0;       // reviews measured; reviews too long to measure densely
+};
+
 struct RunResult {
+  RunSpec spec;
   std::size_t heads = 0, params = 0;
   double best_valid = 0, test_acc = -1, train_seconds = 0;
   std::vector<examples::EpochRecord> history;
@@ -68,31 +114,31 @@ struct RunResult {
   std::vector<std::string> bucket_labels;
   std::vector<std::size_t> bucket_counts;
   std::string html_heatmaps;
+  AttentionEntropy entropy;
 };
 
-/// The run directory of a head count.
-inline fs::path run_dir(const Options& o, std::size_t heads) { return fs::path(o.train.out) / fmt::format("h{}", heads); }
+/// The run directory of a run.
+inline fs::path run_dir(const Options& o, const RunSpec& r) { return fs::path(o.train.out) / r.name(); }
 
 /// The options a run directory is bound to (config.json "options"): everything that shapes the
 /// model, its data or its training, by option name. --resume refuses a different value.
-inline json run_options(const Options& o, std::size_t heads) {
+inline json run_options(const Options& o, const RunSpec& r) {
   json options = {{"--data", examples::data_path_key(o.data)},
           {"--limit", o.limit},
-          {"--heads", heads},
+          {"run", r.name()},
           {"--dropout", o.dropout},
-          {"--attn-dropout", o.attn_dropout},
           {"--max-len", o.max_len},
           {"--truncate", o.truncate},
-          {"--bag-max-len", o.bag_max_len},
           {"--min-freq", o.min_freq},
           {"--max-vocab", o.max_vocab},
-          {"--ngram-buckets", o.ngram_buckets},
-          {"--nblr-buckets", o.nblr_buckets},
-          {"--nblr-order", o.nblr_order},
-          {"--nblr-c", o.nblr_c},
-          {"--nblr-folds", o.nblr_folds},
-          {"--no-ffn", !o.ffn},
+          {"--ngram-buckets", o.ngram_buckets ? json(*o.ngram_buckets) : json("auto")},
+          {"--ngram-order", o.ngram_order},
           {"--valid-fraction", o.valid_fraction}};
+  if (r.variant != Variant::ablation)  // the ablation has no attention
+    options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--window", o.window}, {"--checkpoint", o.checkpoint},
+                        {"--attn-dropout", o.attn_dropout}});
+  if (r.variant == Variant::ensemble)  // NB-LR shapes the ensemble only
+    options.update(json{{"--nblr-buckets", o.nblr_buckets}, {"--nblr-order", o.nblr_order}, {"--nblr-c", o.nblr_c}, {"--nblr-folds", o.nblr_folds}});
   options.update(examples::train_run_options(o.train));
   return options;
 }
@@ -111,9 +157,9 @@ inline ModelConfig resumed_config(const examples::RunPlan& plan, std::size_t hea
   return cfg;
 }
 
-/// Trains the model with `heads` heads (1, 2, 4, 8 or 16; else ArgumentError) on p under o, in
+/// Trains the run r (its head count 1, 2, 4, 8 or 16; else ArgumentError) on p under o, in
 /// plan.dir (inspected and checked: see main), and evaluates its best epoch (on rank 0; other
 /// ranks return the history).
-RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan);
+RunResult train_run(const RunSpec& r, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan);
 
 }  // namespace imdb

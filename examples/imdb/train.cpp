@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Training and evaluating one head count of the IMDb model (train_heads, declared in run.hpp).
+// Training and evaluating one run of the IMDb program (train_run, declared in run.hpp).
 #include "run.hpp"
 
 #include <attn/attn.hpp>
@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "../common/report.hpp"
@@ -58,49 +59,114 @@ EvalResult evaluate(const Model& model, const std::vector<std::vector<std::int32
   return r;
 }
 
-/// Attention weights of a model for one text: per head, a (T x T) heatmap.
+/// The last encoder layer's attention weights for one text: per head, a (T x T) heatmap.
 template <class Model>
 std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const std::string& text) {
-  constexpr std::size_t H = std::remove_cvref_t<decltype(model.attention)>::heads;
+  constexpr std::size_t H = Model::heads;
   const data::EnglishTokenizer tok;
   auto toks = tok(text);
   auto ids = encode(vocab, toks);
   std::vector<std::string> shown;
   for (auto i : kept_positions(ids.size(), model.cfg.max_len, model.cfg.truncate)) shown.push_back(i < toks.size() ? toks[i] : "?");
   attn::NoGrad ctx;
-  attn::Tensor<float> w;
+  std::vector<attn::Tensor<float>> w;
   auto b = make_batch({&ids}, {0}, {model.nb_logit(ids)}, model.cfg);
   auto logits = model.forward(ctx, b, &w);
   auto pr = attn::softmax(ctx, logits).value();
-  std::string html = fmt::format("<p><b>{}</b> &rarr; positive with probability {:.3f}</p><div>", examples::html_escape(text), pr(0, 1));
-  return html + examples::head_heatmaps(w, shown, H) + "</div>";
+  std::string html = fmt::format("<p><b>{}</b> &rarr; positive with probability {:.3f}", examples::html_escape(text), pr(0, 1));
+  if (w.empty()) return html + "</p>";
+  if (w.size() > 1) html += fmt::format(" (layer {} of {})", w.size(), w.size());
+  return html + "</p><div>" + examples::head_heatmaps(w.back(), shown, H) + "</div>";
+}
+
+/// Mean entropy of every layer's and head's attention rows over the reviews xs, as a fraction of
+/// the uniform distribution's over the keys a row can see (its window within the review). Rows that
+/// see one key only carry no information and are left out. The weights are formed densely, so
+/// reviews are taken in batches of at most kCells weights per layer, and a review longer than that
+/// allows is skipped (counted).
+template <class Model>
+AttentionEntropy attention_entropy(const Model& model, const std::vector<std::vector<std::int32_t>>& xs) {
+  constexpr std::size_t H = Model::heads;
+  constexpr std::size_t kCells = std::size_t(1) << 24;
+  AttentionEntropy e;
+  const std::size_t layers = model.cfg.layers;
+  if (!layers) return e;
+  std::vector<std::vector<double>> sum(layers, std::vector<double>(H, 0.0));
+  std::vector<std::size_t> rows(layers, 0);
+  std::vector<std::size_t> order(xs.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto len = [&](std::size_t i) { return std::min(xs[i].size(), model.cfg.max_len); };
+  std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return len(a) < len(b); });
+  const std::size_t w = model.cfg.window;
+  attn::NoGrad ctx;
+  for (std::size_t s = 0; s < order.size();) {
+    const std::size_t t0 = len(order[s]);
+    if (H * t0 * t0 > kCells) {  // sorted by length: every remaining review is as long
+      e.skipped = order.size() - s;
+      break;
+    }
+    std::vector<const std::vector<std::int32_t>*> seqs;
+    std::size_t k = s;
+    for (; k < order.size() && (k - s + 1) * H * len(order[k]) * len(order[k]) <= kCells; ++k) seqs.push_back(&xs[order[k]]);
+    s = k;
+    const auto b = make_batch(seqs, {}, {}, model.cfg);
+    std::vector<attn::Tensor<float>> weights;
+    (void)model.forward(ctx, b, &weights);
+    const std::size_t t = b.ids.size(1);
+    for (std::size_t l = 0; l < layers; ++l) {
+      const float* wl = weights[l].data();
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        const std::size_t n = std::min(seqs[i]->size(), model.cfg.max_len);
+        for (std::size_t q = 0; q < n; ++q) {
+          const std::size_t lo = w && q > w ? q - w : 0, hi = w ? std::min(n - 1, q + w) : n - 1;
+          if (hi == lo) continue;
+          ++rows[l];
+          for (std::size_t h = 0; h < H; ++h) {
+            const float* row = wl + ((i * H + h) * t + q) * t;
+            double ent = 0;
+            for (std::size_t j = lo; j <= hi; ++j)
+              if (row[j] > 0) ent -= double(row[j]) * std::log(double(row[j]));
+            sum[l][h] += ent / std::log(double(hi - lo + 1));
+          }
+        }
+      }
+      e.reviews += l == 0 ? seqs.size() : 0;
+    }
+  }
+  e.per_head = sum;
+  for (std::size_t l = 0; l < layers; ++l)
+    for (auto& v : e.per_head[l]) v = rows[l] ? v / double(rows[l]) : std::nan("");
+  return e;
 }
 
 template <std::size_t Heads>
-RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
+RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
   const fs::path& dir = plan.dir;
   // A resumed run's configuration is the directory's (its options equal ours: inspect_run_dir).
-  const ModelConfig cfg =
-      plan.resume ? resumed_config(plan, Heads)
-                  : ModelConfig{.vocab = p.vocab.size(), .max_len = o.max_len, .truncate = parse_truncate(o.truncate),
-                                .bag_max_len = o.bag_max_len, .ngram_buckets = o.ngram_buckets, .nblr_buckets = o.nblr_buckets,
-                                .nblr_order = o.nblr_order, .dropout = o.dropout, .attn_dropout = o.attn_dropout, .ffn = o.ffn};
+  const ModelConfig cfg = plan.resume ? resumed_config(plan, Heads) : model_config(o, r, p);
   ImdbClassifier<Heads> model(cfg);
   model.init(o.train.seed);
-  if (cfg.nblr_buckets) model.set_nblr(p.nblr, p.nblr_scale);  // fitted on the training portion only
+  if (cfg.ensemble()) model.set_nblr(p.nblr, p.nblr_scale);  // fitted on the training portion only
   RunResult res;
+  res.spec = r;
   res.heads = Heads;
   res.params = model.parameter_count();
-  fmt::print("\n== {} head{} (Attention<{}, {}>), {} parameters\n", Heads, Heads > 1 ? "s" : "", Heads, kDim, res.params);
+  if (r.variant == Variant::ablation)
+    fmt::print("\n== ablation: no attention, the inputs mean+max pooled; {} parameters\n", res.params);
+  else
+    fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}), {} parameters\n", r.label(), cfg.layers, Heads, kDim,
+               cfg.window ? fmt::format(", window {}", cfg.window) : "", cfg.checkpoint ? ", checkpointed" : "", res.params);
 
   json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.train.seed},
-                 {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"nblr_c", o.nblr_c},
-                 {"nblr_folds", o.nblr_folds}, {"options", run_options(o, Heads)}};
+                 {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"run", r.name()},
+                 {"options", run_options(o, r)}};
+  if (cfg.ensemble()) config.update(json{{"nblr_c", o.nblr_c}, {"nblr_folds", o.nblr_folds}});
   if (par.main()) examples::write_run_start(plan, p.vocab, config);  // every check has passed: the first write
   par.barrier();  // the other processes read the checkpoints begin_writing() committed
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train) lengths.push_back(x.size());
+  const std::vector<float> no_nb;
   const auto log = examples::train(
       model, o.train, plan, Heads, par, lengths,
       [&](const std::vector<std::size_t>& idx) {
@@ -110,13 +176,13 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
         for (auto i : idx) {
           seqs.push_back(&p.train[i]);
           lab.push_back(p.train_y[i]);
-          if (!p.train_nb.empty()) z.push_back(p.train_nb[i]);
+          if (cfg.ensemble()) z.push_back(p.train_nb[i]);
         }
         return make_batch(seqs, lab, z, cfg);
       },
       [&](attn::Tape& tape, const Batch& b) { return attn::cross_entropy(tape, model.forward(tape, b), b.labels); },
       [&] {
-        const auto ev = evaluate(model, p.valid, p.valid_y, p.valid_nb, p.valid_words, 64);
+        const auto ev = evaluate(model, p.valid, p.valid_y, cfg.ensemble() ? p.valid_nb : no_nb, p.valid_words, 64);
         return examples::Validation{.loss = ev.loss, .accuracy = ev.accuracy};
       });
   res.history = log.history;
@@ -127,7 +193,7 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   // Final numbers come from the best checkpoint.
   attn::io::load(model, dir / "model.safetensors");
   model.eval();
-  auto ev = evaluate(model, p.valid, p.valid_y, p.valid_nb, p.valid_words, 64);
+  auto ev = evaluate(model, p.valid, p.valid_y, cfg.ensemble() ? p.valid_nb : no_nb, p.valid_words, 64);
   for (std::size_t k = 0; k < ev.buckets.num_buckets(); ++k) {
     res.bucket_labels.push_back(ev.buckets.label(k));
     res.bucket_acc.push_back(ev.buckets.accuracy(k));
@@ -135,18 +201,27 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   }
   fmt::print("best validation accuracy {:.2f}%\n{}", 100 * ev.accuracy, ev.buckets.table());
   if (!p.test.empty()) {
-    auto te = evaluate(model, p.test, p.test_y, p.test_nb, p.test_words, 64);
+    auto te = evaluate(model, p.test, p.test_y, cfg.ensemble() ? p.test_nb : no_nb, p.test_words, 64);
     res.test_acc = te.accuracy;
     fmt::print("test accuracy {:.2f}% ({} reviews)\n", 100 * te.accuracy, p.test.size());
   }
-  std::vector<std::string> texts{kArticleSentence};
-  texts.insert(texts.end(), o.explain.begin(), o.explain.end());
-  for (auto& t : texts) res.html_heatmaps += heatmaps_html(model, p.vocab, t);
+  if (cfg.layers) {
+    res.entropy = attention_entropy(model, p.valid);
+    for (std::size_t l = 0; l < cfg.layers; ++l) {
+      fmt::print("attention entropy on validation{} (fraction of uniform):", cfg.layers > 1 ? fmt::format(", layer {}", l + 1) : "");
+      for (std::size_t h = 0; h < Heads; ++h) fmt::print(" {:.2f}", res.entropy.per_head[l][h]);
+      fmt::print("\n");
+    }
+    if (res.entropy.skipped) fmt::print("(entropy: {} validation reviews too long to form dense weights were left out)\n", res.entropy.skipped);
+    std::vector<std::string> texts{kArticleSentence};
+    texts.insert(texts.end(), o.explain.begin(), o.explain.end());
+    for (auto& t : texts) res.html_heatmaps += heatmaps_html(model, p.vocab, t);
+  }
   return res;
 }
 
-RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
-  return attn::dispatch<1, 2, 4, 8, 16>(heads, "--heads", [&]<std::size_t H>() { return train_variant<H>(o, p, par, plan); });
+RunResult train_run(const RunSpec& r, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
+  return attn::dispatch<1, 2, 4, 8, 16>(r.heads, "--heads", [&]<std::size_t H>() { return train_variant<H>(r, o, p, par, plan); });
 }
 
 }  // namespace imdb

@@ -1,14 +1,30 @@
 # SPDX-License-Identifier: MIT
-# IMDb example smoke test: a 300-review, 2-epoch run lowers the training loss and writes every
-# output file, and they parse; an unsupported --heads fails and lists the supported values.
+# IMDb example smoke test: a 300-review, 2-epoch run (bigram and trigram embeddings, windowed
+# attention) lowers the training loss and writes every output file, and they parse; the ablation
+# run and the NB-LR baseline are reported beside the attention model, with the attention's entropy;
+# an unsupported --heads fails and lists the supported values; --ensemble nblr without NB-LR fails.
 #   cmake -DPROGRAM=<imdb> -DDATA=<aclImdb> -DWORK=<dir> -P imdb_smoke.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/smoke_util.cmake)
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 set(out "${WORK}/run")
 
-smoke_run(train 0 "${PROGRAM}" --data "${DATA}" --limit 300 --epochs 2 --batch 16 --max-len 64 --out "${out}" --ngram-buckets 1024 --nblr-buckets 4096)
+smoke_run(train 0 "${PROGRAM}" --data "${DATA}" --limit 300 --epochs 2 --batch 16 --max-len 64 --out "${out}" --ngram-buckets 1024
+          --ngram-order 3 --window 16 --nblr-buckets 4096)
 smoke_expect_match("${train_output}" "epoch 1: train loss" "imdb training")
+smoke_expect_match("${train_output}" "attention entropy on validation \\(fraction of uniform\\):( [01]\\.[0-9][0-9])+" "imdb entropy")
+smoke_expect_match("${train_output}" "\nno attention +[0-9.]+%" "imdb ablation row")
+smoke_expect_match("${train_output}" "\nNB-LR alone \\(baseline\\) +[0-9.]+%" "imdb baseline row")
+if(NOT IS_DIRECTORY "${out}/ablation")
+  message(FATAL_ERROR "the ablation run's directory ${out}/ablation is missing")
+endif()
+file(READ "${out}/report.html" report)
+foreach(part "attention weight" "mean attention received" "Attention entropy on validation" "NB-LR alone")
+  string(FIND "${report}" "${part}" at)
+  if(at LESS 0)
+    message(FATAL_ERROR "report.html lacks \"${part}\"")
+  endif()
+endforeach()
 file(GLOB runs LIST_DIRECTORIES true "${out}/h*")
 list(LENGTH runs nruns)
 if(NOT nruns EQUAL 1)
@@ -38,4 +54,6 @@ smoke_html_file("${out}/report.html")
 
 smoke_run(heads fail "${PROGRAM}" --data "${DATA}" --heads 3 --out "${WORK}/bad")
 smoke_expect_match("${heads_output}" "--heads: unsupported value 3 \\(supported: 1, 2, 4, 8, 16\\)" "imdb --heads 3")
+smoke_run(ensemble fail "${PROGRAM}" --data "${DATA}" --ensemble nblr --nblr-buckets 0 --out "${WORK}/bad")
+smoke_expect_match("${ensemble_output}" "--ensemble: nblr needs NB-LR" "imdb --ensemble nblr --nblr-buckets 0")
 message(STATUS "imdb smoke test passed")

@@ -7,7 +7,9 @@
 //   auto y = enc(ctx, x, attn::Lengths{12, 7});   // (B, T, 128) -> (B, T, 128)
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -41,6 +43,14 @@ struct TransformerEncoderLayerOptions {
   /// Passed to self_attn. Under PaddedRows::zero the rows of real tokens are the same; the padded
   /// rows still run through the residual, feed-forward and norms, and hold other values than PyTorch's.
   PaddedRows padded = PaddedRows::compute;
+  /// Dropout on the attention weights alone, when it should differ from `dropout` (PyTorch has one
+  /// rate for both); empty: `dropout`.
+  std::optional<double> attention_dropout = {};
+  /// The self-attention's sparse pattern (nn::AttentionOptions): a sliding window of `window` keys
+  /// on each side, causal, the first `global_tokens` positions global.
+  std::optional<std::int64_t> window = {};
+  bool causal = false;
+  std::size_t global_tokens = 0;
 };
 
 namespace detail {
@@ -93,7 +103,13 @@ class TransformerEncoderLayer : public Module {
 
   TransformerEncoderLayer(Module* parent, std::string name, TransformerEncoderLayerOptions opt = {})
       : Module(parent, std::move(name)),
-        self_attn(this, "self_attn", {.dropout = checked(opt, this->name()).dropout, .bias = opt.bias, .padded = opt.padded}),
+        self_attn(this, "self_attn",
+                  {.dropout = checked(opt, this->name()).attention_dropout.value_or(opt.dropout),
+                   .bias = opt.bias,
+                   .padded = opt.padded,
+                   .window = opt.window,
+                   .causal = opt.causal,
+                   .global_tokens = opt.global_tokens}),
         linear1(this, "linear1", Dim, width(opt), opt.bias),
         dropout(this, "dropout", opt.dropout),
         linear2(this, "linear2", width(opt), Dim, opt.bias),
@@ -124,6 +140,21 @@ class TransformerEncoderLayer : public Module {
     return {};
   }
 
+  /// The output and the self-attention's per-head weights (B, Heads, T, T), as
+  /// Attention::forward_with_weights (for heatmaps and diagnostics: the weights are dense).
+  template <Context C, class S, TokenMask M>
+  AttentionOutput<T, S, Heads, B> forward_with_weights(C& ctx, const Var<T, S, B>& x, const M& mask, AttentionExtras<T, B> extras = {}) const {
+    Tensor<T, Shape<dyn, Heads, dyn, dyn>, B> w;
+    auto out = forward(ctx, x, &mask, extras, &w);
+    return {out, w};
+  }
+  template <Context C, class S>
+  AttentionOutput<T, S, Heads, B> forward_with_weights(C& ctx, const Var<T, S, B>& x, AttentionExtras<T, B> extras = {}) const {
+    Tensor<T, Shape<dyn, Heads, dyn, dyn>, B> w;
+    auto out = forward(ctx, x, static_cast<const Lengths*>(nullptr), extras, &w);
+    return {out, w};
+  }
+
   const TransformerEncoderLayerOptions& options() const noexcept { return opt_; }
   /// The feed-forward width F.
   std::size_t dim_feedforward() const noexcept { return width(opt_); }
@@ -142,6 +173,9 @@ class TransformerEncoderLayer : public Module {
   static const TransformerEncoderLayerOptions& checked(const TransformerEncoderLayerOptions& opt, const std::string& name) {
     if (!(opt.dropout >= 0 && opt.dropout < 1))
       throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': dropout must be in [0, 1), got " + std::to_string(opt.dropout));
+    if (opt.attention_dropout && !(*opt.attention_dropout >= 0 && *opt.attention_dropout < 1))
+      throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': attention_dropout must be in [0, 1), got " +
+                          std::to_string(*opt.attention_dropout));
     if (!(opt.layer_norm_eps > 0))
       throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': layer_norm_eps must be positive, got " +
                           std::to_string(opt.layer_norm_eps));
@@ -156,10 +190,19 @@ class TransformerEncoderLayer : public Module {
     return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
   }
 
+  /// weights: when given, the attention's weights are stored there.
   template <Context C, class S, class M>
-  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& x, const M* mask, const AttentionExtras<T, B>& extras) const {
+  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& x, const M* mask, const AttentionExtras<T, B>& extras,
+                       Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>* weights = nullptr) const {
     // self_attn checks the input's shape (B, T, Dim) and the masks.
-    auto sa = [&](const Var<T, S, B>& h) { return mask ? self_attn(ctx, h, *mask, extras) : self_attn(ctx, h, extras); };
+    auto sa = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
+      if (weights) {
+        auto r = mask ? self_attn.forward_with_weights(ctx, h, *mask, extras) : self_attn.forward_with_weights(ctx, h, extras);
+        *weights = r.weights;
+        return r.out;
+      }
+      return mask ? self_attn(ctx, h, *mask, extras) : self_attn(ctx, h, extras);
+    };
     Var<T, S, B> y = x;
     if (opt_.norm_first) {
       y = Var<T, S, B>(add(ctx, y, dropout1(ctx, sa(norm1(ctx, y)))));
@@ -170,6 +213,13 @@ class TransformerEncoderLayer : public Module {
     }
     return y;
   }
+};
+
+/// TransformerEncoder::forward_with_weights' result.
+template <class T, class S, std::size_t Heads, class B>
+struct EncoderOutput {
+  Var<T, S, B> out;
+  std::vector<Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>> weights;  // one per layer
 };
 
 struct TransformerEncoderOptions {
@@ -227,6 +277,20 @@ class TransformerEncoder : public Module {
                   "attn::KeepMask(m) (1 = real token), attn::PaddingMask(m) (1 = padding, torch's src_key_padding_mask) "
                   "or attn::Lengths");
     return {};
+  }
+
+  /// The output and every layer's attention weights (B, Heads, T, T), first layer first. For
+  /// heatmaps and diagnostics: the weights are dense, and the layers run without checkpointing.
+  template <Context C, class S, TokenMask M>
+  EncoderOutput<T, S, Heads, B> forward_with_weights(C& ctx, const Var<T, S, B>& x, const M& mask, AttentionExtras<T, B> extras = {}) const {
+    EncoderOutput<T, S, Heads, B> r{x, {}};
+    for (const auto& l : layers_) {
+      auto o = l->forward_with_weights(ctx, r.out, mask, extras);
+      r.out = o.out;
+      r.weights.push_back(o.weights);
+    }
+    if (norm_) r.out = (*norm_)(ctx, r.out);
+    return r;
   }
 
   std::size_t size() const noexcept { return layers_.size(); }
