@@ -95,14 +95,19 @@ class Imdb(nn.Module):
         super().__init__()
         d = 128
         self.window = m["window"]
+        self.use_cls = m["pool"] == "cls"  # a [CLS] token at position 0, global under a window
         self.embed = nn.Embedding(m["vocab"], d, padding_idx=0)
-        self.pos = nn.Embedding(m["max_len"], d)
+        self.pos = nn.Embedding(m["max_len"] + self.use_cls, d)
         self.ngram = nn.Embedding(max(m["ngram_buckets"] + 1, 2), d, padding_idx=0)
         self.encoder = None
         if m["layers"]:
-            layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=m["dropout"], activation="gelu", batch_first=True)
-            self.encoder = nn.TransformerEncoder(layer, m["layers"], enable_nested_tensor=False)
-        self.head = nn.Linear(2 * d + 1, 2)
+            layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=m["dropout"], activation="gelu", batch_first=True,
+                                               norm_first=m["norm_first"])
+            self.encoder = nn.TransformerEncoder(layer, m["layers"], norm=nn.LayerNorm(d) if m["norm_first"] else None,
+                                                 enable_nested_tensor=False)
+        if self.use_cls:
+            self.cls = nn.Embedding(2, d, padding_idx=0)
+        self.head = nn.Linear((1 if self.use_cls else 2) * d + 1, 2)
         self.nblr = nn.Module()  # fitted by LIBLINEAR in attn; its score comes in as the input nb
         self.nblr.weight = nn.Parameter(torch.zeros(max(m["nblr_buckets"] + 1, 2), 1), requires_grad=False)
         self.nblr.bias = nn.Parameter(torch.zeros(1, 1), requires_grad=False)
@@ -114,17 +119,24 @@ class Imdb(nn.Module):
         while f"grams{n}" in b:  # the n-gram starting at each token, n = 2 .. ngram_order
             x = x + self.ngram(b[f"grams{n}"].long())
             n += 1
+        if self.use_cls:
+            x = x + self.cls(b["cls"].long())
         h = x
         if self.encoder is not None:
             t = x.shape[1]
             i = torch.arange(t)
             hidden = (i[:, None] - i[None, :]).abs() > self.window if self.window else None  # True: may not attend
+            if hidden is not None and self.use_cls:
+                hidden[0, :] = False  # the [CLS] token sees every token, every token sees it
+                hidden[:, 0] = False
             for layer in self.encoder.layers:
                 # A padded query may see no real key within its window: its row is NaN in PyTorch, and
                 # a NaN value times a zero weight is NaN in the next layer. attn zeroes padded rows
                 # (PaddedRows::zero); so does this loop. Real rows are unaffected.
                 h = layer(h, src_mask=hidden, src_key_padding_mask=~keep).masked_fill(~keep.unsqueeze(-1), 0.0)
-        pooled = torch.cat([masked_mean(h, keep), masked_max(h, keep)], 1)
+            if self.encoder.norm is not None:
+                h = self.encoder.norm(h)
+        pooled = h[:, 0] if self.use_cls else torch.cat([masked_mean(h, keep), masked_max(h, keep)], 1)
         return self.head(torch.cat([pooled, b["nb"]], 1))
 
 
@@ -160,7 +172,7 @@ TEXTS = {
 }
 QUICK = {  # a short training run on the bundled data when no --model is given
     "imdb": ["--limit", "160", "--epochs", "1", "--batch", "16", "--max-len", "48", "--ngram-buckets", "512",
-             "--ngram-order", "3", "--layers", "2", "--window", "6", "--nblr-buckets", "0", "--no-ablation", "--threads", "2"],
+             "--ngram-order", "3", "--layers", "2", "--window", "6", "--pool", "cls", "--norm-first", "--nblr-buckets", "0", "--no-ablation", "--threads", "2"],
     "clue": ["--epochs", "1", "--batch", "8", "--threads", "2"],
 }
 

@@ -182,6 +182,14 @@ inline std::string entropy_table(const std::vector<RunResult>& runs) {
       for (double v : e) t += fmt::format(" {:.2f}", v);
       t += "\n";
     }
+  for (auto& r : runs) {
+    if (r.entropy.cls.empty()) continue;
+    double mean = 0;
+    for (double v : r.entropy.cls) mean += v / double(r.entropy.cls.size());
+    t += fmt::format("{:<24} {:>5} {:>6.3f} ", r.spec.label(), "[CLS]", mean);
+    for (double v : r.entropy.cls) t += fmt::format(" {:.2f}", v);
+    t += "\n";
+  }
   return t.empty() ? t : fmt::format("{:<24} {:>5} {:>6}  per head\n", "model", "layer", "mean") + t;
 }
 
@@ -252,15 +260,17 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts, const st
     auto pr = attn::softmax(ctx, model.forward(ctx, b, &weights)).value();
     const bool pos = pr(0, 1) >= 0.5f;
     fmt::print("{}\t{:.4f}", pos ? "positive" : "negative", pos ? pr(0, 1) : pr(0, 0));
-    if (!weights.empty()) {  // the tokens the last layer's heads attend to most, on average
+    if (!weights.empty()) {
+      // The tokens the last layer's heads attend to most, on average: over every row, or the
+      // [CLS] row alone (what the classifier sees).
       const auto& w = weights.back();
-      const std::size_t t = kept.size();
+      const std::size_t t = kept.size(), off = cfg.offset();
       std::vector<std::pair<float, std::size_t>> recv(t);
       for (std::size_t j = 0; j < t; ++j) {
         float s = 0;
         for (std::size_t h = 0; h < Heads; ++h)
-          for (std::size_t i = 0; i < t; ++i) s += w(std::size_t(0), h, i, j);
-        recv[j] = {s / float(Heads * t), j};
+          for (std::size_t i = 0; i < (off ? 1 : t); ++i) s += w(std::size_t(0), h, i, off + j);
+        recv[j] = {s / float(Heads * (off ? 1 : t)), j};
       }
       std::sort(recv.begin(), recv.end(), std::greater<>());
       fmt::print("\t");
@@ -283,6 +293,7 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts, const st
     using attn::io::DType;
     attn::io::TensorMap records{{"ids", examples::dump_record(b.ids, DType::I32)},
                                 {"pos", examples::dump_record(b.pos, DType::I32)},
+                                {"cls", examples::dump_record(b.cls, DType::I32)},
                                 {"mask", examples::dump_record(b.mask.tensor(), DType::F32)},
                                 {"nb", examples::dump_record(b.nb, DType::F32)},
                                 {"logits", examples::dump_record(logits, DType::F32)}};

@@ -2,8 +2,11 @@
 // The IMDb sentiment classifier: every position's input is the sum of its word's embedding, a
 // learned position embedding and (optionally) the hashed embeddings of the n-grams starting at
 // it; then N post-norm Transformer encoder layers (nn::TransformerEncoder: multi-head
-// self-attention, full or over a sliding window, and a feed-forward block), masked mean+max pooling
-// over the real tokens and a linear head. Everything the head sees has passed through the
+// self-attention, full or over a sliding window, and a feed-forward block), then pooling and a
+// linear head. Pooling is either masked mean+max over the real tokens, or a learned [CLS] token
+// placed before the review (global: every token sees it and it sees every token, also under a
+// window) whose final state is the review's representation, so that what the classifier sees is
+// what the [CLS] row of the attention gathered. Everything the head sees has passed through the
 // attention. Two variants share the class:
 //   layers = 0      the ablation: the same inputs, mean+max pooled without any attention;
 //   nblr_buckets    an explicit ensemble: the log-odds of an NB-LR model over the review's uni-, bi-
@@ -28,6 +31,16 @@ using attn::Tensor;
 
 inline constexpr std::size_t kDim = 128;               // model width
 inline constexpr std::size_t kFeedForward = 2 * kDim;  // the encoder layers' feed-forward width
+
+/// How the encoder's states become one vector per review.
+enum class Pool { mean_max, cls };
+
+inline Pool parse_pool(const std::string& s) {
+  if (s == "mean+max") return Pool::mean_max;
+  if (s == "cls") return Pool::cls;
+  throw attn::ArgumentError("pool: unknown mode '" + s + "' (expected mean+max or cls)");
+}
+inline std::string to_string(Pool p) { return p == Pool::cls ? "cls" : "mean+max"; }
 
 /// Which tokens of a review longer than max_len the attention sees.
 enum class Truncate { head, tail, head_tail };
@@ -59,6 +72,8 @@ struct ModelConfig {
   std::size_t max_len = 256;       // tokens the attention sees
   Truncate truncate = Truncate::head_tail;
   std::size_t layers = 1;          // encoder layers; 0: no attention (the ablation)
+  Pool pool = Pool::mean_max;      // cls: a [CLS] token at position 0 (then max_len + 1 positions)
+  bool norm_first = false;         // pre-norm layers and a final LayerNorm (else post-norm)
   std::size_t window = 0;          // 0: every token attends to every token; w: to the w on each side
   std::size_t ngram_buckets = 0;   // hash buckets of the n-gram embeddings (0: words only)
   std::size_t ngram_order = 2;     // n-grams of 2 .. ngram_order words start at each position
@@ -70,9 +85,11 @@ struct ModelConfig {
   bool checkpoint = false;         // recompute each encoder layer in backward (less memory)
 
   bool ensemble() const { return nblr_buckets != 0; }
+  /// Positions before the review's first token: 1 with a [CLS] token.
+  std::size_t offset() const { return pool == Pool::cls ? 1 : 0; }
 
   nlohmann::json to_json() const {
-    return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"layers", layers}, {"window", window},
+    return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"layers", layers}, {"pool", to_string(pool)}, {"norm_first", norm_first}, {"window", window},
             {"ngram_buckets", ngram_buckets}, {"ngram_order", ngram_order}, {"nblr_buckets", nblr_buckets},
             {"nblr_order", nblr_order}, {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout},
             {"attn_dropout", attn_dropout}, {"checkpoint", checkpoint}};
@@ -89,6 +106,11 @@ struct ModelConfig {
     if (t != "head" && t != "tail" && t != "head+tail") throw FieldError(m + "truncate", "'" + t + "' is not head, tail or head+tail");
     c.truncate = parse_truncate(t);
     c.layers = json_count(j, "layers", 0, kMaxLayers, m);
+    const std::string pool = json_string(j, "pool", m);
+    if (pool != "mean+max" && pool != "cls") throw FieldError(m + "pool", "'" + pool + "' is not mean+max or cls");
+    c.pool = parse_pool(pool);
+    if (c.pool == Pool::cls && !c.layers) throw FieldError(m + "pool", "cls needs at least one layer");
+    c.norm_first = json_bool(j, "norm_first", m);
     c.window = json_count(j, "window", 0, kMaxLen, m);
     c.ngram_buckets = json_count(j, "ngram_buckets", 0, kMaxNgramBuckets, m);
     c.ngram_order = json_count(j, "ngram_order", 2, kMaxNgramOrder, m);
@@ -111,10 +133,12 @@ struct ModelConfig {
 /// One padded batch: word ids, positions and the mask (B, T) of real tokens; for each n-gram
 /// length n = 2 .. ngram_order, the hashed id (B, T) of the n-gram starting at each kept token
 /// (0 where the review ends first, or without n-gram embeddings); the NB-LR log-odds (B, 1).
+/// With a [CLS] token, position 0 of every row is it: word id 0 (no word), cls id 1 (cls_mask 1),
+/// and the review follows from position 1.
 struct Batch {
-  Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos;
+  Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos, cls;
   std::vector<Tensor<std::int32_t, Shape<dyn, dyn>>> grams;
-  attn::KeepMask<float, Shape<dyn, dyn>> mask;
+  attn::KeepMask<float, Shape<dyn, dyn>> mask, cls_mask;
   Tensor<float, Shape<dyn, 1>> nb;
   Tensor<std::int64_t, Shape<dyn>> labels;
   std::size_t size() const { return ids.size(0); }
@@ -126,12 +150,15 @@ struct Batch {
 inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seqs, const std::vector<int>& labels,
                         const std::vector<float>& nb_logits, const ModelConfig& cfg) {
   const std::size_t b = seqs.size();
+  const std::size_t off = cfg.offset();
   std::size_t t = 1;
-  for (auto* s : seqs) t = std::max(t, std::min(s->size(), cfg.max_len));
+  for (auto* s : seqs) t = std::max(t, off + std::min(s->size(), cfg.max_len));
   Batch out;
   out.ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
   out.pos = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
-  auto mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});  // 1 = a real token
+  auto mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});  // 1 = a real token (or the [CLS] token)
+  auto cls_mask = Tensor<float, Shape<dyn, dyn>>::zeros({b, t});
+  out.cls = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t});
   const std::size_t orders = cfg.ngram_buckets ? cfg.ngram_order - 1 : 0;
   for (std::size_t k = 0; k < orders; ++k) out.grams.push_back(Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t}));
   out.labels = Tensor<std::int64_t, Shape<dyn>>::zeros({b});
@@ -139,17 +166,23 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
   for (std::size_t i = 0; i < b; ++i) {
     const auto& s = *seqs[i];
     const auto kept = kept_positions(s.size(), cfg.max_len, cfg.truncate);
+    if (off) {
+      out.cls(i, 0) = 1;
+      cls_mask(i, 0) = 1.0f;
+      mask(i, 0) = 1.0f;
+    }
     for (std::size_t j = 0; j < kept.size(); ++j) {
-      out.ids(i, j) = s[kept[j]];
-      out.pos(i, j) = std::int32_t(j);
-      mask(i, j) = 1.0f;
+      out.ids(i, off + j) = s[kept[j]];
+      out.pos(i, off + j) = std::int32_t(off + j);
+      mask(i, off + j) = 1.0f;
       for (std::size_t k = 0; k < orders; ++k)
-        if (kept[j] + k + 2 <= s.size()) out.grams[k](i, j) = ngram_hash(s.data() + kept[j], k + 2, cfg.ngram_buckets);
+        if (kept[j] + k + 2 <= s.size()) out.grams[k](i, off + j) = ngram_hash(s.data() + kept[j], k + 2, cfg.ngram_buckets);
     }
     out.labels(i) = labels.empty() ? 0 : labels[i];
     out.nb(i, 0) = nb_logits.empty() ? 0.0f : nb_logits[i];
   }
   out.mask = attn::KeepMask(mask);
+  out.cls_mask = attn::KeepMask(cls_mask);
   return out;
 }
 
@@ -159,9 +192,12 @@ inline nn::TransformerEncoderOptions encoder_options(const ModelConfig& c) {
           .layer = {.dim_feedforward = kFeedForward,
                     .dropout = c.dropout,
                     .activation = nn::Activation::gelu,
+                    .norm_first = c.norm_first,
                     .padded = nn::PaddedRows::zero,  // only real tokens are pooled
                     .attention_dropout = c.attn_dropout,
-                    .window = c.window ? std::optional<std::int64_t>(std::int64_t(c.window)) : std::nullopt},
+                    .window = c.window ? std::optional<std::int64_t>(std::int64_t(c.window)) : std::nullopt,
+                    .global_tokens = c.offset()},  // the [CLS] token
+          .final_norm = c.norm_first,
           .checkpoint = c.checkpoint};
 }
 
@@ -172,10 +208,15 @@ struct ImdbClassifier : nn::Module {
   explicit ImdbClassifier(const ModelConfig& c)
       : cfg(c),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
-        positions(this, "pos", c.max_len, {.init_std = 0.02}),
-        ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
-        head(this, "head", {.xavier = true}) {
+        positions(this, "pos", c.offset() + c.max_len, {.init_std = 0.02}),
+        ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1, .sparse = true}) {
     if (c.layers) encoder.emplace(this, "encoder", encoder_options(c));
+    if (c.pool == Pool::cls) {
+      cls.emplace(this, "cls", 2, nn::EmbeddingOptions{.padding_idx = 0, .init_std = 0.1});
+      cls_head.emplace(this, "head", nn::LinearOptions{.xavier = true});
+    } else {
+      head.emplace(this, "head", nn::LinearOptions{.xavier = true});
+    }
     const std::size_t rows = std::max<std::size_t>(c.nblr_buckets + 1, 2);
     // Fitted by LIBLINEAR (set_nblr), not by the optimizer; saved with the other weights.
     nblr_weight = register_parameter<float, Shape<dyn, 1>>("nblr.weight", {rows, 1});
@@ -198,12 +239,14 @@ struct ImdbClassifier : nn::Module {
     if (m.weight.size() != nblr_weight.size(0)) throw attn::ArgumentError("set_nblr: expected " + std::to_string(nblr_weight.size(0)) + " weights");
     std::copy(m.weight.begin(), m.weight.end(), const_cast<float*>(nblr_weight.raw().data()));
     const_cast<float*>(nblr_bias.raw().data())[0] = m.bias;
-    constexpr std::size_t col = 2 * kDim;
-    float* w = const_cast<float*>(head.weight.raw().data());
+    const std::size_t col = cls ? kDim : 2 * kDim;  // the score's column: after the pooled features
+    const auto weight = cls ? cls_head->weight.erased() : head->weight.erased();
+    const auto bias_var = cls ? cls_head->bias.erased() : head->bias.erased();
+    float* w = const_cast<float*>(weight.raw().data());
     std::fill(w, w + 2 * (col + 1), 0.0f);
     w[0 * (col + 1) + col] = float(-s.a / 2);
     w[1 * (col + 1) + col] = float(s.a / 2);
-    float* bias = const_cast<float*>(head.bias.raw().data());
+    float* bias = const_cast<float*>(bias_var.raw().data());
     bias[0] = float(-s.b / 2);
     bias[1] = float(s.b / 2);
   }
@@ -221,6 +264,7 @@ struct ImdbClassifier : nn::Module {
     const bool tr = training();
     auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);  // (B, T, Dim)
     for (const auto& g : b.grams) x = x + ngrams(ctx, g);
+    if (cls) x = x + (*cls)(ctx, b.cls);
     x = nn::dropout(ctx, x, cfg.dropout, tr);
     auto h = x;
     if (weights) weights->clear();
@@ -231,16 +275,23 @@ struct ImdbClassifier : nn::Module {
     } else if (cfg.layers) {
       h = (*encoder)(ctx, x, b.mask);
     }
+    attn::Var<float> nb(b.nb.erased());  // (B, 1), an input: no gradient
+    if (cls) {  // the [CLS] token's state (B, Dim): position 0
+      auto pooled = nn::dropout(ctx, nn::masked_mean(ctx, h, b.cls_mask), cfg.dropout, tr);
+      return (*cls_head)(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
+    }
+    // Mean and max of the real tokens' states (B, 2 Dim).
     std::vector<attn::Var<float>> feats{nn::masked_mean(ctx, h, b.mask).erased(), nn::masked_max(ctx, h, b.mask).erased()};
-    auto pooled = nn::dropout(ctx, attn::concat(ctx, feats, 1), cfg.dropout, tr);  // (B, 2 Dim)
-    attn::Var<float> nb(b.nb.erased());                                             // (B, 1), an input: no gradient
-    return head(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
+    auto pooled = nn::dropout(ctx, attn::concat(ctx, feats, 1), cfg.dropout, tr);
+    return (*head)(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
   }
 
   ModelConfig cfg;
   nn::Embedding<kDim> tokens, positions, ngrams;
   std::optional<nn::TransformerEncoder<Heads, kDim>> encoder;  // none without layers
-  nn::Linear<2 * kDim + 1, 2> head;
+  std::optional<nn::Embedding<kDim>> cls;                      // the [CLS] token (Pool::cls)
+  std::optional<nn::Linear<2 * kDim + 1, 2>> head;          // mean+max features and the NB-LR score
+  std::optional<nn::Linear<kDim + 1, 2>> cls_head;          // the [CLS] state and the NB-LR score
   attn::Var<float, Shape<dyn, 1>> nblr_weight;
   attn::Var<float, Shape<1, 1>> nblr_bias;
 };

@@ -40,6 +40,8 @@ struct Options {
   std::string ensemble = "none";  // "nblr": also train the attention model + NB-LR ensemble
   std::size_t max_len = 256, min_freq = 2, max_vocab = 30000, threads = 0;
   std::size_t layers = 1, window = 0;
+  std::string pool = "cls";
+  bool norm_first = false;
   bool checkpoint = false;
   // Hash buckets of the n-gram embeddings; empty: auto_ngram_buckets() of the training portion.
   std::optional<std::size_t> ngram_buckets;

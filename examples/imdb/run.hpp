@@ -87,6 +87,8 @@ inline ModelConfig model_config(const Options& o, const RunSpec& r, const Prepar
                      .max_len = o.max_len,
                      .truncate = parse_truncate(o.truncate),
                      .layers = r.variant == Variant::ablation ? 0 : o.layers,
+                     .pool = r.variant == Variant::ablation ? Pool::mean_max : parse_pool(o.pool),
+                     .norm_first = r.variant != Variant::ablation && o.norm_first,
                      .window = o.window,
                      .ngram_buckets = p.ngram_buckets,
                      .ngram_order = o.ngram_order,
@@ -102,6 +104,7 @@ inline ModelConfig model_config(const Options& o, const RunSpec& r, const Prepar
 /// attends to every visible token alike).
 struct AttentionEntropy {
   std::vector<std::vector<double>> per_head;  // [layer][head]
+  std::vector<double> cls;                    // the last layer's [CLS] row, per head (Pool::cls)
   std::size_t reviews = 0, skipped = 0;       // reviews measured; reviews too long to measure densely
 };
 
@@ -135,7 +138,7 @@ inline json run_options(const Options& o, const RunSpec& r) {
           {"--ngram-order", o.ngram_order},
           {"--valid-fraction", o.valid_fraction}};
   if (r.variant != Variant::ablation)  // the ablation has no attention
-    options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--window", o.window}, {"--checkpoint", o.checkpoint},
+    options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--pool", o.pool}, {"--norm-first", o.norm_first}, {"--window", o.window}, {"--checkpoint", o.checkpoint},
                         {"--attn-dropout", o.attn_dropout}});
   if (r.variant == Variant::ensemble)  // NB-LR shapes the ensemble only
     options.update(json{{"--nblr-buckets", o.nblr_buckets}, {"--nblr-order", o.nblr_order}, {"--nblr-c", o.nblr_c}, {"--nblr-folds", o.nblr_folds}});

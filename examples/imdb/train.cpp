@@ -67,6 +67,7 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
   auto toks = tok(text);
   auto ids = encode(vocab, toks);
   std::vector<std::string> shown;
+  if (model.cfg.offset()) shown.push_back("[CLS]");
   for (auto i : kept_positions(ids.size(), model.cfg.max_len, model.cfg.truncate)) shown.push_back(i < toks.size() ? toks[i] : "?");
   attn::NoGrad ctx;
   std::vector<attn::Tensor<float>> w;
@@ -93,9 +94,11 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
   if (!layers) return e;
   std::vector<std::vector<double>> sum(layers, std::vector<double>(H, 0.0));
   std::vector<std::size_t> rows(layers, 0);
+  std::vector<double> cls(H, 0.0);
   std::vector<std::size_t> order(xs.size());
   std::iota(order.begin(), order.end(), 0);
-  const auto len = [&](std::size_t i) { return std::min(xs[i].size(), model.cfg.max_len); };
+  const std::size_t off = model.cfg.offset();  // a [CLS] token: global
+  const auto len = [&](std::size_t i) { return off + std::min(xs[i].size(), model.cfg.max_len); };
   std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return len(a) < len(b); });
   const std::size_t w = model.cfg.window;
   attn::NoGrad ctx;
@@ -116,17 +119,23 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
     for (std::size_t l = 0; l < layers; ++l) {
       const float* wl = weights[l].data();
       for (std::size_t i = 0; i < seqs.size(); ++i) {
-        const std::size_t n = std::min(seqs[i]->size(), model.cfg.max_len);
+        const std::size_t n = len(order[s - seqs.size() + i]);
         for (std::size_t q = 0; q < n; ++q) {
-          const std::size_t lo = w && q > w ? q - w : 0, hi = w ? std::min(n - 1, q + w) : n - 1;
-          if (hi == lo) continue;
+          // The keys row q sees: its window [lo, hi], and the [CLS] token (which sees every key).
+          std::size_t lo = w && q > w ? q - w : 0, hi = w ? std::min(n - 1, q + w) : n - 1;
+          if (off && q == 0) lo = 0, hi = n - 1;
+          const bool plus_cls = off && lo > 0;
+          const std::size_t seen = hi - lo + 1 + (plus_cls ? 1 : 0);
+          if (seen == 1) continue;
           ++rows[l];
           for (std::size_t h = 0; h < H; ++h) {
             const float* row = wl + ((i * H + h) * t + q) * t;
             double ent = 0;
             for (std::size_t j = lo; j <= hi; ++j)
               if (row[j] > 0) ent -= double(row[j]) * std::log(double(row[j]));
-            sum[l][h] += ent / std::log(double(hi - lo + 1));
+            if (plus_cls && row[0] > 0) ent -= double(row[0]) * std::log(double(row[0]));
+            sum[l][h] += ent / std::log(double(seen));
+            if (off && q == 0 && l + 1 == layers) cls[h] += ent / std::log(double(seen));
           }
         }
       }
@@ -134,6 +143,8 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
     }
   }
   e.per_head = sum;
+  if (off && rows[layers - 1])
+    for (auto& v : cls) e.cls.push_back(v / double(e.reviews));
   for (std::size_t l = 0; l < layers; ++l)
     for (auto& v : e.per_head[l]) v = rows[l] ? v / double(rows[l]) : std::nan("");
   return e;
@@ -210,6 +221,11 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
     for (std::size_t l = 0; l < cfg.layers; ++l) {
       fmt::print("attention entropy on validation{} (fraction of uniform):", cfg.layers > 1 ? fmt::format(", layer {}", l + 1) : "");
       for (std::size_t h = 0; h < Heads; ++h) fmt::print(" {:.2f}", res.entropy.per_head[l][h]);
+      fmt::print("\n");
+    }
+    if (!res.entropy.cls.empty()) {
+      fmt::print("attention entropy of the [CLS] row (the classifier's input), last layer:");
+      for (double v : res.entropy.cls) fmt::print(" {:.2f}", v);
       fmt::print("\n");
     }
     if (res.entropy.skipped) fmt::print("(entropy: {} validation reviews too long to form dense weights were left out)\n", res.entropy.skipped);

@@ -107,6 +107,8 @@ TEST_CASE("TransformerEncoderLayer: PyTorch parameter names, shapes, options and
   CHECK_THROWS_AS((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.dropout = 1.0})), attn::ArgumentError);
   CHECK_THROWS_WITH((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.dropout = -0.5})), Catch::Contains("TransformerEncoderLayer 'bad'"));
   CHECK_THROWS_AS((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.layer_norm_eps = 0})), attn::ArgumentError);
+  CHECK_THROWS_WITH((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.attention_dropout = 1.0})), Catch::Contains("attention_dropout"));
+  CHECK_THROWS_WITH((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.window = 0})), Catch::Contains("window"));
   CHECK_THROWS_AS((nn::TransformerEncoder<4, 16>(nullptr, "bad", {.num_layers = 0})), attn::ArgumentError);
 
   attn::NoGrad ng;
@@ -177,6 +179,54 @@ TEST_CASE("TransformerEncoderLayer: every mask form and PaddedRows::zero give th
   for (std::size_t b = 0; b < 2; ++b)
     for (std::size_t t = 0; t < (b == 0 ? 5u : 3u); ++t)
       for (std::size_t d = 0; d < 16; ++d) CHECK(got(b, t, d) == Approx(want(b, t, d)).margin(1e-5));
+}
+
+TEST_CASE("TransformerEncoder: forward_with_weights gives the plain output and each layer's weights, and the window reaches the attention") {
+  attn::Rng rng(7);
+  const Tensor<float> x = random<float>(rng, {2, 9, 16});
+  for (const std::optional<std::int64_t> window : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{2}}) {
+    nn::TransformerEncoder<4, 16> enc(nullptr, "enc", {.num_layers = 2, .layer = {.dropout = 0.3, .attention_dropout = 0.0, .window = window}});
+    enc.eval();
+    attn::NoGrad ng;
+    const auto plain = enc(ng, attn::Var<float>(x), attn::Lengths{9, 6}).value();
+    const auto r = enc.forward_with_weights(ng, attn::Var<float>(x), attn::Lengths{9, 6});
+    REQUIRE(r.weights.size() == 2);
+    for (std::size_t i = 0; i < plain.numel(); ++i) CHECK(r.out.value()[i] == Approx(plain[i]).margin(1e-5));
+    for (const auto& w : r.weights) {
+      REQUIRE(w.dims() == Dims{2, 4, 9, 9});
+      for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t h = 0; h < 4; ++h)
+          for (std::size_t q = 0; q < (b ? 6u : 9u); ++q) {
+            double sum = 0;
+            for (std::size_t k = 0; k < 9; ++k) {
+              const bool visible = k < (b ? 6u : 9u) && (!window || (q > k ? q - k : k - q) <= std::size_t(*window));
+              if (!visible) CHECK(w(b, h, q, k) == 0.0f);
+              sum += w(b, h, q, k);
+            }
+            CHECK(sum == Approx(1.0).margin(1e-5));
+          }
+    }
+    // The layer's own forward_with_weights agrees with the stack's first layer.
+    const auto first = enc.layer(0).forward_with_weights(ng, attn::Var<float>(x), attn::Lengths{9, 6});
+    for (std::size_t i = 0; i < first.weights.numel(); ++i) CHECK(first.weights.data()[i] == Approx(r.weights[0].data()[i]).margin(1e-6));
+  }
+  // attention_dropout is the attention's own rate: with every other dropout 0, a training-mode
+  // output differs from the eval-mode one only when attention_dropout is positive.
+  auto changed_by_training = [&](nn::TransformerEncoderLayerOptions opt) {
+    nn::TransformerEncoderLayer<4, 16> layer(nullptr, "layer", opt);
+    attn::NoGrad ng;
+    layer.eval();
+    const auto want = layer(ng, attn::Var<float>(x)).value();
+    layer.train();
+    attn::Tape tape;
+    const auto got = layer(tape, attn::Var<float>(x)).value();
+    bool changed = false;
+    for (std::size_t i = 0; i < want.numel(); ++i) changed |= got[i] != want[i];
+    return changed;
+  };
+  CHECK(changed_by_training({.dropout = 0.0, .attention_dropout = 0.5}));
+  CHECK_FALSE(changed_by_training({.dropout = 0.0}));
+  CHECK_FALSE(changed_by_training({.dropout = 0.0, .attention_dropout = 0.0}));
 }
 
 TEST_CASE("gradcheck: TransformerEncoderLayer in double, x and every parameter, post-norm and pre-norm") {
