@@ -172,7 +172,7 @@ TEXTS = {
 }
 QUICK = {  # a short training run on the bundled data when no --model is given
     "imdb": ["--limit", "160", "--epochs", "1", "--batch", "16", "--max-len", "48", "--ngram-buckets", "512",
-             "--ngram-order", "3", "--layers", "2", "--window", "6", "--pool", "cls", "--norm-first", "--nblr-buckets", "0", "--no-ablation", "--threads", "2"],
+             "--ngram-order", "3", "--layers", "2", "--window", "6", "--pool", "cls", "--nblr-buckets", "0", "--no-ablation", "--threads", "2"],
     "clue": ["--epochs", "1", "--batch", "8", "--threads", "2"],
 }
 

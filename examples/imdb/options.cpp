@@ -18,7 +18,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       ->check(examples::count(0, kMaxLen));
   app.add_option("--pool", o.pool, "review vector: mean+max of the token states, or cls (a [CLS] token's state: the classifier sees what its attention gathered)")
       ->check(CLI::IsMember({"mean+max", "cls"}));
-  app.add_flag("--norm-first", o.norm_first, "pre-norm layers (x + f(norm(x))) and a final LayerNorm, instead of post-norm");
+  app.add_flag("!--post-norm", o.norm_first, "post-norm layers (norm(x + f(x)), PyTorch's default) instead of pre-norm (x + f(norm(x))) and a final LayerNorm");
   app.add_flag("--checkpoint", o.checkpoint, "recompute each encoder layer in backward instead of keeping its activations (less memory)");
   app.add_flag("!--no-ablation", o.ablation, "skip the ablation run (the same inputs mean+max pooled, without attention)");
   app.add_option("--ensemble", o.ensemble, "also train an explicit ensemble, reported in its own row: nblr = the attention model + the NB-LR log-odds")

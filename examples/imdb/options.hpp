@@ -41,11 +41,11 @@ struct Options {
   std::size_t max_len = 256, min_freq = 2, max_vocab = 30000, threads = 0;
   std::size_t layers = 1, window = 0;
   std::string pool = "cls";
-  bool norm_first = false;
+  bool norm_first = true;
   bool checkpoint = false;
   // Hash buckets of the n-gram embeddings; empty: auto_ngram_buckets() of the training portion.
   std::optional<std::size_t> ngram_buckets;
-  std::size_t ngram_order = 2;
+  std::size_t ngram_order = 3;
   // NB-LR: the baseline row (0 buckets: none) and the ensemble's score.
   std::size_t nblr_buckets = std::size_t(1) << 22, nblr_order = 3, nblr_folds = 5;
   double nblr_c = 1.0;
