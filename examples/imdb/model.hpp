@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The IMDb sentiment classifier: every position's input is the sum of its word's embedding, a
 // learned position embedding and (optionally) the hashed embeddings of the n-grams starting at
-// it; then N post-norm Transformer encoder layers (nn::TransformerEncoder: multi-head
-// self-attention, full or over a sliding window, and a feed-forward block), then pooling and a
-// linear head. Pooling is either masked mean+max over the real tokens, or a learned [CLS] token
+// it; then N Transformer encoder layers (nn::TransformerEncoder: multi-head self-attention, full
+// or over a sliding window, and a feed-forward block; pre-norm with a final norm, or post-norm),
+// then pooling and a linear head. Pooling is either masked mean+max over the real tokens, or a learned [CLS] token
 // placed before the review (global: every token sees it and it sees every token, also under a
 // window) whose final state is the review's representation, so that what the classifier sees is
 // what the [CLS] row of the attention gathered. Everything the head sees has passed through the
@@ -89,8 +89,9 @@ struct ModelConfig {
   std::size_t offset() const { return pool == Pool::cls ? 1 : 0; }
 
   nlohmann::json to_json() const {
-    return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"layers", layers}, {"pool", to_string(pool)}, {"norm_first", norm_first}, {"window", window},
-            {"ngram_buckets", ngram_buckets}, {"ngram_order", ngram_order}, {"nblr_buckets", nblr_buckets},
+    return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"layers", layers},
+            {"pool", to_string(pool)}, {"norm_first", norm_first}, {"window", window}, {"ngram_buckets", ngram_buckets},
+            {"ngram_order", ngram_order}, {"nblr_buckets", nblr_buckets},
             {"nblr_order", nblr_order}, {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout},
             {"attn_dropout", attn_dropout}, {"checkpoint", checkpoint}};
   }

@@ -32,7 +32,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary")->check(examples::count(0, kMaxCount));
   app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included; 0: no limit)")
       ->check(examples::count(0, kMaxVocab) & examples::except(1, "a vocabulary holds <pad> and <unk> (0: no limit, else at least 2)"));
-  app.add_option("--ngram-buckets", o.ngram_buckets, "hash buckets of the n-gram embeddings added to each token's input (0: words only; default: one per 8 training tokens, a power of two, at most 2^19)")
+  app.add_option("--ngram-buckets", o.ngram_buckets,
+                 "hash buckets of the n-gram embeddings added to each token's input (0: words only; default: one per 8 training "
+                 "tokens, a power of two, at most 2^19)")
       ->check(examples::count(0, kMaxNgramBuckets));
   app.add_option("--ngram-order", o.ngram_order, "longest n-gram embedded at each token (2: bigrams, 3: bigrams and trigrams)")
       ->check(examples::count(2, kMaxNgramOrder));

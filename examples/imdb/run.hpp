@@ -138,7 +138,8 @@ inline json run_options(const Options& o, const RunSpec& r) {
           {"--ngram-order", o.ngram_order},
           {"--valid-fraction", o.valid_fraction}};
   if (r.variant != Variant::ablation)  // the ablation has no attention
-    options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--pool", o.pool}, {"--post-norm", !o.norm_first}, {"--window", o.window}, {"--checkpoint", o.checkpoint},
+    options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--pool", o.pool}, {"--post-norm", !o.norm_first},
+                        {"--window", o.window}, {"--checkpoint", o.checkpoint},
                         {"--attn-dropout", o.attn_dropout}});
   if (r.variant == Variant::ensemble)  // NB-LR shapes the ensemble only
     options.update(json{{"--nblr-buckets", o.nblr_buckets}, {"--nblr-order", o.nblr_order}, {"--nblr-c", o.nblr_c}, {"--nblr-folds", o.nblr_folds}});
