@@ -334,13 +334,12 @@ int main(int argc, char** argv) {
                par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     // Everything is checked before anything is written: the run directories (options against
     // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.
+    const auto head_counts = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads};
     std::vector<RunSpec> specs;
-    for (std::size_t h : o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads})
-      specs.push_back({Variant::attention, h});
+    for (std::size_t h : head_counts) specs.push_back({Variant::attention, h});
     if (o.ablation) specs.push_back({Variant::ablation, 1});
     if (o.ensemble == "nblr")
-      for (std::size_t h : o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads})
-        specs.push_back({Variant::ensemble, h});
+      for (std::size_t h : head_counts) specs.push_back({Variant::ensemble, h});
     std::vector<examples::RunPlan> plans;
     for (const auto& r : specs) {
       plans.push_back(examples::inspect_run_dir(run_dir(o, r), o.train, run_options(o, r)));

@@ -82,21 +82,24 @@ struct RunSpec {
 };
 
 /// The model configuration of a new run.
+/// The ablation has no encoder, so none of the encoder's settings (layers, pooling through a [CLS]
+/// token, norm placement, window, checkpointing) apply to it.
 inline ModelConfig model_config(const Options& o, const RunSpec& r, const Prepared& p) {
+  const bool attention = r.variant != Variant::ablation;
   return ModelConfig{.vocab = p.vocab.size(),
                      .max_len = o.max_len,
                      .truncate = parse_truncate(o.truncate),
-                     .layers = r.variant == Variant::ablation ? 0 : o.layers,
-                     .pool = r.variant == Variant::ablation ? Pool::mean_max : parse_pool(o.pool),
-                     .norm_first = r.variant != Variant::ablation && o.norm_first,
-                     .window = o.window,
+                     .layers = attention ? o.layers : 0,
+                     .pool = attention ? parse_pool(o.pool) : Pool::mean_max,
+                     .norm_first = attention && o.norm_first,
+                     .window = attention ? o.window : 0,
                      .ngram_buckets = p.ngram_buckets,
                      .ngram_order = o.ngram_order,
                      .nblr_buckets = r.variant == Variant::ensemble ? o.nblr_buckets : 0,
                      .nblr_order = o.nblr_order,
                      .dropout = o.dropout,
                      .attn_dropout = o.attn_dropout,
-                     .checkpoint = o.checkpoint};
+                     .checkpoint = attention && o.checkpoint};
 }
 
 /// Mean entropy of the attention rows on the validation reviews, per layer and head, as a fraction

@@ -100,7 +100,8 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
   const std::size_t off = model.cfg.offset();  // a [CLS] token: global
   const auto len = [&](std::size_t i) { return off + std::min(xs[i].size(), model.cfg.max_len); };
   std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return len(a) < len(b); });
-  const std::size_t w = model.cfg.window;
+  // The keys each row sees: its window, and the [CLS] token (global: it sees and is seen by all).
+  const attn::AttentionPattern pattern{.window = model.cfg.window, .global = off};
   attn::NoGrad ctx;
   for (std::size_t s = 0; s < order.size();) {
     const std::size_t t0 = len(order[s]);
@@ -121,19 +122,18 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
       for (std::size_t i = 0; i < seqs.size(); ++i) {
         const std::size_t n = len(order[s - seqs.size() + i]);
         for (std::size_t q = 0; q < n; ++q) {
-          // The keys row q sees: its window [lo, hi], and the [CLS] token (which sees every key).
-          std::size_t lo = w && q > w ? q - w : 0, hi = w ? std::min(n - 1, q + w) : n - 1;
-          if (off && q == 0) lo = 0, hi = n - 1;
-          const bool plus_cls = off && lo > 0;
-          const std::size_t seen = hi - lo + 1 + (plus_cls ? 1 : 0);
+          // Row q sees the global keys [0, g) and its window [lo, hi), less what they share.
+          const std::size_t lo = pattern.key_begin(q), hi = pattern.key_end(q, n);
+          const std::size_t g = std::min(pattern.global_keys_end(q, n), lo);
+          const std::size_t seen = g + (hi - lo);
           if (seen == 1) continue;
           ++rows[l];
+          const auto plogp = [](float v) { return v > 0 ? double(v) * std::log(double(v)) : 0.0; };
           for (std::size_t h = 0; h < H; ++h) {
             const float* row = wl + ((i * H + h) * t + q) * t;
             double ent = 0;
-            for (std::size_t j = lo; j <= hi; ++j)
-              if (row[j] > 0) ent -= double(row[j]) * std::log(double(row[j]));
-            if (plus_cls && row[0] > 0) ent -= double(row[0]) * std::log(double(row[0]));
+            for (std::size_t j = 0; j < g; ++j) ent -= plogp(row[j]);
+            for (std::size_t j = lo; j < hi; ++j) ent -= plogp(row[j]);
             sum[l][h] += ent / std::log(double(seen));
             if (off && q == 0 && l + 1 == layers) cls[h] += ent / std::log(double(seen));
           }
@@ -177,7 +177,9 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train) lengths.push_back(x.size());
+  // The NB-LR log-odds a split's batches carry: the ensemble's input, nothing for the other runs.
   const std::vector<float> no_nb;
+  const auto nb_of = [&](const std::vector<float>& split) -> const std::vector<float>& { return cfg.ensemble() ? split : no_nb; };
   const auto log = examples::train(
       model, o.train, plan, Heads, par, lengths,
       [&](const std::vector<std::size_t>& idx) {
@@ -193,7 +195,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
       },
       [&](attn::Tape& tape, const Batch& b) { return attn::cross_entropy(tape, model.forward(tape, b), b.labels); },
       [&] {
-        const auto ev = evaluate(model, p.valid, p.valid_y, cfg.ensemble() ? p.valid_nb : no_nb, p.valid_words, 64);
+        const auto ev = evaluate(model, p.valid, p.valid_y, nb_of(p.valid_nb), p.valid_words, 64);
         return examples::Validation{.loss = ev.loss, .accuracy = ev.accuracy};
       });
   res.history = log.history;
@@ -204,7 +206,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   // Final numbers come from the best checkpoint.
   attn::io::load(model, dir / "model.safetensors");
   model.eval();
-  auto ev = evaluate(model, p.valid, p.valid_y, cfg.ensemble() ? p.valid_nb : no_nb, p.valid_words, 64);
+  auto ev = evaluate(model, p.valid, p.valid_y, nb_of(p.valid_nb), p.valid_words, 64);
   for (std::size_t k = 0; k < ev.buckets.num_buckets(); ++k) {
     res.bucket_labels.push_back(ev.buckets.label(k));
     res.bucket_acc.push_back(ev.buckets.accuracy(k));
@@ -212,7 +214,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   }
   fmt::print("best validation accuracy {:.2f}%\n{}", 100 * ev.accuracy, ev.buckets.table());
   if (!p.test.empty()) {
-    auto te = evaluate(model, p.test, p.test_y, cfg.ensemble() ? p.test_nb : no_nb, p.test_words, 64);
+    auto te = evaluate(model, p.test, p.test_y, nb_of(p.test_nb), p.test_words, 64);
     res.test_acc = te.accuracy;
     fmt::print("test accuracy {:.2f}% ({} reviews)\n", 100 * te.accuracy, p.test.size());
   }
