@@ -6,7 +6,8 @@
 // then pooling and a linear head. Pooling is either masked mean+max over the real tokens, or a learned [CLS] token
 // placed before the review (global: every token sees it and it sees every token, also under a
 // window) whose final state is the review's representation, so that what the classifier sees is
-// what the [CLS] row of the attention gathered. Everything the head sees has passed through the
+// what the [CLS] row of the attention gathered (the last layer computes that row alone: its query,
+// its feed-forward, the keys and values of every token). Everything the head sees has passed through the
 // attention. Two variants share the class:
 //   layers = 0      the ablation: the same inputs, mean+max pooled without any attention;
 //   nblr_buckets    an explicit ensemble: the log-odds of an NB-LR model over the review's uni-, bi-
@@ -273,12 +274,16 @@ struct ImdbClassifier : nn::Module {
       auto r = encoder->forward_with_weights(ctx, x, b.mask);
       h = r.out;
       for (auto& w : r.weights) weights->push_back(w.erased());
-    } else if (cfg.layers) {
+    } else if (cfg.layers && !cls) {
       h = (*encoder)(ctx, x, b.mask);
     }
     attn::Var<float> nb(b.nb.erased());  // (B, 1), an input: no gradient
     if (cls) {  // the [CLS] token's state (B, Dim): position 0
-      auto pooled = nn::dropout(ctx, nn::masked_mean(ctx, h, b.cls_mask), cfg.dropout, tr);
+      // Only the [CLS] row of the last layer is computed (its query over every token), unless the
+      // weights are asked for: the same values as the full layer's row 0.
+      auto state = weights ? nn::masked_mean(ctx, h, b.cls_mask).erased()
+                           : attn::reshape(ctx, encoder->forward_rows(ctx, x, b.mask, 1), attn::Dims{b.size(), kDim});
+      auto pooled = nn::dropout(ctx, state, cfg.dropout, tr);
       return (*cls_head)(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
     }
     // Mean and max of the real tokens' states (B, 2 Dim).

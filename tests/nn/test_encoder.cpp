@@ -311,3 +311,89 @@ TEST_CASE("TransformerEncoder, checkpoint = true: outputs and every gradient equ
   INFO("peak above the bytes in use before the step: plain " << a.peak << ", checkpointed " << b.peak);
   CHECK(b.peak * 10 < a.peak * 6);  // under 60 % (measured: 45 %, 5.0 of 11.0 MB)
 }
+
+TEST_CASE("forward_rows: the first rows of the full forward, their gradients, and the conditions it checks") {
+  attn::Rng rng(11);
+  const Tensor<float> xv = random<float>(rng, {3, 10, 16});
+  const attn::Lengths lengths{10, 7, 4};
+  struct Case {
+    nn::TransformerEncoderLayerOptions layer;
+    std::size_t rows;
+  };
+  const std::vector<Case> cases = {
+      {{.dim_feedforward = 24, .dropout = 0.0, .norm_first = false}, 3},
+      {{.dim_feedforward = 24, .dropout = 0.0, .activation = nn::Activation::gelu, .norm_first = true}, 1},
+      {{.dim_feedforward = 24, .dropout = 0.0, .norm_first = true, .window = 2, .global_tokens = 2}, 2},
+  };
+  for (const auto& c : cases)
+    for (bool checkpoint : {false, true}) {
+      INFO("rows " << c.rows << ", norm_first " << c.layer.norm_first << ", window " << c.layer.window.value_or(0) << ", checkpoint "
+                   << checkpoint);
+      nn::TransformerEncoder<4, 16> enc(nullptr, "enc", {.num_layers = 2, .layer = c.layer, .final_norm = c.layer.norm_first, .checkpoint = checkpoint});
+      enc.init(3);
+      // The output: the full forward's first rows.
+      attn::Var<float> x(xv.clone(), true);
+      Tape full_tape;
+      auto full = enc(full_tape, x, lengths);
+      auto want = attn::slice(full_tape, full, 1, 0, c.rows);
+      const auto dout = random<float>(rng, want.dims());
+      full_tape.backward(want, dout);
+      const auto want_gx = x.grad().to_vector();
+      const auto want_grads = grads_of<float>(enc);
+      enc.zero_grad();
+      attn::Var<float> x2(xv.clone(), true);
+      Tape tape;
+      auto got = enc.forward_rows(tape, x2, lengths, c.rows);
+      REQUIRE(got.dims() == Dims{3, c.rows, 16});
+      for (std::size_t i = 0; i < got.numel(); ++i) CHECK(got.value()[i] == Approx(want.value()[i]).margin(2e-5));
+      // The gradients of x and of every parameter, through the rows alone.
+      tape.backward(got, dout);
+      const auto gx = x2.grad().to_vector();
+      for (std::size_t i = 0; i < gx.size(); ++i) CHECK(gx[i] == Approx(want_gx[i]).margin(2e-5));
+      for (const auto& [name, g] : grads_of<float>(enc)) {
+        INFO(name);
+        REQUIRE(g.size() == want_grads.at(name).size());
+        for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(want_grads.at(name)[i]).margin(2e-5));
+      }
+    }
+  // What it refuses: no rows, more rows than tokens, non-global rows under a window, causal.
+  attn::NoGrad ng;
+  const attn::Var<float> x(xv);
+  nn::TransformerEncoderLayer<4, 16> plain(nullptr, "plain");
+  CHECK_THROWS_WITH(plain.forward_rows(ng, x, lengths, 0), Catch::Contains("rows must be in [1, 10]"));
+  CHECK_THROWS_AS(plain.forward_rows(ng, x, lengths, 11), attn::ArgumentError);
+  nn::TransformerEncoderLayer<4, 16> local(nullptr, "local", {.window = 2, .global_tokens = 1});
+  CHECK_THROWS_WITH(local.forward_rows(ng, x, lengths, 2), Catch::Contains("global_tokens 1"));
+  CHECK(local.forward_rows(ng, x, lengths, 1).dims() == Dims{3, 1, 16});
+  nn::TransformerEncoderLayer<4, 16> causal(nullptr, "causal", {.causal = true});
+  CHECK_THROWS_WITH(causal.forward_rows(ng, x, 1), Catch::Contains("causal"));
+  CHECK_THROWS_AS(plain.forward_rows(ng, attn::Var<float>(random<float>(rng, {3, 10, 8})), 1), attn::ShapeError);
+}
+
+TEST_CASE("gradcheck: TransformerEncoderLayer::forward_rows in double, x and every parameter, with padded keys") {
+  using V = attn::Var<double>;
+  for (bool norm_first : {false, true}) {
+    nn::TransformerEncoderLayer<2, 8, double> layer(nullptr, "layer", {.dim_feedforward = 12, .dropout = 0.0, .norm_first = norm_first});
+    attn::Rng rng(norm_first ? 17 : 18);
+    std::vector<Tensor<double>> in = {random<double>(rng, {2, 5, 8})};
+    for (auto& [name, p] : layer.named_parameters()) in.push_back(random<double>(rng, p->dims(), -0.8, 0.8));
+    for (std::size_t i = 9; i <= 12; i += 2)  // norm weights near 1
+      for (std::size_t k = 0; k < in[i].numel(); ++k) in[i][k] += 1.0;
+    auto f = [&](Tape& t, std::vector<V>& v) {
+      layer.self_attn.in_proj_weight = v[1];
+      layer.self_attn.in_proj_bias = v[2];
+      layer.self_attn.out_proj.weight = v[3];
+      layer.self_attn.out_proj.bias = v[4];
+      layer.linear1.weight = v[5];
+      layer.linear1.bias = v[6];
+      layer.linear2.weight = v[7];
+      layer.linear2.bias = v[8];
+      layer.norm1.weight = v[9];
+      layer.norm1.bias = v[10];
+      layer.norm2.weight = v[11];
+      layer.norm2.bias = v[12];
+      return layer.forward_rows(t, v[0], attn::Lengths{5, 3}, 2);
+    };
+    testutil::check_gradients(norm_first ? "forward_rows, pre-norm" : "forward_rows, post-norm", f, in);
+  }
+}

@@ -7,7 +7,9 @@
 //   auto y = enc(ctx, x, attn::Lengths{12, 7});   // (B, T, 128) -> (B, T, 128)
 #pragma once
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +19,9 @@
 #include "../autograd/checkpoint.hpp"
 #include "../autograd/elementwise.hpp"
 #include "../autograd/linear.hpp"
+#include "../autograd/matmul.hpp"
+#include "../autograd/shape_ops.hpp"
+#include "../autograd/softmax.hpp"
 #include "attention.hpp"
 #include "init.hpp"
 #include "layer_norm.hpp"
@@ -155,6 +160,22 @@ class TransformerEncoderLayer : public Module {
     return {out, w};
   }
 
+  /// The output at positions [0, rows) alone, (B, rows, Dim): the first `rows` rows of what the
+  /// layer's forward gives, at a fraction of its cost when rows << T. Every position still gives its
+  /// key and value, but only those rows' queries, attention, feed-forward and norms are computed:
+  /// for a last layer of which a model reads only its first tokens (a [CLS] token). Each of those
+  /// rows must see every key: with a window, rows <= global_tokens; not causal; no attn_mask
+  /// (ArgumentError otherwise). The attention weights go through the dense path (no flash kernel):
+  /// rows x T scores per head.
+  template <Context C, class S, TokenMask M>
+  Var<T, AnyShape, B> forward_rows(C& ctx, const Var<T, S, B>& x, const M& mask, std::size_t rows) const {
+    return rows_impl(ctx, x, &mask, rows);
+  }
+  template <Context C, class S>
+  Var<T, AnyShape, B> forward_rows(C& ctx, const Var<T, S, B>& x, std::size_t rows) const {
+    return rows_impl(ctx, x, static_cast<const Lengths*>(nullptr), rows);
+  }
+
   const TransformerEncoderLayerOptions& options() const noexcept { return opt_; }
   /// The feed-forward width F.
   std::size_t dim_feedforward() const noexcept { return width(opt_); }
@@ -188,6 +209,60 @@ class TransformerEncoderLayer : public Module {
     auto h = linear1(ctx, x);
     h = opt_.activation == Activation::gelu ? gelu(ctx, h) : relu(ctx, h);
     return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
+  }
+
+  template <Context C, class S, class M>
+  Var<T, AnyShape, B> rows_impl(C& ctx, const Var<T, S, B>& x_in, const M* key_mask, std::size_t rows) const {
+    const Dims& d = x_in.dims();
+    const std::string who = "nn::TransformerEncoderLayer '" + this->name() + "'::forward_rows";
+    if (d.n != 3 || d.v[2] != Dim) throw ShapeError(who + ": input shape " + d.str() + " is not (batch, time, " + std::to_string(Dim) + ")");
+    const std::size_t batch = d.v[0], time = d.v[1];
+    if (rows == 0 || rows > time)
+      throw ArgumentError(who + ": rows must be in [1, " + std::to_string(time) + "], got " + std::to_string(rows));
+    if (opt_.causal) throw ArgumentError(who + ": a causal layer's first rows do not see every key");
+    if (opt_.window && rows > opt_.global_tokens)
+      throw ArgumentError(who + ": under a window only global rows see every key; rows " + std::to_string(rows) + " > global_tokens " +
+                          std::to_string(opt_.global_tokens));
+    // Padded keys get no weight: -inf where the keep mask is 0, as (B, 1, 1, T) over the scores.
+    Tensor<T, AnyShape, B> pad;
+    if (key_mask) {
+      const auto keep = keep_mask<T, B>(*key_mask, batch, time, "nn::TransformerEncoderLayer::forward_rows");
+      PoolVector<T> host(keep.numel());
+      keep.copy_to_host(std::span<T>(host.data(), host.size()));
+      for (auto& v : host) v = v != T(0) ? T(0) : T(1);
+      pad = Tensor<T, AnyShape, B>(Dims{batch, 1, 1, time});
+      pad.copy_from_host(std::span<const T>(host.data(), host.size()));
+    }
+    constexpr std::size_t hd = Dim / Heads;
+    const Var<T, AnyShape, B> x = x_in.erased();
+    const auto first = [&](const Var<T, AnyShape, B>& v) { return slice(ctx, v, 1, 0, rows); };
+    const auto part = [&](const auto& v, std::size_t i) {  // Q (0), K (1) or V (2) of in_proj's weight or bias
+      return v.defined() ? slice(ctx, v.erased(), 0, i * Dim, (i == 0 ? 1 : 2) * Dim) : Var<T, AnyShape, B>{};
+    };
+    // Self-attention of the first rows' queries over every key: (B, T, Dim) -> (B, rows, Dim).
+    const auto sa = [&](const Var<T, AnyShape, B>& h) {
+      const auto& a = self_attn;
+      auto q = linear(ctx, first(h), part(a.in_proj_weight, 0), part(a.in_proj_bias, 0));  // (B, rows, Dim)
+      auto kv = linear(ctx, h, part(a.in_proj_weight, 1), part(a.in_proj_bias, 1));      // (B, T, 2 Dim)
+      const auto split = [&](const Var<T, AnyShape, B>& v, std::size_t n) {              // (B, n, Dim) -> (B, H, n, hd)
+        return permute(ctx, reshape(ctx, v, Dims{batch, n, Heads, hd}), {0, 2, 1, 3});
+      };
+      auto k = split(slice(ctx, kv, 2, 0, Dim), time), v = split(slice(ctx, kv, 2, Dim, Dim), time);
+      auto scores = scale(ctx, matmul_nt(ctx, split(q, rows), k), T(1 / std::sqrt(double(hd))));  // (B, H, rows, T)
+      if (!pad.empty()) scores = masked_fill(ctx, scores, pad, -std::numeric_limits<T>::infinity());
+      auto w = attn::dropout(ctx, softmax(ctx, scores), opt_.attention_dropout.value_or(opt_.dropout), training());
+      auto o = reshape(ctx, permute(ctx, matmul(ctx, w, v), {0, 2, 1, 3}), Dims{batch, rows, Dim});
+      return Var<T, AnyShape, B>(linear(ctx, o, a.out_proj.weight, a.out_proj.bias));
+    };
+    Var<T, AnyShape, B> y = first(x);
+    if (opt_.norm_first) {
+      y = add(ctx, y, dropout1(ctx, sa(norm1(ctx, x))));
+      y = add(ctx, y, dropout2(ctx, feed_forward(ctx, norm2(ctx, y))));
+    } else {
+      y = norm1(ctx, Var<T, AnyShape, B>(add(ctx, y, dropout1(ctx, sa(x)))));
+      y = norm2(ctx, Var<T, AnyShape, B>(add(ctx, y, dropout2(ctx, feed_forward(ctx, y)))));
+    }
+    return y;
   }
 
   /// weights: when given, the attention's weights are stored there.
@@ -291,6 +366,23 @@ class TransformerEncoder : public Module {
     }
     if (norm_) r.out = (*norm_)(ctx, r.out);
     return r;
+  }
+
+  /// The output at positions [0, rows) alone, (B, rows, Dim): every layer but the last runs in
+  /// full, the last through TransformerEncoderLayer::forward_rows (see its conditions), then the
+  /// final norm. For a model that reads only its first tokens, e.g. a [CLS] token's state.
+  template <Context C, class S, TokenMask M>
+  Var<T, AnyShape, B> forward_rows(C& ctx, const Var<T, S, B>& x, const M& mask, std::size_t rows) const {
+    Var<T, S, B> h = x;
+    for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
+      const Layer* l = layers_[i].get();
+      h = opt_.checkpoint ? attn::checkpoint(ctx, [l](auto& c, const auto& v, const M& m) { return (*l)(c, v, m); }, h, mask) : (*l)(ctx, h, mask);
+    }
+    const Layer* last = layers_.back().get();
+    Var<T, AnyShape, B> y =
+        opt_.checkpoint ? attn::checkpoint(ctx, [last, rows](auto& c, const auto& v, const M& m) { return last->forward_rows(c, v, m, rows); }, h, mask)
+                        : last->forward_rows(ctx, h, mask, rows);
+    return norm_ ? (*norm_)(ctx, y) : y;
   }
 
   std::size_t size() const noexcept { return layers_.size(); }
