@@ -71,8 +71,9 @@ inline void fit_nblr_scores(const Options& o, Prepared& p) {
 
 /// Reads and encodes the reviews; the vocabulary is built from the training portion unless
 /// `fixed` is given (a resumed run's own). An empty training or validation portion is an error; one
-/// holding a single class gets a warning.
-inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr) {
+/// holding a single class gets a warning. With --pretrain-epochs and new_runs (a run that starts
+/// afresh), the skip-gram tables are pretrained here, once for every run.
+inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bool new_runs = true) {
   const data::EnglishTokenizer tok;
   auto t0 = std::chrono::steady_clock::now();
   examples::require_directory(o.data, "aclImdb root directory (holding train/pos and train/neg)");
@@ -138,6 +139,15 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr) {
              p.test.empty() ? "" : fmt::format(", {} test reviews", p.test.size()), p.vocab.size(), o.min_freq, p.ngram_buckets, secs);
   if (train_split.stats.invalid_utf8) fmt::print("data: {} invalid UTF-8 sequences replaced\n", train_split.stats.invalid_utf8);
   if (o.nblr_buckets) fit_nblr_scores(o, p);
+  if (o.pretrain.epochs && new_runs) {  // resumed runs continue from their checkpoints
+    auto opt = o.pretrain;
+    opt.seed = o.train.seed;
+    p.pretrained = pretrain_skipgram(p.train, p.vocab.size(), kDim, p.ngram_buckets, o.ngram_order, opt, [](std::size_t e, double loss) {
+      fmt::print("pretraining: skip-gram epoch {}, loss {:.4f} per context word\n", e, loss);
+    });
+    fmt::print("pretraining: word and n-gram embeddings from {} skip-gram epoch{} over the training reviews; {:.1f}s\n", o.pretrain.epochs,
+               o.pretrain.epochs == 1 ? "" : "s", p.pretrained.seconds);
+  }
   return p;
 }
 
@@ -345,7 +355,7 @@ int main(int argc, char** argv) {
       plans.push_back(examples::inspect_run_dir(run_dir(o, r), o.train, run_options(o, r)));
       if (plans.back().resume) (void)resumed_config(plans.back(), r.heads);
     }
-    auto p = prepare(o, examples::resumed_vocab(plans));
+    auto p = prepare(o, examples::resumed_vocab(plans), std::any_of(plans.begin(), plans.end(), [](const auto& pl) { return !pl.resume; }));
     for (std::size_t k = 0; k < specs.size(); ++k)
       if (plans[k].resume)
         attn::dispatch<1, 2, 4, 8, 16>(specs[k].heads, "--heads", [&]<std::size_t H>() {

@@ -21,6 +21,7 @@
 
 #include "../common/json_files.hpp"
 #include "nblr.hpp"
+#include "pretrain.hpp"
 #include "options.hpp"
 
 namespace imdb {
@@ -83,6 +84,7 @@ struct ModelConfig {
   std::size_t nblr_max_tokens = NbLrConfig{}.max_tokens;
   double dropout = 0.1;
   double attn_dropout = 0.1;
+  double ngram_dropout = 0.0;      // training: each token's n-gram embedding dropped whole
   bool checkpoint = false;         // recompute each encoder layer in backward (less memory)
 
   bool ensemble() const { return nblr_buckets != 0; }
@@ -94,7 +96,7 @@ struct ModelConfig {
             {"pool", to_string(pool)}, {"norm_first", norm_first}, {"window", window}, {"ngram_buckets", ngram_buckets},
             {"ngram_order", ngram_order}, {"nblr_buckets", nblr_buckets},
             {"nblr_order", nblr_order}, {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout},
-            {"attn_dropout", attn_dropout}, {"checkpoint", checkpoint}};
+            {"attn_dropout", attn_dropout}, {"ngram_dropout", ngram_dropout}, {"checkpoint", checkpoint}};
   }
   /// Reads config.json's "model" object; every field is range-checked (examples::FieldError
   /// "model.max_len: ..." otherwise) before anything is allocated from it.
@@ -121,6 +123,7 @@ struct ModelConfig {
     c.nblr_max_tokens = json_count(j, "nblr_max_tokens", 1, kMaxBagLen, m);
     c.dropout = json_real(j, "dropout", 0.0, 0.95, m);
     c.attn_dropout = json_real(j, "attn_dropout", 0.0, 0.95, m);
+    c.ngram_dropout = j.contains("ngram_dropout") ? json_real(j, "ngram_dropout", 0.0, 0.95, m) : 0.0;
     c.checkpoint = json_bool(j, "checkpoint", m);
     return c;
   }
@@ -253,6 +256,24 @@ struct ImdbClassifier : nn::Module {
     bias[1] = float(s.b / 2);
   }
 
+  /// Starts the word and n-gram tables from pretrained ones (pretrain.hpp), both scaled by the one
+  /// factor that gives the word table's rows the random initialisation's RMS (0.1).
+  void set_pretrained(const Pretrained& pre) {
+    if (pre.dim != kDim || pre.words.size() != tokens.weight.numel() || (cfg.ngram_buckets && pre.ngrams.size() != ngrams.weight.numel()))
+      throw attn::ArgumentError("set_pretrained: the tables' shapes differ from the model's");
+    double ss = 0;
+    for (float v : pre.words) ss += double(v) * double(v);
+    const double rms = std::sqrt(ss / double(pre.words.size() - kDim));
+    const float scale = rms > 0 ? float(0.1 / rms) : 1.0f;
+    auto load = [scale](nn::Embedding<kDim>& e, const std::vector<float>& w) {
+      float* d = e.weight.data()->value.data();
+      for (std::size_t i = 0; i < w.size(); ++i) d[i] = w[i] * scale;
+      e.weight.data()->mark_value_written();
+    };
+    load(tokens, pre.words);
+    if (cfg.ngram_buckets) load(ngrams, pre.ngrams);
+  }
+
   /// The NB-LR log-odds of a whole encoded review (0 without the ensemble).
   float nb_logit(const std::vector<std::int32_t>& ids) const {
     if (!cfg.ensemble()) return 0.0f;
@@ -265,7 +286,7 @@ struct ImdbClassifier : nn::Module {
   auto forward(C& ctx, const Batch& b, std::vector<Tensor<float>>* weights = nullptr) const {
     const bool tr = training();
     auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);  // (B, T, Dim)
-    for (const auto& g : b.grams) x = x + ngrams(ctx, g);
+    for (const auto& g : b.grams) x = x + (tr ? drop_rows(ctx, ngrams(ctx, g), cfg.ngram_dropout) : ngrams(ctx, g));
     if (cls) x = x + (*cls)(ctx, b.cls);
     x = nn::dropout(ctx, x, cfg.dropout, tr);
     auto h = x;
@@ -290,6 +311,18 @@ struct ImdbClassifier : nn::Module {
     std::vector<attn::Var<float>> feats{nn::masked_mean(ctx, h, b.mask).erased(), nn::masked_max(ctx, h, b.mask).erased()};
     auto pooled = nn::dropout(ctx, attn::concat(ctx, feats, 1), cfg.dropout, tr);
     return (*head)(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
+  }
+
+  /// Token dropout of an embedding lookup e (B, T, Dim): each token's vector is zeroed whole with
+  /// probability p and the others scaled by 1 / (1 - p), from the context's random stream.
+  template <attn::Context C, class S>
+  static attn::Var<float, S> drop_rows(C& ctx, const attn::Var<float, S>& e, double p) {
+    if (p == 0) return e;
+    const auto& d = e.dims();
+    auto keep = Tensor<float>::zeros({d.v[0], d.v[1], 1});
+    const float scale = float(1 / (1 - p));
+    for (std::size_t i = 0; i < keep.numel(); ++i) keep[i] = ctx.rng().uniform() < p ? 0.0f : scale;
+    return attn::Var<float, S>(attn::mul(ctx, e, attn::Var<float>(keep)));
   }
 
   ModelConfig cfg;

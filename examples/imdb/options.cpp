@@ -26,6 +26,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   examples::add_training_flags(app, o.train);
   app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(examples::real(0, 0.95));
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
+  app.add_option("--ngram-dropout", o.ngram_dropout, "in training, drop each token's n-gram embedding whole with this probability (the rest scaled up)")
+      ->check(examples::real(0, 0.95));
   app.add_option("--max-len", o.max_len, "tokens kept per review")->check(examples::count(1, kMaxLen));
   app.add_option("--truncate", o.truncate, "tokens of a longer review the attention sees: head, tail or head+tail (half of each)")
       ->check(CLI::IsMember({"head", "tail", "head+tail"}));
@@ -38,6 +40,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       ->check(examples::count(0, kMaxNgramBuckets));
   app.add_option("--ngram-order", o.ngram_order, "longest n-gram embedded at each token (2: bigrams, 3: bigrams and trigrams)")
       ->check(examples::count(2, kMaxNgramOrder));
+  app.add_option("--pretrain-epochs", o.pretrain.epochs,
+                 "skip-gram epochs over the training reviews that initialise the word and n-gram embeddings (0: random initialisation)")
+      ->check(examples::count(0, 100));
   app.add_option("--nblr-buckets", o.nblr_buckets, "hash buckets of NB-LR's n-grams, the baseline row and the ensemble's score (0: no NB-LR)")
       ->check(examples::count(0, kMaxNblrBuckets));
   app.add_option("--nblr-order", o.nblr_order, "longest n-gram of NB-LR")->check(examples::count(1, 5));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../common/options.hpp"
+#include "pretrain.hpp"
 
 namespace imdb {
 
@@ -46,10 +47,11 @@ struct Options {
   // Hash buckets of the n-gram embeddings; empty: auto_ngram_buckets() of the training portion.
   std::optional<std::size_t> ngram_buckets;
   std::size_t ngram_order = 3;
+  PretrainOptions pretrain;  // skip-gram pretraining of the input tables (epochs 0: none)
   // NB-LR: the baseline row (0 buckets: none) and the ensemble's score.
   std::size_t nblr_buckets = std::size_t(1) << 22, nblr_order = 3, nblr_folds = 5;
   double nblr_c = 1.0;
-  double dropout = 0.3, attn_dropout = 0.1;
+  double dropout = 0.3, attn_dropout = 0.1, ngram_dropout = 0.0;
   double valid_fraction = 0.1;
   std::string truncate = "head+tail";
   std::vector<std::string> explain;

@@ -41,6 +41,7 @@ struct Prepared {
   std::vector<float> train_nb, valid_nb, test_nb;
   std::size_t ngram_buckets = 0;  // --ngram-buckets, or its default for this training portion
   double nblr_valid_acc = -1, nblr_test_acc = -1;  // NB-LR alone, the baseline (-1: not measured)
+  Pretrained pretrained;  // --pretrain-epochs: the initial word and n-gram tables of every new run
 };
 
 /// Words of a review: tokens holding a letter or digit (punctuation is not a word).
@@ -99,6 +100,7 @@ inline ModelConfig model_config(const Options& o, const RunSpec& r, const Prepar
                      .nblr_order = o.nblr_order,
                      .dropout = o.dropout,
                      .attn_dropout = o.attn_dropout,
+                     .ngram_dropout = o.ngram_dropout,
                      .checkpoint = attention && o.checkpoint};
 }
 
@@ -139,6 +141,8 @@ inline json run_options(const Options& o, const RunSpec& r) {
           {"--max-vocab", o.max_vocab},
           {"--ngram-buckets", o.ngram_buckets ? json(*o.ngram_buckets) : json("auto")},
           {"--ngram-order", o.ngram_order},
+          {"--ngram-dropout", o.ngram_dropout},
+          {"--pretrain-epochs", o.pretrain.epochs},
           {"--valid-fraction", o.valid_fraction}};
   if (r.variant != Variant::ablation)  // the ablation has no attention
     options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--pool", o.pool}, {"--post-norm", !o.norm_first},

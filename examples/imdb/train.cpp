@@ -158,6 +158,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   ImdbClassifier<Heads> model(cfg);
   model.init(o.train.seed);
   if (cfg.ensemble()) model.set_nblr(p.nblr, p.nblr_scale);  // fitted on the training portion only
+  if (!plan.resume && !p.pretrained.empty()) model.set_pretrained(p.pretrained);
   RunResult res;
   res.spec = r;
   res.heads = Heads;
