@@ -71,7 +71,7 @@ inline std::vector<std::size_t> kept_positions(std::size_t n, std::size_t max_le
 
 struct ModelConfig {
   std::size_t vocab = 0;
-  std::size_t max_len = 256;       // tokens the attention sees
+  std::size_t max_len = 4096;      // tokens the attention sees
   Truncate truncate = Truncate::head_tail;
   std::size_t layers = 1;          // encoder layers; 0: no attention (the ablation)
   Pool pool = Pool::mean_max;      // cls: a [CLS] token at position 0 (then max_len + 1 positions)

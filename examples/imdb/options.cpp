@@ -28,7 +28,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
   app.add_option("--ngram-dropout", o.ngram_dropout, "in training, drop each token's n-gram embedding whole with this probability (the rest scaled up)")
       ->check(examples::real(0, 0.95));
-  app.add_option("--max-len", o.max_len, "tokens kept per review")->check(examples::count(1, kMaxLen));
+  app.add_option("--max-len", o.max_len, "tokens kept per review (the default keeps whole reviews: aclImdb's longest has 2,803)")->check(examples::count(1, kMaxLen));
   app.add_option("--truncate", o.truncate, "tokens of a longer review the attention sees: head, tail or head+tail (half of each)")
       ->check(CLI::IsMember({"head", "tail", "head+tail"}));
   app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary")->check(examples::count(0, kMaxCount));

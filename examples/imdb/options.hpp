@@ -39,7 +39,7 @@ struct Options {
   bool sweep = false;
   bool ablation = true;         // also train the model without attention (mean+max of its inputs)
   std::string ensemble = "none";  // "nblr": also train the attention model + NB-LR ensemble
-  std::size_t max_len = 256, min_freq = 2, max_vocab = 30000, threads = 0;
+  std::size_t max_len = 4096, min_freq = 2, max_vocab = 30000, threads = 0;
   std::size_t layers = 1, window = 0;
   std::string pool = "cls";
   bool norm_first = true;
