@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Conformance cases of the layers and layer functions: layer_norm, masked pooling, dropout,
 // Linear, Embedding, LSTM, BiLSTM, a small BiLSTM classifier trained one step's worth
-// (forward, cross-entropy, backward) and checkpointed residual blocks with dropout. Parameters are initialised on the host from their names,
+// (forward, cross-entropy, backward), checkpointed residual blocks with dropout and an encoder's
+// first rows (forward_rows). Parameters are initialised on the host from their names,
 // so both backends start from the same weights. Included by the TUs that instantiate run_layers<T, B>.
 #pragma once
 #include "conformance_support.hpp"
@@ -215,6 +216,25 @@ Result checkpointed_blocks(std::uint64_t seed) {
   record_value(r, "y", y);
   record_grad(r, "x", x);
   record_parameter_grads<T, B>(r, m);
+  return r;
+}
+
+/// A two-layer pre-norm TransformerEncoder under a window with one global token, of which only
+/// the first row of the last layer is computed (forward_rows), over a padded batch.
+template <class T, class B>
+Result encoder_rows(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape(seed);
+  nn::TransformerEncoder<4, 32, T, B> enc(
+      nullptr, "enc", {.num_layers = 2, .layer = {.dim_feedforward = 48, .dropout = 0.0, .norm_first = true, .window = 3, .global_tokens = 1},
+                       .final_norm = true});
+  auto x = input<T, B>(rng, {3, 13, 32});
+  auto y = enc.forward_rows(tape, x, attn::Lengths{13, 6, 9}, 1);
+  backward_from(tape, y, rng);
+  Result r;
+  record_value(r, "y", y);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, enc);
   return r;
 }
 
