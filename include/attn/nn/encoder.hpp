@@ -164,9 +164,9 @@ class TransformerEncoderLayer : public Module {
   /// layer's forward gives, at a fraction of its cost when rows << T. Every position still gives its
   /// key and value, but only those rows' queries, attention, feed-forward and norms are computed:
   /// for a last layer of which a model reads only its first tokens (a [CLS] token). Each of those
-  /// rows must see every key: with a window, rows <= global_tokens; not causal; no attn_mask
-  /// (ArgumentError otherwise). The attention weights go through the dense path (no flash kernel):
-  /// rows x T scores per head.
+  /// rows must see every key: with a window, rows <= global_tokens, and not causal (ArgumentError
+  /// otherwise); it takes no attn_mask. The attention weights go through the dense path (no flash
+  /// kernel): rows x T scores per head.
   template <Context C, class S, TokenMask M>
   Var<T, AnyShape, B> forward_rows(C& ctx, const Var<T, S, B>& x, const M& mask, std::size_t rows) const {
     return rows_impl(ctx, x, &mask, rows);
