@@ -75,6 +75,34 @@ void golden_check(const attn::io::SafetensorsFile& f, Model& m, Run&& run, doubl
   for (auto& [name, v] : m.template named_parameter_vars<T>()) golden::expect_close(f, "grad." + name, v.grad(), tol);
 }
 
+using GradLayer = nn::TransformerEncoderLayer<2, 8, double>;
+
+/// A gradient check's inputs for a layer: x of extents x_dims, then every parameter in
+/// named_parameters() order (inputs 1..12), the norm weights near 1.
+std::vector<Tensor<double>> gradcheck_inputs(const GradLayer& layer, attn::Rng& rng, const Dims& x_dims) {
+  std::vector<Tensor<double>> in = {random<double>(rng, x_dims)};
+  for (auto& [name, p] : layer.named_parameters()) in.push_back(random<double>(rng, p->dims(), -0.8, 0.8));
+  for (std::size_t i = 9; i <= 12; i += 2)
+    for (std::size_t k = 0; k < in[i].numel(); ++k) in[i][k] += 1.0;
+  return in;
+}
+
+/// Points the layer's parameters at the check's inputs 1..12 (gradcheck_inputs' order).
+void bind_parameters(GradLayer& layer, std::vector<attn::Var<double>>& v) {
+  layer.self_attn.in_proj_weight = v[1];
+  layer.self_attn.in_proj_bias = v[2];
+  layer.self_attn.out_proj.weight = v[3];
+  layer.self_attn.out_proj.bias = v[4];
+  layer.linear1.weight = v[5];
+  layer.linear1.bias = v[6];
+  layer.linear2.weight = v[7];
+  layer.linear2.bias = v[8];
+  layer.norm1.weight = v[9];
+  layer.norm1.bias = v[10];
+  layer.norm2.weight = v[11];
+  layer.norm2.bias = v[12];
+}
+
 template <class T>
 void golden_layer(const std::string& file, double tol) {
   auto f = golden::load(file);
@@ -236,24 +264,9 @@ TEST_CASE("gradcheck: TransformerEncoderLayer in double, x and every parameter, 
       nn::TransformerEncoderLayer<2, 8, double> layer(nullptr, "layer",
                                                       {.dim_feedforward = 12, .dropout = 0.0, .activation = act, .norm_first = norm_first});
       attn::Rng rng(norm_first ? 7 : 8);
-      std::vector<Tensor<double>> in = {random<double>(rng, {2, 4, 8})};
-      for (auto& [name, p] : layer.named_parameters()) in.push_back(random<double>(rng, p->dims(), -0.8, 0.8));
-      for (std::size_t i = 9; i <= 12; i += 2)  // norm weights near 1
-        for (std::size_t k = 0; k < in[i].numel(); ++k) in[i][k] += 1.0;
-      // The parameters are the check's inputs 1..12, in named_parameters() order.
+      const auto in = gradcheck_inputs(layer, rng, {2, 4, 8});
       auto f = [&](Tape& t, std::vector<V>& v) {
-        layer.self_attn.in_proj_weight = v[1];
-        layer.self_attn.in_proj_bias = v[2];
-        layer.self_attn.out_proj.weight = v[3];
-        layer.self_attn.out_proj.bias = v[4];
-        layer.linear1.weight = v[5];
-        layer.linear1.bias = v[6];
-        layer.linear2.weight = v[7];
-        layer.linear2.bias = v[8];
-        layer.norm1.weight = v[9];
-        layer.norm1.bias = v[10];
-        layer.norm2.weight = v[11];
-        layer.norm2.bias = v[12];
+        bind_parameters(layer, v);
         return layer(t, v[0], attn::Lengths{4, 2});
       };
       testutil::check_gradients(std::string(norm_first ? "pre-norm" : "post-norm") + (act == nn::Activation::gelu ? ", gelu" : ", relu"), f,
@@ -375,23 +388,9 @@ TEST_CASE("gradcheck: TransformerEncoderLayer::forward_rows in double, x and eve
   for (bool norm_first : {false, true}) {
     nn::TransformerEncoderLayer<2, 8, double> layer(nullptr, "layer", {.dim_feedforward = 12, .dropout = 0.0, .norm_first = norm_first});
     attn::Rng rng(norm_first ? 17 : 18);
-    std::vector<Tensor<double>> in = {random<double>(rng, {2, 5, 8})};
-    for (auto& [name, p] : layer.named_parameters()) in.push_back(random<double>(rng, p->dims(), -0.8, 0.8));
-    for (std::size_t i = 9; i <= 12; i += 2)  // norm weights near 1
-      for (std::size_t k = 0; k < in[i].numel(); ++k) in[i][k] += 1.0;
+    const auto in = gradcheck_inputs(layer, rng, {2, 5, 8});
     auto f = [&](Tape& t, std::vector<V>& v) {
-      layer.self_attn.in_proj_weight = v[1];
-      layer.self_attn.in_proj_bias = v[2];
-      layer.self_attn.out_proj.weight = v[3];
-      layer.self_attn.out_proj.bias = v[4];
-      layer.linear1.weight = v[5];
-      layer.linear1.bias = v[6];
-      layer.linear2.weight = v[7];
-      layer.linear2.bias = v[8];
-      layer.norm1.weight = v[9];
-      layer.norm1.bias = v[10];
-      layer.norm2.weight = v[11];
-      layer.norm2.bias = v[12];
+      bind_parameters(layer, v);
       return layer.forward_rows(t, v[0], attn::Lengths{5, 3}, 2);
     };
     testutil::check_gradients(norm_first ? "forward_rows, pre-norm" : "forward_rows, post-norm", f, in);
