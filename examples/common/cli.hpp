@@ -68,8 +68,8 @@ inline CLI::Validator except(std::uint64_t bad, const std::string& why) {
 /// --threads: 0 (ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores) or 1..4096, like ATTN_NUM_THREADS.
 inline constexpr std::uint64_t kMaxThreads = 4096;
 
-/// Registers --out, --epochs, --batch, --lr, --weight-decay, --warmup, --patience, --clip,
-/// --on-nonfinite, --seed, --resume, --overwrite and --stop-after, each with its range.
+/// Registers --out, --epochs, --batch, --lr, --weight-decay, --warmup, --ema, --ema-every, --patience,
+/// --clip, --on-nonfinite, --seed, --resume, --overwrite and --stop-after, each with its range.
 inline void add_training_flags(CLI::App& app, TrainOptions& t) {
   app.add_option("--out", t.out, "output directory (one sub-directory per head count)");
   app.add_option("--epochs", t.epochs, "maximum epochs")->check(count(1, kMaxTrainEpochs));
@@ -77,6 +77,12 @@ inline void add_training_flags(CLI::App& app, TrainOptions& t) {
   app.add_option("--lr", t.lr, "peak learning rate (AdamW)")->check(real(0, 1e30, true));
   app.add_option("--weight-decay", t.weight_decay, "AdamW weight decay")->check(real(0, 100));
   app.add_option("--warmup", t.warmup, "fraction of steps for linear warm-up (then cosine decay)")->check(real(0, 1));
+  app.add_option("--ema", t.ema,
+                 "keep a moving average of the weights with this decay per step (e.g. 0.999; 0: none): validation, the choice of the "
+                 "best epoch and the saved model use the average")
+      ->check(real(0, 0.9999999));
+  app.add_option("--ema-every", t.ema_every, "fold the weights into the --ema average every N steps (decay^N), for large embedding tables")
+      ->check(count(1, 1u << 20));
   app.add_option("--patience", t.patience, "stop after this many epochs without validation improvement")->check(count(1, kMaxTrainEpochs));
   app.add_option("--clip", t.clip, "gradient-norm clipping threshold (0: off)")->check(real(0, 1e30));
   app.add_option("--on-nonfinite", t.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")

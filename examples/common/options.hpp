@@ -19,6 +19,8 @@ struct TrainOptions {
   std::uint64_t seed = 42;     // the data order and dropout (the programs also seed their split and initialisation with it)
   std::size_t epochs = 5, batch = 64, patience = 3;
   double lr = 2e-3, weight_decay = 0.01, warmup = 0.05, clip = 1.0;
+  double ema = 0;              // decay of the weights' moving average (0: none); see optim::Ema
+  long long ema_every = 1;     // fold the weights into the average every N steps
   bool resume = false;
   bool overwrite = false;      // replace the run a directory already holds
   std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)

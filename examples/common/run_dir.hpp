@@ -5,6 +5,7 @@
 //   state.json             the commit point: epochs done, step, history (see training.hpp)
 //   model.safetensors      the best epoch's weights
 //   last.safetensors, optimizer.safetensors   the last committed epoch's weights and optimizer
+//   ema.safetensors        with --ema: the last committed epoch's moving average of the weights
 //   metrics.jsonl          one line per committed epoch
 //   <file>.pending         an epoch's checkpoint written but not yet committed (see commit_epoch)
 // A run first inspects every directory it will use (inspect_run_dir: options against config.json,
@@ -37,10 +38,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 /// The files that make a directory hold a run.
-inline constexpr const char* kRunFiles[] = {"config.json",      "vocab.txt",          "state.json",       "model.safetensors",
-                                            "last.safetensors", "optimizer.safetensors", "metrics.jsonl"};
-/// The checkpoints written at the end of an epoch, committed by state.json.
-inline constexpr const char* kCheckpoints[] = {"model.safetensors", "last.safetensors", "optimizer.safetensors"};
+inline constexpr const char* kRunFiles[] = {"config.json",      "vocab.txt",             "state.json",      "model.safetensors",
+                                            "last.safetensors", "optimizer.safetensors", "ema.safetensors", "metrics.jsonl"};
+/// The checkpoints written at the end of an epoch, committed by state.json (ema.safetensors only
+/// with --ema).
+inline constexpr const char* kCheckpoints[] = {"model.safetensors", "last.safetensors", "optimizer.safetensors", "ema.safetensors"};
 
 inline bool present(const fs::path& p) {
   std::error_code ec;
@@ -67,6 +69,7 @@ struct ResumeState {
   double best_valid = 0;
   std::vector<EpochRecord> history;
   std::filesystem::path last, optimizer;  // the committed checkpoints (a .pending file when not yet renamed)
+  std::filesystem::path ema;              // with --ema, the committed average; empty without
 };
 
 /// The largest step count a run may have (state.json).
@@ -158,8 +161,8 @@ inline void check_same_options(const nlohmann::json& config, const nlohmann::jso
 /// check_same_options). Reads only. Throws, naming the file or option, when:
 ///  - without --resume, the directory already holds a run and --overwrite is not given;
 ///  - with --resume, config.json, state.json or vocab.txt is missing, malformed or out of range,
-///    or an option differs from config.json's; last.safetensors or optimizer.safetensors is
-///    missing or belongs to another epoch.
+///    or an option differs from config.json's; last.safetensors or optimizer.safetensors (and with
+///    --ema, ema.safetensors) is missing or belongs to another epoch.
 /// With --resume and no state.json (a run interrupted before its first epoch ended) the run starts
 /// afresh, unless checkpoints are there.
 inline RunPlan inspect_run_dir(const std::filesystem::path& dir, const TrainOptions& t, const nlohmann::json& options) {
@@ -195,7 +198,9 @@ inline RunPlan inspect_run_dir(const std::filesystem::path& dir, const TrainOpti
   check_same_options(plan.config, options, dir / "config.json");
   plan.state = read_state(dir / "state.json");
   // The committed checkpoints: a .pending one of the committed epoch has not been renamed yet.
-  for (auto [name, out] : {std::pair{"last.safetensors", &plan.state.last}, std::pair{"optimizer.safetensors", &plan.state.optimizer}}) {
+  std::vector<std::pair<const char*, fs::path*>> wanted{{"last.safetensors", &plan.state.last}, {"optimizer.safetensors", &plan.state.optimizer}};
+  if (t.ema > 0) wanted.push_back({"ema.safetensors", &plan.state.ema});
+  for (auto [name, out] : wanted) {
     const fs::path final_path = dir / name, pending = pending_path(final_path);
     if (present(pending) && checkpoint_epoch(pending) == plan.state.epochs_done) {
       *out = pending;
@@ -302,8 +307,8 @@ inline void write_run_start(const RunPlan& plan, const attn::data::Vocab& vocab,
 /// The training loop's options that bind a run directory (config.json "options", beside each
 /// program's own): --resume refuses a different value.
 inline nlohmann::json train_run_options(const TrainOptions& t) {
-  return {{"--seed", t.seed}, {"--batch", t.batch}, {"--lr", t.lr},
-          {"--weight-decay", t.weight_decay}, {"--warmup", t.warmup}, {"--clip", t.clip}};
+  return {{"--seed", t.seed},       {"--batch", t.batch}, {"--lr", t.lr},  {"--weight-decay", t.weight_decay},
+          {"--warmup", t.warmup}, {"--clip", t.clip},   {"--ema", t.ema}, {"--ema-every", t.ema_every}};
 }
 
 /// Checks that every resumed directory of a sweep has the same vocabulary and returns it (nullptr:

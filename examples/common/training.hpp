@@ -6,9 +6,11 @@
 //   model.safetensors      the best epoch's weights (by validation accuracy)
 //   last.safetensors, optimizer.safetensors, state.json   the last epoch's weights, the optimizer
 //                          and the loop's counters and history, for --resume
+//   ema.safetensors        with --ema, the last epoch's moving average of the weights (optim::Ema);
+//                          the average is what is validated and saved as model.safetensors
 //   metrics.jsonl          one line per epoch
 // An epoch ends with: its metrics.jsonl line appended; model.safetensors (when best),
-// last.safetensors and optimizer.safetensors written as <name>.pending; state.json replaced (the
+// last.safetensors, optimizer.safetensors (and ema.safetensors) written as <name>.pending; state.json replaced (the
 // commit point); the .pending files renamed. Killed anywhere in between, the directory holds the
 // previous committed epoch (whose model.safetensors still loads) and --resume repeats the epoch
 // exactly: it finishes or drops the .pending files and cuts metrics.jsonl back (begin_writing).
@@ -30,6 +32,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +81,10 @@ void check_resume(Model& model, const RunPlan& plan, const TrainOptions& t, std:
   attn::io::load(model, plan.state.last);
   attn::optim::Adam<float> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
   attn::io::load_optimizer(opt, plan.state.optimizer);
+  if (t.ema > 0) {
+    attn::optim::Ema<float> ema(model, {.decay = t.ema, .every = t.ema_every});
+    attn::io::load_ema(ema, plan.state.ema);
+  }
   if (opt.steps() > plan.state.step)
     throw attn::FormatError::at_offset(plan.state.optimizer.string(), 0,
                                        fmt::format("metadata 'step' {} exceeds state.json's step {}", opt.steps(), plan.state.step));
@@ -123,6 +130,12 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
 
   par.attach(model);  // data-parallel: rank 0's weights everywhere, averaged gradients
   attn::optim::NonFiniteGuard guard(attn::optim::parse_on_non_finite(t.on_non_finite));
+  // The moving average starts from the weights training starts (or resumes) from.
+  std::optional<attn::optim::Ema<float>> ema;
+  if (t.ema > 0) {
+    ema.emplace(model, attn::optim::EmaOptions{.decay = t.ema, .every = t.ema_every});
+    if (plan.resume) attn::io::load_ema(*ema, dir / "ema.safetensors");
+  }
   for (std::size_t epoch = start_epoch; epoch < t.epochs && stale < t.patience; ++epoch) {
     if (t.stop_after && epoch == start_epoch + t.stop_after) {
       fmt::print("stopping after {} epoch(s) as asked; continue with --resume\n", t.stop_after);
@@ -147,6 +160,7 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
       if (guard.check(lv, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
         opt.set_lr(sched(step));
         opt.step();
+        if (ema) ema->update();
         loss_sum += lv * double(idx.size());
         counted += idx.size();
       }
@@ -158,7 +172,13 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
     const double train_loss = counted ? loss_sum / double(counted) : std::nan("");
     const double secs = bar.finish();
     model.eval();
-    const Validation v = validate();
+    Validation v = validate();
+    if (ema) {  // the live weights' figure for the log; the average's decides and is saved
+      fmt::print("epoch {}: the live weights' validation accuracy {:.2f}% (loss {:.4f}); the moving average's follows\n", epoch + 1,
+                 100 * v.accuracy, v.loss);
+      ema->swap();
+      v = validate();
+    }
     log.train_seconds += secs;
     log.history.push_back({epoch + 1, train_loss, v.loss, v.accuracy, v.macro_f1, secs});
     fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.2f}%{} ({:.0f}s, {:.0f} samples/s)\n", epoch + 1,
@@ -184,10 +204,12 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
     } else {
       ++stale;
     }
+    if (ema) ema->swap();  // the live weights again
     if (!par.main()) continue;
     // Resumable state: the last weights, the optimizer, and the loop counters; state.json commits them.
     attn::io::save(model, pending_path(dir / "last.safetensors"), {{"epoch", epoch_str}});
     attn::io::save_optimizer(opt, pending_path(dir / "optimizer.safetensors"), {{"epoch", epoch_str}});
+    if (ema) attn::io::save_ema(*ema, pending_path(dir / "ema.safetensors"), {{"epoch", epoch_str}});
     json hist = json::array();
     for (auto& e : log.history) hist.push_back(training_detail::to_json(e));
     attn::data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"step", step}, {"stale", stale},

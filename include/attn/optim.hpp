@@ -5,3 +5,4 @@
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "optim/guard.hpp"
+#include "optim/ema.hpp"

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Exact resume: training for 2 epochs must give bit-identical weights and optimizer state to
 # training for 1 epoch, stopping, and resuming for the second (same data order, same dropout
-# streams, same Adam state and learning-rate schedule). Also checks the numerical guard: a
+# streams, same Adam state and learning-rate schedule), with and without --ema (whose average is
+# resumed from ema.safetensors and is what model.safetensors holds). Also checks the numerical guard: a
 # learning rate that blows the weights up stops the run naming the first parameter with a
 # non-finite gradient, and --on-nonfinite skip counts the steps and finishes.
 #   cmake -DPROGRAM=<imdb|clue> -DDATA=<dir> -DWORK=<dir> "-DARGS=<extra args>" -P resume_exact.cmake
@@ -34,6 +35,28 @@ list(LENGTH lines n)
 if(NOT n EQUAL 2)
   message(FATAL_ERROR "resumed metrics.jsonl: expected 2 epoch lines, found ${n}")
 endif()
+
+# The same with a moving average of the weights: the average resumes exactly too; the log gives the
+# live weights' accuracy beside it; model.safetensors holds the average, not last.safetensors' weights;
+# resuming it without --ema is refused.
+set(ema_args --ema 0.9 --ema-every 2)
+smoke_run(ema_straight 0 ${common} ${ema_args} --out "${WORK}/ema_straight")
+smoke_expect_match("${ema_straight_output}" "the live weights' validation accuracy [0-9.]+%" "--ema")
+smoke_run(ema_first 0 ${common} ${ema_args} --out "${WORK}/ema_resumed" --stop-after 1)
+smoke_run(ema_second 0 ${common} ${ema_args} --out "${WORK}/ema_resumed" --resume)
+foreach(f last.safetensors optimizer.safetensors ema.safetensors model.safetensors)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${WORK}/ema_straight/h2/${f}" "${WORK}/ema_resumed/h2/${f}" RESULT_VARIABLE diff)
+  if(NOT diff EQUAL 0)
+    message(FATAL_ERROR "--ema: ${f}: 2 epochs straight and 1 + resume 1 differ")
+  endif()
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${WORK}/ema_straight/h2/model.safetensors" "${WORK}/ema_straight/h2/last.safetensors"
+                RESULT_VARIABLE same)
+if(same EQUAL 0)
+  message(FATAL_ERROR "--ema: model.safetensors equals last.safetensors: the saved model is not the average")
+endif()
+smoke_run(ema_mismatch fail ${common} --out "${WORK}/ema_resumed" --resume)
+smoke_expect_match("${ema_mismatch_output}" "--ema" "resuming an --ema run without --ema")
 
 # Numerical guard.
 smoke_run(diverge fail "${PROGRAM}" --data "${DATA}" --epochs 1 --heads 2 --lr 1e30 --clip 0 ${extra} --out "${WORK}/diverge")

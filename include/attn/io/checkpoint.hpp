@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../nn/module.hpp"
+#include "../optim/ema.hpp"
 #include "../optim/optimizer.hpp"
 #include "safetensors.hpp"
 
@@ -176,6 +177,76 @@ MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& 
     B::template from_host<T>(dst.data(), reinterpret_cast<const T*>(r.bytes.data()), dst.numel());
   }
   opt.set_steps(step);
+  return f.metadata;
+}
+
+namespace detail {
+inline long long ema_count(const MetadataMap& md, const char* key, std::vector<std::string>& problems) {
+  long long v = 0;
+  auto m = md.find(key);
+  if (m == md.end()) {
+    problems.push_back(std::string("metadata has no '") + key + "'");
+    return 0;
+  }
+  const std::string& sv = m->second;
+  auto [ptr, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), v);
+  if (ec != std::errc() || ptr != sv.data() + sv.size() || v < 0 || v > kMaxOptimizerStep)
+    problems.push_back(std::string("metadata '") + key + "' is not an integer in [0, 2^53]: '" + sv + "'");
+  return v;
+}
+}  // namespace detail
+
+/// Writes a parameter average (optim::Ema) atomically: one tensor per parameter under the
+/// parameter's own name (so the file also loads into the model as its weights, as a torch
+/// AveragedModel's averages do), and metadata 'ema_steps', 'ema_updates', 'ema_decay', 'ema_every'.
+/// The Ema must not be swapped (the model would hold the average and the Ema the live weights).
+template <class T, class B>
+void save_ema(const optim::Ema<T, B>& ema, const std::filesystem::path& path, MetadataMap metadata = {}) {
+  if (ema.swapped()) throw std::logic_error("io::save_ema: the Ema is swapped (the model holds the average); swap() back first");
+  TensorMap m;
+  for (auto& [name, t] : ema.state()) m.emplace(name, detail::record_of(t));
+  metadata["ema_steps"] = std::to_string(ema.steps());
+  metadata["ema_updates"] = std::to_string(ema.updates());
+  metadata["ema_decay"] = std::to_string(ema.options().decay);
+  metadata["ema_every"] = std::to_string(ema.options().every);
+  write_safetensors(path, m, metadata);
+}
+
+/// Restores what save_ema wrote into an Ema made with the same options: names, shapes and dtypes
+/// must match, every value be finite, 'ema_every' equal the Ema's and the counters consistent.
+/// Everything is checked first: on a FormatError the Ema is left as it was.
+template <class T, class B>
+MetadataMap load_ema(optim::Ema<T, B>& ema, const std::filesystem::path& path) {
+  if (ema.swapped()) throw std::logic_error("io::load_ema: the Ema is swapped (the model holds the average); swap() back first");
+  auto f = read_safetensors(path);
+  std::vector<std::string> problems;
+  auto state = ema.state();
+  for (auto& [name, t] : state) {
+    auto it = f.tensors.find(name);
+    if (it == f.tensors.end()) problems.push_back("missing tensor '" + name + "'");
+    else if (it->second.shape != detail::shape_of(t.dims()) || it->second.dtype != detail::file_dtype(dtype_of<T>()))
+      problems.push_back("'" + name + "': shape or dtype differs from the parameter's " + t.dims().str());
+    else
+      detail::non_finite_problem(problems, name, it->second);
+  }
+  if (f.tensors.size() != state.size()) problems.push_back("the file holds " + std::to_string(f.tensors.size()) + " tensors, the model " + std::to_string(state.size()) + " parameters");
+  const long long steps = detail::ema_count(f.metadata, "ema_steps", problems);
+  const long long updates = detail::ema_count(f.metadata, "ema_updates", problems);
+  const long long every = detail::ema_count(f.metadata, "ema_every", problems);
+  if (f.metadata.count("ema_every") && every != ema.options().every)
+    problems.push_back("metadata 'ema_every' is " + std::to_string(every) + ", the Ema folds every " + std::to_string(ema.options().every) + " steps");
+  else if (f.metadata.count("ema_steps") && f.metadata.count("ema_updates") && updates != steps / ema.options().every)
+    problems.push_back("metadata 'ema_updates' " + std::to_string(updates) + " does not follow from 'ema_steps' " + std::to_string(steps));
+  if (!problems.empty()) {
+    std::string msg = "does not fit the parameter average:";
+    for (auto& p : problems) msg += "\n  " + p;
+    throw FormatError::at_offset(f.source, 0, msg);
+  }
+  for (auto& [name, t] : state) {
+    auto dst = t;  // shares storage with the average
+    B::template from_host<T>(dst.data(), reinterpret_cast<const T*>(f.tensors.at(name).bytes.data()), dst.numel());
+  }
+  ema.set_counts(steps, updates);
   return f.metadata;
 }
 

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: MIT
+// An exponential moving average of a model's parameters (Polyak-Ruppert averaging as timm's
+// ModelEmaV2 and torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn compute it):
+// after optimizer steps, avg = d avg + (1 - d) param. The averaged weights are what one evaluates
+// and ships; the optimizer keeps stepping the live ones.
+//   attn::optim::Ema<float> ema(model, {.decay = 0.999});
+//   ... opt.step(); ema.update();
+//   ema.swap();  evaluate, io::save(model, ...);  ema.swap();   // back to the live weights
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "optimizer.hpp"
+
+namespace attn::optim {
+
+struct EmaOptions {
+  /// Weight of the running average per step, in [0, 1): 0.999 averages over roughly the last
+  /// 1 / (1 - d) = 1,000 steps.
+  double decay = 0.999;
+  /// Fold the parameters in every N steps, with decay^N, the same horizon: for models whose large
+  /// embedding tables make a pass over every parameter cost more than the step itself.
+  long long every = 1;
+  /// Early folds use min(decay^N, (1 + u) / (10 + u)) at fold u (TensorFlow's num_updates rule), so
+  /// the average is not held back by the initial weights for the first thousand steps.
+  bool warmup = true;
+};
+
+/// The average lives in tensors beside the parameters, initialised to the parameters' values when
+/// the Ema is made (make it after loading or initialising the weights). swap() exchanges the two:
+/// while swapped, the model holds the average, and update() refuses to run.
+template <class T = float, class B = cpu>
+class Ema {
+  static_assert(B::host_accessible, "optim::Ema: this backend provides its own kernel");
+
+ public:
+  Ema(const nn::Module& model, EmaOptions opt = {}) : Ema(NamedParams<T, B>::of(model), opt) {}
+  Ema(NamedParams<T, B> params, EmaOptions opt) : p_(std::move(params)), opt_(opt) {
+    if (!(opt_.decay >= 0 && opt_.decay < 1)) throw std::invalid_argument("optim::Ema: decay must be in [0, 1), is " + std::to_string(opt_.decay));
+    if (opt_.every < 1) throw std::invalid_argument("optim::Ema: every must be at least 1, is " + std::to_string(opt_.every));
+    for (auto& v : p_.vars) {
+      Tensor<T, AnyShape, B> a(v.dims());
+      std::copy_n(v.data()->value.data(), a.numel(), a.data());
+      avg_.push_back(std::move(a));
+    }
+  }
+
+  /// The decay of fold u (0-based).
+  double decay_at(long long u) const {
+    const double d = std::pow(opt_.decay, double(opt_.every));
+    return opt_.warmup ? std::min(d, (1.0 + double(u)) / (10.0 + double(u))) : d;
+  }
+
+  /// Call after each optimizer step: every `every`-th call folds the parameters into the average.
+  void update() {
+    if (swapped_) throw std::logic_error("optim::Ema::update: the model holds the average (swap() back first)");
+    if (++steps_ % opt_.every != 0) return;
+    const T d = T(decay_at(updates_++)), e = T(1) - d;
+    for (std::size_t k = 0; k < p_.vars.size(); ++k) {
+      const T* p = p_.vars[k].data()->value.data();
+      T* a = avg_[k].data();
+      const long long n = static_cast<long long>(avg_[k].numel());
+#if defined(_OPENMP)
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+#endif
+      for (long long i = 0; i < n; ++i) a[i] = d * a[i] + e * p[i];
+    }
+  }
+
+  /// Exchanges the parameters' values with the average (no copy of either is made).
+  void swap() {
+    for (std::size_t k = 0; k < p_.vars.size(); ++k) {
+      auto& d = *p_.vars[k].data();
+      std::swap_ranges(avg_[k].data(), avg_[k].data() + avg_[k].numel(), d.value.data());
+      d.mark_value_written();
+    }
+    swapped_ = !swapped_;
+  }
+  bool swapped() const { return swapped_; }
+
+  long long steps() const { return steps_; }      // update() calls
+  long long updates() const { return updates_; }  // folds
+  const EmaOptions& options() const { return opt_; }
+  const NamedParams<T, B>& named_params() const { return p_; }
+  /// What the model does not hold now: the average, or (while swapped) the live weights.
+  const Tensor<T, AnyShape, B>& other(std::size_t k) const { return avg_[k]; }
+
+  /// Named state for checkpoints: "<param>" holding what the model does not (the average unless
+  /// swapped), as torch's AveragedModel keeps the average under the module's own names.
+  std::vector<std::pair<std::string, Tensor<T, AnyShape, B>>> state() const {
+    std::vector<std::pair<std::string, Tensor<T, AnyShape, B>>> s;
+    for (std::size_t k = 0; k < p_.vars.size(); ++k) s.push_back({p_.names[k], avg_[k]});
+    return s;
+  }
+  /// Restores the counters of a checkpoint (the tensors come through state()'s shared storage).
+  void set_counts(long long steps, long long updates) {
+    if (steps < 0 || updates < 0 || updates > steps / opt_.every)
+      throw std::invalid_argument("optim::Ema: " + std::to_string(updates) + " folds cannot come from " + std::to_string(steps) +
+                                  " steps at every = " + std::to_string(opt_.every));
+    steps_ = steps, updates_ = updates;
+  }
+
+ private:
+  NamedParams<T, B> p_;
+  EmaOptions opt_;
+  std::vector<Tensor<T, AnyShape, B>> avg_;
+  long long steps_ = 0, updates_ = 0;
+  bool swapped_ = false;
+};
+
+}  // namespace attn::optim
