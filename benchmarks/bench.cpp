@@ -42,6 +42,7 @@ inline const std::vector<int> kR4Lengths = {38, 45, 23, 26, 15, 22, 15, 10, 21, 
 struct Timing {
   double median_ms;
   double samples_per_s;
+  double step_pool_peak_mb = -1;  // fwd_bwd_case: the most host-pool memory a step held beyond what was held before it
 };
 
 /// 5 warm-ups, then the median of `iters` timed runs of f (which processes `samples` samples).
@@ -92,7 +93,11 @@ Timing fwd_bwd_case(attn::Rng& rng, std::size_t b, std::size_t t, int iters, con
   Tensor<float> seed({b, t, 256});
   for (std::size_t i = 0; i < seed.numel(); ++i) seed[i] = float(rng.uniform(-1, 1));
   attn::Tape tape;
-  return time_it(
+  // The step's own peak in attn's host pool (activations kept for backward, gradients, scratch),
+  // over what the parameters, input and seed already hold.
+  const std::size_t held = attn::cpu::pool_stats().in_use_bytes;
+  attn::cpu::reset_pool_peak();
+  Timing timing = time_it(
       [&] {
         auto y = f(tape, xin);
         tape.backward(y, seed);
@@ -101,6 +106,8 @@ Timing fwd_bwd_case(attn::Rng& rng, std::size_t b, std::size_t t, int iters, con
         tape.clear();
       },
       b, iters);
+  timing.step_pool_peak_mb = double(attn::cpu::pool_stats().peak_bytes - held) / (1024.0 * 1024.0);
+  return timing;
 }
 
 inline const char* kCaseNames =
@@ -182,6 +189,7 @@ inline json run_case(const std::string& name, int iters) {
   }
   j["median_ms"] = t.median_ms;
   j["samples_per_s"] = t.samples_per_s;
+  if (t.step_pool_peak_mb >= 0) j["step_pool_peak_mb"] = t.step_pool_peak_mb;
   if (flops > 0) j["gflops"] = flops * t.samples_per_s / 1e9;
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
