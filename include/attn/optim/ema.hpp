@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// An exponential moving average of a model's parameters (Polyak-Ruppert averaging as timm's
-// ModelEmaV2 and torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn compute it):
-// after optimizer steps, avg = d avg + (1 - d) param. The averaged weights are what one evaluates
-// and ships; the optimizer keeps stepping the live ones.
+// An exponential moving average of a model's parameters, as timm's ModelEmaV2 computes it: after
+// optimizer steps, avg = d avg + (1 - d) param, starting from the weights the Ema is made from
+// (torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn applies the same rule but starts
+// from the first step's weights). The averaged weights are what one evaluates and ships; the
+// optimizer keeps stepping the live ones.
 //   attn::optim::Ema<float> ema(model, {.decay = 0.999});
 //   ... opt.step(); ema.update();
 //   ema.swap();  evaluate, io::save(model, ...);  ema.swap();   // back to the live weights
