@@ -128,6 +128,61 @@ inline MetadataMap load(nn::Module& model, const std::filesystem::path& path) {
   return f.metadata;
 }
 
+namespace detail {
+
+/// Checks that `file` holds exactly the tensors of `state` (an optimizer's moments, an Ema's
+/// averages), each with its shape, attn's dtype and finite values; `whose` names the owner in the
+/// messages ("the optimizer's", "the parameter's") and `count` what state.size() counts.
+template <class T, class State>
+void check_state_tensors(const SafetensorsFile& file, const State& state, const char* whose, const std::string& count, std::vector<std::string>& problems) {
+  for (auto& [name, t] : state) {
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) problems.push_back("missing tensor '" + name + "'");
+    else if (it->second.shape != shape_of(t.dims()) || it->second.dtype != file_dtype(dtype_of<T>()))
+      problems.push_back("'" + name + "': shape or dtype differs from " + whose + " " + t.dims().str());
+    else
+      non_finite_problem(problems, name, it->second);
+  }
+  if (file.tensors.size() != state.size())
+    problems.push_back("the file holds " + std::to_string(file.tensors.size()) + " tensors, " + count);
+}
+
+/// Metadata `key` as a count in [0, 2^53]; a problem if it is missing or is not one (then 0).
+inline long long metadata_count(const MetadataMap& md, const char* key, std::vector<std::string>& problems) {
+  long long v = 0;
+  auto m = md.find(key);
+  if (m == md.end()) {
+    problems.push_back(std::string("metadata has no '") + key + "'");
+    return 0;
+  }
+  const std::string& sv = m->second;
+  auto [ptr, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), v);
+  if (ec != std::errc() || ptr != sv.data() + sv.size() || v < 0 || v > kMaxOptimizerStep) {
+    problems.push_back(std::string("metadata '") + key + "' is not an integer in [0, 2^53]: '" + sv + "'");
+    return 0;
+  }
+  return v;
+}
+
+/// Throws a FormatError at `file` listing `problems` under `what`, if there are any.
+inline void throw_problems(const SafetensorsFile& file, const char* what, const std::vector<std::string>& problems) {
+  if (problems.empty()) return;
+  std::string msg = what;
+  for (auto& p : problems) msg += "\n  " + p;
+  throw FormatError::at_offset(file.source, 0, msg);
+}
+
+/// Copies the checked tensors of `file` into `state`'s (which share storage with their owner).
+template <class T, class B, class State>
+void copy_state(const SafetensorsFile& file, State& state) {
+  for (auto& [name, t] : state) {
+    auto dst = t;
+    B::template from_host<T>(dst.data(), reinterpret_cast<const T*>(file.tensors.at(name).bytes.data()), dst.numel());
+  }
+}
+
+}  // namespace detail
+
 /// Writes an Adam/AdamW optimizer's moments ("<param>.exp_avg", "<param>.exp_avg_sq") and its
 /// step count (metadata "step") atomically, for exact resumption.
 template <class T, class B>
@@ -147,54 +202,14 @@ MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& 
   auto f = read_safetensors(path);
   std::vector<std::string> problems;
   auto state = opt.state();
-  for (auto& [name, t] : state) {
-    auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) problems.push_back("missing tensor '" + name + "'");
-    else if (it->second.shape != detail::shape_of(t.dims()) || it->second.dtype != detail::file_dtype(dtype_of<T>()))
-      problems.push_back("'" + name + "': shape or dtype differs from the optimizer's " + t.dims().str());
-    else
-      detail::non_finite_problem(problems, name, it->second);
-  }
-  if (f.tensors.size() != state.size()) problems.push_back("the file holds " + std::to_string(f.tensors.size()) + " tensors, the optimizer " + std::to_string(state.size()));
-  long long step = 0;
-  if (auto m = f.metadata.find("step"); m == f.metadata.end()) {
-    problems.push_back("metadata has no 'step'");
-  } else {
-    const std::string& sv = m->second;
-    auto [ptr, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), step);
-    if (ec != std::errc() || ptr != sv.data() + sv.size() || step < 0 || step > detail::kMaxOptimizerStep)
-      problems.push_back("metadata 'step' is not an integer in [0, 2^53]: '" + sv + "'");
-  }
-  if (!problems.empty()) {
-    std::string msg = "does not fit the optimizer:";
-    for (auto& p : problems) msg += "\n  " + p;
-    throw FormatError::at_offset(f.source, 0, msg);
-  }
+  detail::check_state_tensors<T>(f, state, "the optimizer's", "the optimizer " + std::to_string(state.size()), problems);
+  const long long step = detail::metadata_count(f.metadata, "step", problems);
+  detail::throw_problems(f, "does not fit the optimizer:", problems);
   // Everything is checked: from here on nothing throws on the file's account.
-  for (auto& [name, t] : state) {
-    auto& r = f.tensors.at(name);
-    auto dst = t;  // shares storage with the optimizer's moment
-    B::template from_host<T>(dst.data(), reinterpret_cast<const T*>(r.bytes.data()), dst.numel());
-  }
+  detail::copy_state<T, B>(f, state);
   opt.set_steps(step);
   return f.metadata;
 }
-
-namespace detail {
-inline long long ema_count(const MetadataMap& md, const char* key, std::vector<std::string>& problems) {
-  long long v = 0;
-  auto m = md.find(key);
-  if (m == md.end()) {
-    problems.push_back(std::string("metadata has no '") + key + "'");
-    return 0;
-  }
-  const std::string& sv = m->second;
-  auto [ptr, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), v);
-  if (ec != std::errc() || ptr != sv.data() + sv.size() || v < 0 || v > kMaxOptimizerStep)
-    problems.push_back(std::string("metadata '") + key + "' is not an integer in [0, 2^53]: '" + sv + "'");
-  return v;
-}
-}  // namespace detail
 
 /// Writes a parameter average (optim::Ema) atomically: one tensor per parameter under the
 /// parameter's own name (so the file also loads into the model as its weights, as a torch
@@ -221,31 +236,16 @@ MetadataMap load_ema(optim::Ema<T, B>& ema, const std::filesystem::path& path) {
   auto f = read_safetensors(path);
   std::vector<std::string> problems;
   auto state = ema.state();
-  for (auto& [name, t] : state) {
-    auto it = f.tensors.find(name);
-    if (it == f.tensors.end()) problems.push_back("missing tensor '" + name + "'");
-    else if (it->second.shape != detail::shape_of(t.dims()) || it->second.dtype != detail::file_dtype(dtype_of<T>()))
-      problems.push_back("'" + name + "': shape or dtype differs from the parameter's " + t.dims().str());
-    else
-      detail::non_finite_problem(problems, name, it->second);
-  }
-  if (f.tensors.size() != state.size()) problems.push_back("the file holds " + std::to_string(f.tensors.size()) + " tensors, the model " + std::to_string(state.size()) + " parameters");
-  const long long steps = detail::ema_count(f.metadata, "ema_steps", problems);
-  const long long updates = detail::ema_count(f.metadata, "ema_updates", problems);
-  const long long every = detail::ema_count(f.metadata, "ema_every", problems);
+  detail::check_state_tensors<T>(f, state, "the parameter's", "the model " + std::to_string(state.size()) + " parameters", problems);
+  const long long steps = detail::metadata_count(f.metadata, "ema_steps", problems);
+  const long long updates = detail::metadata_count(f.metadata, "ema_updates", problems);
+  const long long every = detail::metadata_count(f.metadata, "ema_every", problems);
   if (f.metadata.count("ema_every") && every != ema.options().every)
     problems.push_back("metadata 'ema_every' is " + std::to_string(every) + ", the Ema folds every " + std::to_string(ema.options().every) + " steps");
   else if (f.metadata.count("ema_steps") && f.metadata.count("ema_updates") && updates != steps / ema.options().every)
     problems.push_back("metadata 'ema_updates' " + std::to_string(updates) + " does not follow from 'ema_steps' " + std::to_string(steps));
-  if (!problems.empty()) {
-    std::string msg = "does not fit the parameter average:";
-    for (auto& p : problems) msg += "\n  " + p;
-    throw FormatError::at_offset(f.source, 0, msg);
-  }
-  for (auto& [name, t] : state) {
-    auto dst = t;  // shares storage with the average
-    B::template from_host<T>(dst.data(), reinterpret_cast<const T*>(f.tensors.at(name).bytes.data()), dst.numel());
-  }
+  detail::throw_problems(f, "does not fit the parameter average:", problems);
+  detail::copy_state<T, B>(f, state);
   ema.set_counts(steps, updates);
   return f.metadata;
 }
