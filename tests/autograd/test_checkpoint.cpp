@@ -354,5 +354,5 @@ TEST_CASE("checkpoint: the host pool's peak during a training step drops") {
   const std::size_t ckpt = peak_of(Mode::checkpoint);
   INFO("peak above the bytes in use before the step: plain " << plain << ", checkpointed " << ckpt);
   CHECK(plain > std::size_t(25) << 20);  // five blocks' intermediates, about 8 MB each
-  CHECK(ckpt * 5 < plain * 2);  // under 40 % (measured: 32 %)
+  CHECK(ckpt * 5 < plain * 2);  // under 40 % (measured: 31 %)
 }

@@ -5,6 +5,7 @@
 
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -96,4 +97,35 @@ TEST_CASE("tape: the LSTM step lists every weight it writes") {
     CHECK(at != Recorder::before_any);  // every weight is read by the LSTM's step
     CHECK(rec.grad_at_report[k] == rec.leaves[k].grad().to_vector());
   }
+}
+
+TEST_CASE("tape: backward_once_from_grads drops each step, and what it kept, as soon as it has run") {
+  attn::Rng rng(9);
+  V x(attn::random_tensor(rng, {2, 3}, -1.0, 1.0), true);
+  V y(attn::random_tensor(rng, {2, 3}, -1.0, 1.0), true);  // the steps below are pushed by hand
+  Tape tape;
+  auto first = std::make_shared<int>(1), second = std::make_shared<int>(2);
+  std::weak_ptr<int> second_seen = second;
+  bool second_gone_when_first_ran = false;
+  int runs = 0;
+  // Step 0 (runs last) checks that step 1's closure, and the value it held, are gone by then.
+  tape.push(x.data(), {x.data().get()}, [keep = std::move(first), &second_gone_when_first_ran, second_seen, &runs] {
+    second_gone_when_first_ran = second_seen.expired();
+    runs += *keep;
+  });
+  tape.push(y.data(), {x.data().get()}, [keep = std::move(second), &runs] { runs += *keep; });
+  REQUIRE(tape.size() == 2);
+  tape.backward_once_from_grads();
+  CHECK(runs == 3);
+  CHECK(second_gone_when_first_ran);
+  CHECK(tape.size() == 0);
+  // A plain backward keeps the steps (a second backward may follow) until clear().
+  auto held = std::make_shared<int>(5);
+  std::weak_ptr<int> held_seen = held;
+  tape.push(x.data(), {x.data().get()}, [keep = std::move(held)] { (void)keep; });
+  tape.backward_from_grads();
+  CHECK(tape.size() == 1);
+  CHECK(!held_seen.expired());
+  tape.clear();
+  CHECK(held_seen.expired());
 }

@@ -216,7 +216,10 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
                   rd.grad_ref() += od.grad;
                 od.grad = {};
               });
-              inner.backward_from_grads();
+              // The recomputed outputs are needed no more (a step that reads one keeps it), and
+              // each step's values are freed as soon as it has run.
+              r = Outs{};
+              inner.backward_once_from_grads();
               for_each_index<n_in>([&](auto i) {
                 if constexpr (is_var_v<std::tuple_element_t<i, Saved>>) {
                   auto& outer = *std::get<i>(saved).data();

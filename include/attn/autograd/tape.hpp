@@ -133,6 +133,10 @@ class Tape {
   /// the upstream gradient of each output it differentiates into that output's VarData::grad
   /// (backward from several outputs at once, as attn::checkpoint's recomputation does).
   void backward_from_grads() { run_steps({}, nullptr); }
+  /// backward_from_grads() for a tape that is run once: each step is dropped as soon as it has
+  /// run, so the values it kept (and its output's value) are freed while backward goes on, as
+  /// PyTorch frees a graph's saved tensors without retain_graph. The tape is left as after clear().
+  void backward_once_from_grads() { run_steps({}, nullptr, true); }
   /// Drops every recorded step (and with them the intermediate values they kept alive); a tracing
   /// tape forgets what it noted.
   void clear() noexcept {
@@ -213,7 +217,7 @@ class Tape {
     if (d.numel() != 1) throw ShapeError("Tape::backward: loss must have one element, got shape " + d.str());
   }
 
-  void run_steps(std::span<const void* const> leaves, BackwardObserver* obs) {
+  void run_steps(std::span<const void* const> leaves, BackwardObserver* obs, bool drop = false) {
     constexpr std::size_t unused = std::numeric_limits<std::size_t>::max();
     // Each watched leaf is final after the earliest recorded step that reads it has run.
     order_.clear();
@@ -242,11 +246,18 @@ class Tape {
     for (std::size_t i = steps_.size(); i-- > 0;) {
       steps_[i].run();
       steps_[i].release(steps_[i].out.get());
+      if (drop) {
+        // Step i is the last one left: later steps were dropped before it ran.
+        steps_[i].destroy(steps_[i].fn);
+        inputs_.resize(steps_[i].in_begin);
+        steps_.pop_back();
+      }
       if (obs) {
         obs->step_done(i);
         for (; next < order_.size() && first_use_[order_[next]] == i; ++next) obs->leaf_ready(order_[next]);
       }
     }
+    if (drop) clear();
   }
 
   Arena arena_;  // declared first, destroyed last: clear() has ended every closure by then
