@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Sparse (sliding-window, causal, global-token) attention: AttentionPattern's ranges against its
-// predicate, the flash and naive kernels against a dense 0 / -inf attn_mask built from the same
+// Sparse (sliding-window, causal, global-token: leading or at chosen positions) attention:
+// AttentionPattern's ranges against its predicate, the flash and naive kernels against a dense 0 / -inf attn_mask built from the same
 // predicate (outputs and every gradient), gradient checks, the O(T w) work and memory of the flash
 // kernel, and the options' errors.
 #include "../gradcheck_util.hpp"
@@ -213,6 +213,161 @@ TEST_CASE("gradcheck: window attention, flash and naive, causal, global tokens, 
   }
 }
 
+namespace {
+
+/// (B, T) global_mask with 1 at `positions[b]` (taken modulo T).
+Tensor<float> global_mask(const std::vector<std::vector<std::size_t>>& positions, std::size_t n) {
+  auto m = Tensor<float>::zeros({positions.size(), n});
+  for (std::size_t b = 0; b < positions.size(); ++b)
+    for (std::size_t p : positions[b]) m(b, p % n) = 1;
+  return m;
+}
+
+/// The oracle of one sample's pattern with chosen global positions (row b of gm).
+Tensor<float> dense_mask(const AttentionPattern& pat, const Tensor<float>& gm, std::size_t b) {
+  const std::size_t n = gm.dims().v[1];
+  Tensor<float> m({n, n});
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      m(i, j) = pat.visible(i, j, gm(b, i) != 0, gm(b, j) != 0) ? 0.0f : -std::numeric_limits<float>::infinity();
+  return m;
+}
+
+/// Rows [b, b + 1) of a (B, ...) tensor.
+Tensor<float> sample(const Tensor<float>& t, std::size_t b) {
+  Dims d = t.dims();
+  const std::size_t per = t.numel() / d.v[0];
+  d.v[0] = 1;
+  Tensor<float> r(d);
+  for (std::size_t k = 0; k < per; ++k) r[k] = t[b * per + k];
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("chosen global positions (global_mask): flash and naive match a dense mask per sample, outputs and qkv gradients") {
+  // Sample 0: three scattered globals; 1: none; 2: the first position and two adjacent ones.
+  const std::vector<std::vector<std::size_t>> positions = {{5, 130, 299}, {}, {0, 200, 201}};
+  for (std::size_t n : {37, 300}) {
+    const auto key_mask = lengths_mask<float>({n, 2 * n / 3, n}, n);
+    const auto gm = global_mask(positions, n);
+    for (std::int64_t w : {1, 16, 200}) {
+      for (bool causal : {false, true}) {
+        for (std::size_t g : {0, 1}) {
+          for (std::size_t heads : {1, 4}) {
+            INFO("T = " << n << ", window " << w << ", causal " << causal << ", leading global " << g << ", heads " << heads);
+            const AttentionPattern pat{.window = std::size_t(w), .causal = causal, .global = g};
+            const auto qkv = random<float>({3, n, 3 * 32});
+            const auto dout = random<float>({3, n, 32});
+            const attn::AttentionArgs<float> sparse{
+                .heads = heads, .key_mask = key_mask, .window = w, .causal = causal, .global_tokens = g, .global_mask = gm};
+            auto with_kernel = [](attn::AttentionArgs<float> a, AttentionKernel k) { return a.kernel = k, a; };
+            const Run flash = run_op(qkv, dout, with_kernel(sparse, AttentionKernel::flash));
+            const Run naive = run_op(qkv, dout, with_kernel(sparse, AttentionKernel::naive));
+            REQUIRE(all_finite(flash.out));
+            REQUIRE(all_finite(flash.grad));
+            for (std::size_t b = 0; b < 3; ++b) {
+              INFO("sample " << b);
+              const attn::AttentionArgs<float> dense{.heads = heads, .key_mask = sample(key_mask, b), .attn_mask = dense_mask(pat, gm, b),
+                                                     .kernel = AttentionKernel::naive};
+              const Run oracle = run_op(sample(qkv, b), sample(dout, b), dense);
+              CHECK(rel_diff(sample(flash.out, b), oracle.out) <= 1e-5);
+              CHECK(rel_diff(sample(flash.grad, b), oracle.grad) <= 1e-5);
+              CHECK(rel_diff(sample(naive.out, b), oracle.out) <= 1e-5);
+              CHECK(rel_diff(sample(naive.grad, b), oracle.grad) <= 1e-5);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("chosen global positions with attention dropout: flash and naive match the dense mask") {
+  // The same positions in every sample, so that one (T, T) mask is the oracle and the dropout
+  // mask (a function of sample, head, query and key) is the same in all three runs.
+  const std::size_t n = 300;
+  const auto gm = global_mask({{3, 150}, {3, 150}}, n);
+  const AttentionPattern pat{.window = 16};
+  const auto qkv = random<float>({2, n, 3 * 32});
+  const auto dout = random<float>({2, n, 32});
+  const attn::AttentionArgs<float> sparse{.heads = 2, .window = 16, .global_mask = gm, .dropout = 0.2};
+  const attn::AttentionArgs<float> dense{.heads = 2, .attn_mask = dense_mask(pat, gm, 0), .dropout = 0.2, .kernel = AttentionKernel::naive};
+  auto with_kernel = [](attn::AttentionArgs<float> a, AttentionKernel k) { return a.kernel = k, a; };
+  const Run oracle = run_op(qkv, dout, dense);
+  for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+    const Run r = run_op(qkv, dout, with_kernel(sparse, kernel));
+    CHECK(rel_diff(r.out, oracle.out) <= 1e-5);
+    CHECK(rel_diff(r.grad, oracle.grad) <= 1e-5);
+  }
+}
+
+TEST_CASE("chosen global positions through nn::Attention and TransformerEncoderLayer's extras") {
+  constexpr std::size_t H = 2, D = 32;
+  const std::size_t n = 200;
+  const auto gm = global_mask({{0, 77}, {150}}, n);
+  nn::Attention<H, D> sparse(nullptr, "attn", {.window = 8});
+  nn::Attention<H, D> dense(nullptr, "attn");
+  auto ps = sparse.parameters<float>(), pd = dense.parameters<float>();
+  for (std::size_t i = 0; i < ps.size(); ++i) set_value(pd[i], ps[i].value().erased().clone());
+  const auto x = random<float>({2, n, D});
+  const auto dout = random<float>({2, n, D});
+  for (std::size_t b = 0; b < 2; ++b) {
+    INFO("sample " << b);
+    Tape tape;
+    attn::Var<float, Shape<dyn, dyn, D>> xv(x.clone(), true);
+    auto y = sparse(tape, xv, {.global_mask = gm});
+    tape.backward(y, dout);
+    Tape tape1;
+    attn::Var<float, Shape<dyn, dyn, D>> xb(sample(x, b), true);
+    auto yb = dense(tape1, xb, {.attn_mask = dense_mask(AttentionPattern{.window = 8}, gm, b)});
+    tape1.backward(yb, sample(dout, b));
+    CHECK(rel_diff(sample(y.value().erased(), b), yb.value().erased()) <= 1e-5);
+    CHECK(rel_diff(sample(xv.grad().erased(), b), xb.grad().erased()) <= 1e-5);
+  }
+}
+
+TEST_CASE("gradcheck: chosen global positions, flash and naive, window, causal, padding, dropout") {
+  const std::size_t n = 9;
+  auto key_mask = lengths_mask<double>({9, 6, 0}, n);
+  auto gm = attn::Tensor<double>::zeros({3, n});
+  gm(0, 4) = gm(1, 0) = gm(1, 7) = gm(2, 2) = 1;
+  for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+    const std::string k = kernel == AttentionKernel::flash ? "flash" : "naive";
+    testutil::check_gradients(k + " window 1, chosen globals", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .window = 1, .global_mask = gm, .kernel = kernel});
+    }, {random<double>({3, n, 24})});
+    testutil::check_gradients(k + " window 2, causal, chosen globals, dropout", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 1, .key_mask = key_mask, .window = 2, .causal = true, .global_mask = gm,
+                                            .dropout = 0.3, .kernel = kernel});
+    }, {random<double>({3, n, 12})});
+  }
+}
+
+TEST_CASE("chosen global positions keep O(T w) work: T = 4096, w = 64, a global token mid-sequence") {
+  nn::Attention<2, 64> a(nullptr, "attn", {.window = 64});
+  auto measure = [&](std::size_t n) {
+    attn::AttentionStats stats;
+    Tape tape;
+    attn::Var<float, Shape<dyn, dyn, 64>> xv(random<float>({1, n, 64}), true);
+    auto gm = Tensor<float>::zeros({1, n});
+    gm(0, n / 2 + 5) = 1;
+    auto y = a(tape, xv, {.global_mask = gm, .stats = &stats});
+    tape.backward(y, random<float>({1, n, 64}));
+    REQUIRE(all_finite(xv.grad().erased()));
+    return stats;
+  };
+  const std::size_t n = 4096, nqb = n / 128;
+  const auto s = measure(n);
+  const auto half = measure(n / 2);
+  INFO("T = 4096: tiles " << s.tiles << ", T = 2048: tiles " << half.tiles << "; dense: " << 2 * 2 * nqb * nqb << " tiles");
+  // Per head and pass, with the global in tile P (mid-sequence): tile row P whole (nqb tiles); every
+  // other tile row its band (3 tiles, 2 at the two ends: 3 nqb - 2 - 3 in all) and tile P where
+  // the band misses it (nqb - 3 rows): 5 nqb - 8, against nqb^2 dense.
+  CHECK(s.tiles == 2 * 2 * (5 * nqb - 8));
+  CHECK(half.tiles == 2 * 2 * (5 * (nqb / 2) - 8));
+}
+
 TEST_CASE("window attention keeps O(T w) work and memory: T = 4096, w = 64, one global token") {
   nn::Attention<2, 64> a(nullptr, "attn", {.window = 64, .global_tokens = 1});
   auto measure = [&](std::size_t n) {
@@ -253,6 +408,8 @@ TEST_CASE("window attention: invalid options are ArgumentErrors that say what is
   CHECK_THAT(message({.window = -4}), Catch::Contains("got -4"));
   CHECK_THAT(message({.global_tokens = 6}), Catch::Contains("global_tokens = 6 exceeds the sequence length 5"));
   CHECK(message({.window = 1, .causal = true, .global_tokens = 5}) == "no error");
+  CHECK_THROWS_WITH(attn::self_attention(ctx, qkv, {.window = 1, .global_mask = Tensor<float>::zeros({1, 4})}),
+                    Catch::Contains("global_mask must be (batch, time)"));
   CHECK_THROWS_AS((nn::Attention<2, 8>(nullptr, "attn", {.window = 0})), attn::ArgumentError);
   CHECK_THROWS_WITH((nn::Attention<2, 8>(nullptr, "local", {.window = -1})), Catch::Contains("'local': window must be >= 1"));
   nn::Attention<2, 8> a(nullptr, "attn", {.window = 2, .global_tokens = 4});

@@ -3,7 +3,7 @@
 // backward over each backend's kernels (backend/cpu/attention.hpp, backend/cuda/attention.cuh): a
 // tiled online-softmax ("flash") kernel with O(T) memory, and a naive kernel that keeps the
 // (B, H, T, T) weights.   qkv (B, T, 3*D) -> (B, T, D), heads merged. An optional sparse pattern
-// (sliding window, causal, leading global tokens; AttentionPattern) makes the flash kernel O(T w).
+// (sliding window, causal, global tokens; AttentionPattern) makes the flash kernel O(T w).
 //   auto o = attn::self_attention(ctx, qkv, {.heads = 8, .key_mask = mask});
 //   auto l = attn::self_attention(ctx, qkv, {.heads = 8, .window = 128, .global_tokens = 1});  // Longformer-style
 #pragma once
@@ -31,6 +31,8 @@ struct AttentionArgs {
   std::optional<std::int64_t> window = {};  // >= 1: query i sees keys j with |i - j| <= window; empty: every key
   bool causal = false;                      // query i sees keys j <= i (with window: j in [i - window, i])
   std::size_t global_tokens = 0;            // positions 0..global_tokens-1 see, and are seen by, every position
+  Tensor<T, AnyShape, B> global_mask = {};  // (B, T): != 0 marks a global token at a chosen position (as
+                                            // Longformer's global_attention_mask); empty: none
   double dropout = 0;                // probability of dropping each attention weight; pass 0 outside training
   AttentionKernel kernel = AttentionKernel::automatic;
   // CPU flash kernel: query rows after each sample's last real key are not computed; their output is
@@ -54,9 +56,10 @@ struct attention_out_shape<AnyShape> { using type = AnyShape; };
 
 /// Multi-head self-attention: qkv (B, T, 3*D) holds Q, K, V (each D = heads * head_dim wide, head h
 /// at columns h*head_dim..); returns softmax(Q K^T / sqrt(head_dim) + attn_mask, padded keys
-/// excluded) V per head, heads merged: (B, T, D). window, causal and global_tokens hide further
-/// scores as AttentionPattern::visible says; the flash kernel then skips the hidden tiles (work and
-/// memory O(T w) plus O(T g) for g global tokens). A query row with no visible key gives zero
+/// excluded) V per head, heads merged: (B, T, D). window, causal, global_tokens and global_mask hide
+/// further scores as AttentionPattern::visible says; the flash kernel then skips the hidden tiles
+/// (work and memory O(T w) plus O(T g) for g global tokens; a chosen global position costs the
+/// tiles of 128 positions around it). A query row with no visible key gives zero
 /// weights and a zero output. Queries at padded positions are computed like any other, unless
 /// skip_padded_queries asks the flash kernel to leave those after the last real key at zero.
 template <Context C, class T, class S, class B>
@@ -74,6 +77,8 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   if (a.window && *a.window < 1)
     throw ArgumentError("self_attention: window must be >= 1 (keys within window positions on each side of a query), got " +
                         std::to_string(*a.window));
+  if (!a.global_mask.empty() && !(a.global_mask.dims() == Dims{nb, n}))
+    shape_mismatch("self_attention", "global_mask must be (batch, time)", a.global_mask.dims(), Dims{nb, n});
   if (a.global_tokens > n)
     throw ArgumentError("self_attention: global_tokens = " + std::to_string(a.global_tokens) + " exceeds the sequence length " +
                         std::to_string(n));
@@ -89,6 +94,7 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   p.qkv = qkv.raw().data();
   p.key_mask = a.key_mask.empty() ? nullptr : a.key_mask.data();
   p.attn_mask = a.attn_mask.empty() ? nullptr : a.attn_mask.data();
+  p.global_mask = a.global_mask.empty() ? nullptr : a.global_mask.data();
   p.scale = T(1.0 / std::sqrt(double(p.head_dim)));
   p.dropout = a.dropout;
   p.seed = a.dropout > 0 ? ctx.rng().next() : 0;
@@ -114,12 +120,13 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   const bool rg = detail::needs_grad(tape, qkv);
   auto o = detail::make_out<SO>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), {qkv.data().get()}, [qd = qkv.data(), od = o.data(), p, naive, saved, km = a.key_mask, am = a.attn_mask, stats = a.stats] {
+    tape->push(o.data(), {qkv.data().get()}, [qd = qkv.data(), od = o.data(), p, naive, saved, km = a.key_mask, am = a.attn_mask, gm = a.global_mask, stats = a.stats] {
       if (od->grad.empty() || !qd->requires_grad) return;
       auto q = p;  // the pointers of the problem, re-read from the captured tensors
       q.qkv = qd->value.data();
       q.key_mask = km.empty() ? nullptr : km.data();
       q.attn_mask = am.empty() ? nullptr : am.data();
+      q.global_mask = gm.empty() ? nullptr : gm.data();
       T* g = qd->grad_ref().data();
       if (naive) kernels::mha_naive_backward(B{}, q, saved.data(), od->grad.data(), g, stats);
       else kernels::mha_flash_backward(B{}, q, od->value.data(), od->grad.data(), saved.data(), g, stats);

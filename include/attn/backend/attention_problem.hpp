@@ -31,10 +31,14 @@ struct AttentionStats {
 ///   global g:     the leading positions 0..g-1 are global: a global query sees every key and every
 ///                 query sees the global keys, whatever the window. Causality still holds for them
 ///                 (a causal global query i sees keys 0..i; global key j is seen by queries i >= j).
+///   chosen global positions (MhaProblem::global_mask, per sample, as Longformer's
+///                 global_attention_mask) behave as the leading ones: visible(i, j, gi, gj) with gi,
+///                 gj whether i and j are marked there.
 /// visible(i, j) is the definition; the range functions below restate it as intervals, which the
 /// tiled kernels use to skip tiles without reading them. For each query i the visible keys are
 /// [0, global_keys_end(i)) union [key_begin(i), key_end(i)); for each key j the queries that see it
 /// are [global_queries_begin(j), g) union [query_begin(j), query_end(j)) (n = time, ends exclusive).
+/// The range functions know only the leading global tokens; the kernels add the chosen ones.
 struct AttentionPattern {
   std::size_t window = 0;  // one-sided: keys within w positions of the query; 0: none
   bool causal = false;
@@ -43,9 +47,9 @@ struct AttentionPattern {
   /// Whether the pattern hides anything (global tokens alone do not).
   ATTN_HD bool active() const { return window != 0 || causal; }
 
-  ATTN_HD bool visible(std::size_t i, std::size_t j) const {
+  ATTN_HD bool visible(std::size_t i, std::size_t j, bool i_global = false, bool j_global = false) const {
     if (causal && j > i) return false;
-    if (window == 0 || i < global || j < global) return true;
+    if (window == 0 || i < global || j < global || i_global || j_global) return true;
     return (i > j ? i - j : j - i) <= window;
   }
 
@@ -83,6 +87,7 @@ struct MhaProblem {
   const T* qkv = nullptr;
   const T* key_mask = nullptr;   // (B, T) or nullptr
   const T* attn_mask = nullptr;  // (T, T) or nullptr
+  const T* global_mask = nullptr;  // (B, T) or nullptr: != 0 marks a global token of the pattern
   T scale = 1;                   // 1 / sqrt(head_dim)
   double dropout = 0;
   std::uint64_t seed = 0;        // of the dropout mask, a pure function of (seed, b, h, i, j)

@@ -38,7 +38,8 @@ struct AttentionOptions {
   PaddedRows padded = PaddedRows::compute;  // see PaddedRows
   // Sparse (local + global) attention, as attn::AttentionArgs and AttentionPattern: query i sees key
   // j iff |i - j| <= window (empty: any distance), j <= i if causal, or either is one of the first
-  // global_tokens positions (causality still holds). The flash kernel then runs in O(T window).
+  // global_tokens positions (causality still holds), or a position AttentionExtras::global_mask
+  // marks. The flash kernel then runs in O(T window).
   std::optional<std::int64_t> window = {};
   bool causal = false;
   std::size_t global_tokens = 0;
@@ -48,6 +49,9 @@ struct AttentionOptions {
 template <class T, class B = cpu>
 struct AttentionExtras {
   Tensor<T, AnyShape, B> attn_mask = {};  // (T, T), added to the scores; may hold -inf (e.g. causal); empty: none
+  // (B, T): != 0 marks a global token at a chosen position of each sample (Longformer's
+  // global_attention_mask), on top of AttentionOptions::global_tokens; empty: none
+  Tensor<T, AnyShape, B> global_mask = {};
   AttentionKernel kernel = AttentionKernel::automatic;
   AttentionStats* stats = nullptr;   // filled with the attention op's allocations (must outlive backward)
 };
@@ -199,6 +203,7 @@ class Attention : public Module {
                                                 .window = opt_.window,
                                                 .causal = opt_.causal,
                                                 .global_tokens = opt_.global_tokens,
+                                                .global_mask = extras.global_mask,
                                                 .dropout = training() ? opt_.dropout : 0.0,
                                                 .kernel = extras.kernel,
                                                 .skip_padded_queries = packed,

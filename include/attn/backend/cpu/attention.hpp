@@ -70,85 +70,6 @@ class Scratch {
   std::size_t n_ = 0;
 };
 
-/// Key-padding and attn_mask summaries shared by the kernels (in the calling thread's scratch).
-template <class T>
-struct Masks {
-  Scratch<T> key_bias;            // (B, T): 0 for a real key, -inf for padding; size 0 without key mask
-  Scratch<unsigned char> kblock;  // (B, nkb): 0 all padding, 1 mixed, 2 all real
-  Scratch<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry; size 0 without attn_mask
-  Scratch<std::size_t> kend;      // (B): 1 + the last real key (0: none); keys from there on are all padding
-  std::size_t nqb = 0, nkb = 0;
-
-  Masks(const MhaProblem<T>& p, std::size_t bq, std::size_t bk)
-      : key_bias(0, p.key_mask ? p.batch * p.time : 0),
-        kblock(1, p.batch * ((p.time + bk - 1) / bk)),
-        ablock(2, p.attn_mask ? ((p.time + bq - 1) / bq) * ((p.time + bk - 1) / bk) : 0),
-        kend(0, p.batch) {
-    const std::size_t n = p.time;
-    nqb = (n + bq - 1) / bq;
-    nkb = (n + bk - 1) / bk;
-    std::fill_n(kblock.data(), kblock.size(), static_cast<unsigned char>(2));
-    std::fill_n(kend.data(), kend.size(), n);
-    if (p.key_mask) {
-      for (std::size_t b = 0; b < p.batch; ++b) {
-        std::size_t e = n;
-        while (e > 0 && p.key_mask[b * n + e - 1] == T(0)) --e;
-        kend[b] = e;
-        for (std::size_t kb = 0; kb < nkb; ++kb) {
-          std::size_t real = 0, j1 = std::min(n, (kb + 1) * bk);
-          for (std::size_t j = kb * bk; j < j1; ++j) {
-            const bool r = p.key_mask[b * n + j] != T(0);
-            key_bias[b * n + j] = r ? T(0) : neg_inf<T>;
-            real += r;
-          }
-          kblock[b * nkb + kb] = real == 0 ? 0 : real == j1 - kb * bk ? 2 : 1;
-        }
-      }
-    }
-    if (p.attn_mask)
-      for (std::size_t qb = 0; qb < nqb; ++qb)
-        for (std::size_t kb = 0; kb < nkb; ++kb) {
-          bool live = false;
-          for (std::size_t i = qb * bq; i < std::min(n, (qb + 1) * bq) && !live; ++i)
-            for (std::size_t j = kb * bk; j < std::min(n, (kb + 1) * bk) && !live; ++j)
-              live = p.attn_mask[i * n + j] != neg_inf<T>;
-          ablock[qb * nkb + kb] = live;
-        }
-  }
-  std::size_t bytes() const { return key_bias.size() * sizeof(T) + kblock.size() + ablock.size() + kend.size() * sizeof(std::size_t); }
-  /// Whether attn_mask leaves anything of tile (qb, kb) visible.
-  bool alive(std::size_t qb, std::size_t kb) const { return ablock.size() == 0 || ablock[qb * nkb + kb]; }
-  /// The query rows of sample b that are computed: all, or up to its last real key.
-  std::size_t qend(const MhaProblem<T>& p, std::size_t b) const { return p.skip_padded_queries ? kend[b] : p.time; }
-  /// Adds attn_mask and key padding to score tile s (rows i0.., cols j0.., row stride ld), and sets
-  /// the scores the pattern hides to -inf: in row i, the columns outside [0, global_keys_end(i)) and
-  /// [key_begin(i), key_end(i)), written as at most two runs per row.
-  void apply(const MhaProblem<T>& p, std::size_t b, std::size_t kb, T* s, std::size_t ld, std::size_t i0, std::size_t rows,
-             std::size_t j0, std::size_t cols) const {
-    const std::size_t n = p.time, j1 = j0 + cols;
-    const T* kbias = p.key_mask && kblock[b * nkb + kb] != 2 ? key_bias.data() + b * n + j0 : nullptr;
-    const AttentionPattern& pat = p.pattern;
-    for (std::size_t r = 0; r < rows; ++r) {
-      T* row = s + r * ld;
-      if (pat.active()) {
-        const std::size_t i = i0 + r, g = std::max(j0, pat.global_keys_end(i, n));
-        const std::size_t lo = std::min(j1, pat.key_begin(i)), hi = std::max(g, pat.key_end(i, n));
-        if (g < lo) std::fill(row + (g - j0), row + (lo - j0), neg_inf<T>);
-        if (hi < j1) std::fill(row + (hi - j0), row + cols, neg_inf<T>);
-      }
-      if (p.attn_mask) {
-        const T* a = p.attn_mask + (i0 + r) * n + j0;
-ATTN_MHA_OMP("omp simd")
-        for (std::size_t j = 0; j < cols; ++j) row[j] += a[j];
-      }
-      if (kbias) {
-ATTN_MHA_OMP("omp simd")
-        for (std::size_t j = 0; j < cols; ++j) row[j] += kbias[j];
-      }
-    }
-  }
-};
-
 /// Tiles [first[0], last[0]) and then [first[1], last[1]) of one side (disjoint, ascending; the
 /// second run empty unless the first is not): the tiles a tile of the other side reaches through
 /// the pattern. Those outside are fully hidden and never read.
@@ -190,6 +111,146 @@ inline TileRuns query_tiles(const AttentionPattern& pat, std::size_t n, std::siz
   return tile_runs(pat.global_queries_begin(j0), std::min(pat.global, n), pat.query_begin(j0),
                    std::max(pat.query_end(j0, n), pat.query_end(j1 - 1, n)), bq);
 }
+
+/// The tiles of one side that a tile of the other side reaches: the runs of the range functions,
+/// plus, with chosen global positions, the tiles marked in `extra` (those holding a global
+/// position), or every tile when `all` (the tile itself holds one).
+struct TileSet {
+  TileRuns runs;
+  const unsigned char* extra = nullptr;
+  std::size_t count = 0;  // tiles of the side
+  bool all = false;
+  bool has(std::size_t t) const {
+    return all || (t >= runs.first[0] && t < runs.last[0]) || (t >= runs.first[1] && t < runs.last[1]) || extra[t];
+  }
+  std::size_t skip(std::size_t t) const {
+    while (t < count && !has(t)) ++t;
+    return t;
+  }
+  std::size_t begin() const { return extra ? skip(0) : runs.begin(); }
+  std::size_t end() const { return extra ? count : runs.end(); }
+  std::size_t next(std::size_t t) const { return extra ? skip(t + 1) : runs.next(t); }
+};
+
+/// Key-padding and attn_mask summaries shared by the kernels (in the calling thread's scratch).
+template <class T>
+struct Masks {
+  Scratch<T> key_bias;            // (B, T): 0 for a real key, -inf for padding; size 0 without key mask
+  Scratch<unsigned char> kblock;  // (B, nkb): 0 all padding, 1 mixed, 2 all real
+  Scratch<unsigned char> ablock;  // (nqb, nkb): 1 if the attn_mask tile has a finite entry; size 0 without attn_mask
+  Scratch<std::size_t> kend;      // (B): 1 + the last real key (0: none); keys from there on are all padding
+  Scratch<unsigned char> gq, gk;  // (B, nqb), (B, nkb): 1 if the tile holds a chosen global position; size 0 without global_mask
+  std::size_t nqb = 0, nkb = 0, bq = 0, bk = 0;  // tiles and tile sizes of each side
+
+  Masks(const MhaProblem<T>& p, std::size_t bq_, std::size_t bk_)
+      : key_bias(0, p.key_mask ? p.batch * p.time : 0),
+        kblock(1, p.batch * ((p.time + bk_ - 1) / bk_)),
+        ablock(2, p.attn_mask ? ((p.time + bq_ - 1) / bq_) * ((p.time + bk_ - 1) / bk_) : 0),
+        kend(0, p.batch),
+        gq(3, p.global_mask ? p.batch * ((p.time + bq_ - 1) / bq_) : 0),
+        gk(4, p.global_mask ? p.batch * ((p.time + bk_ - 1) / bk_) : 0),
+        bq(bq_),
+        bk(bk_) {
+    const std::size_t n = p.time;
+    nqb = (n + bq - 1) / bq;
+    nkb = (n + bk - 1) / bk;
+    if (p.global_mask) {
+      std::fill_n(gq.data(), gq.size(), static_cast<unsigned char>(0));
+      std::fill_n(gk.data(), gk.size(), static_cast<unsigned char>(0));
+      for (std::size_t b = 0; b < p.batch; ++b)
+        for (std::size_t i = 0; i < n; ++i)
+          if (p.global_mask[b * n + i] != T(0)) gq[b * nqb + i / bq] = gk[b * nkb + i / bk] = 1;
+    }
+    std::fill_n(kblock.data(), kblock.size(), static_cast<unsigned char>(2));
+    std::fill_n(kend.data(), kend.size(), n);
+    if (p.key_mask) {
+      for (std::size_t b = 0; b < p.batch; ++b) {
+        std::size_t e = n;
+        while (e > 0 && p.key_mask[b * n + e - 1] == T(0)) --e;
+        kend[b] = e;
+        for (std::size_t kb = 0; kb < nkb; ++kb) {
+          std::size_t real = 0, j1 = std::min(n, (kb + 1) * bk);
+          for (std::size_t j = kb * bk; j < j1; ++j) {
+            const bool r = p.key_mask[b * n + j] != T(0);
+            key_bias[b * n + j] = r ? T(0) : neg_inf<T>;
+            real += r;
+          }
+          kblock[b * nkb + kb] = real == 0 ? 0 : real == j1 - kb * bk ? 2 : 1;
+        }
+      }
+    }
+    if (p.attn_mask)
+      for (std::size_t qb = 0; qb < nqb; ++qb)
+        for (std::size_t kb = 0; kb < nkb; ++kb) {
+          bool live = false;
+          for (std::size_t i = qb * bq; i < std::min(n, (qb + 1) * bq) && !live; ++i)
+            for (std::size_t j = kb * bk; j < std::min(n, (kb + 1) * bk) && !live; ++j)
+              live = p.attn_mask[i * n + j] != neg_inf<T>;
+          ablock[qb * nkb + kb] = live;
+        }
+  }
+  std::size_t bytes() const {
+    return key_bias.size() * sizeof(T) + kblock.size() + ablock.size() + kend.size() * sizeof(std::size_t) + gq.size() + gk.size();
+  }
+  /// Whether attn_mask leaves anything of tile (qb, kb) visible.
+  bool alive(std::size_t qb, std::size_t kb) const { return ablock.size() == 0 || ablock[qb * nkb + kb]; }
+  /// The query rows of sample b that are computed: all, or up to its last real key.
+  std::size_t qend(const MhaProblem<T>& p, std::size_t b) const { return p.skip_padded_queries ? kend[b] : p.time; }
+  /// Sets the score of key j (row[j - j0]) to -inf for j in [a, e), except the chosen global keys
+  /// j <= last (gm[j] != 0).
+  static void hide(T* row, std::size_t j0, std::size_t a, std::size_t e, const T* gm, std::size_t last) {
+    if (!gm) {
+      std::fill(row + (a - j0), row + (e - j0), neg_inf<T>);
+      return;
+    }
+    for (std::size_t j = a; j < e; ++j)
+      if (gm[j] == T(0) || j > last) row[j - j0] = neg_inf<T>;
+  }
+  /// The key tiles that query rows [i0, i1) of sample b (in query tile qb) see.
+  TileSet key_tiles(const MhaProblem<T>& p, std::size_t b, std::size_t qb, std::size_t i0, std::size_t i1) const {
+    TileSet t{mha::key_tiles(p.pattern, p.time, i0, i1, bk), nullptr, nkb, false};
+    if (gq.size()) t.extra = gk.data() + b * nkb, t.all = gq[b * nqb + qb];
+    return t;
+  }
+  /// The query tiles that see keys [j0, j1) of sample b (in key tile kb).
+  TileSet query_tiles(const MhaProblem<T>& p, std::size_t b, std::size_t kb, std::size_t j0, std::size_t j1) const {
+    TileSet t{mha::query_tiles(p.pattern, p.time, j0, j1, bq), nullptr, nqb, false};
+    if (gq.size()) t.extra = gq.data() + b * nqb, t.all = gk[b * nkb + kb];
+    return t;
+  }
+  /// Adds attn_mask and key padding to score tile s (rows i0.., cols j0.., row stride ld), and sets
+  /// the scores the pattern hides to -inf: in row i, the columns outside [0, global_keys_end(i)) and
+  /// [key_begin(i), key_end(i)), written as at most two runs per row, less the chosen global keys
+  /// (global_mask) that row sees; a chosen global row hides only the keys after it, if causal.
+  void apply(const MhaProblem<T>& p, std::size_t b, std::size_t kb, T* s, std::size_t ld, std::size_t i0, std::size_t rows,
+             std::size_t j0, std::size_t cols) const {
+    const std::size_t n = p.time, j1 = j0 + cols;
+    const T* kbias = p.key_mask && kblock[b * nkb + kb] != 2 ? key_bias.data() + b * n + j0 : nullptr;
+    const AttentionPattern& pat = p.pattern;
+    const T* gm = p.global_mask ? p.global_mask + b * n : nullptr;
+    for (std::size_t r = 0; r < rows; ++r) {
+      T* row = s + r * ld;
+      const std::size_t i = i0 + r;
+      if (gm && gm[i] != T(0)) {
+        if (pat.causal && i + 1 < j1) std::fill(row + (std::max(i + 1, j0) - j0), row + cols, neg_inf<T>);
+      } else if (pat.active()) {
+        const std::size_t g = std::max(j0, pat.global_keys_end(i, n));
+        const std::size_t lo = std::min(j1, pat.key_begin(i)), hi = std::max(g, pat.key_end(i, n));
+        if (g < lo) hide(row, j0, g, lo, gm, pat.causal ? i : n);
+        if (hi < j1) hide(row, j0, hi, j1, gm, pat.causal ? i : n);
+      }
+      if (p.attn_mask) {
+        const T* a = p.attn_mask + (i0 + r) * n + j0;
+ATTN_MHA_OMP("omp simd")
+        for (std::size_t j = 0; j < cols; ++j) row[j] += a[j];
+      }
+      if (kbias) {
+ATTN_MHA_OMP("omp simd")
+        for (std::size_t j = 0; j < cols; ++j) row[j] += kbias[j];
+      }
+    }
+  }
+};
 
 /// dst (hd, bc) = the transpose of rows [0, bc) of src (row stride ld, hd columns): a key or value
 /// tile laid out as the B operand of tile::gemm for S = Q K^T and dP = dO V^T.
@@ -240,7 +301,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
       if (br == 0) continue;
       std::fill_n(m.data(), br, neg_inf<T>);
       std::fill_n(l.data(), br, T(0));
-      const TileRuns runs = key_tiles(p.pattern, n, i0, i0 + br, block_k);
+      const TileSet runs = masks.key_tiles(p, b, qb, i0, i0 + br);
       for (std::size_t kb = runs.begin(); kb < runs.end(); kb = runs.next(kb)) {
         const std::size_t j0 = kb * block_k;
         if (j0 >= kend) break;  // the rest of the keys are padding
@@ -325,7 +386,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         const std::size_t bc = std::min(block_k, kend - j0);
         transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
         transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
-        const TileRuns runs = query_tiles(p.pattern, n, j0, j0 + bc, block_q);
+        const TileSet runs = masks.query_tiles(p, b, kb, j0, j0 + bc);
         for (std::size_t qb = runs.begin(); qb < runs.end(); qb = runs.next(qb)) {
           const std::size_t i0 = qb * block_q;
           if (i0 >= qend) break;  // skipped query rows

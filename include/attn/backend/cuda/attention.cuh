@@ -30,6 +30,7 @@ struct MhaArgs {
   const T* qkv = nullptr;
   const T* key_mask = nullptr;   // (B, T): 0 = padding, or null
   const T* attn_mask = nullptr;  // (T, T) added to the scores, or null
+  const T* global_mask = nullptr;  // (B, T): != 0 a chosen global token of the pattern, or null
   AttentionPattern pattern = {};
   T scale = 1;
   bool drop = false;
@@ -53,6 +54,7 @@ MhaArgs<T> mha_args(const Problem& p) {
   a.qkv = p.qkv;
   a.key_mask = p.key_mask;
   a.attn_mask = p.attn_mask;
+  a.global_mask = p.global_mask;
   a.pattern = p.pattern;
   a.scale = p.scale;
   a.drop = p.dropout > 0;
@@ -74,7 +76,8 @@ __device__ inline T mha_drop(const MhaArgs<T>& a, std::uint64_t idx) {
 template <class T>
 __device__ inline T mha_bias(const MhaArgs<T>& a, int b, int i, int j) {
   T s = a.attn_mask ? a.attn_mask[std::size_t(i) * a.time + j] : T(0);
-  if (!a.pattern.visible(std::size_t(i), std::size_t(j))) s += -std::numeric_limits<T>::infinity();
+  const T* g = a.global_mask ? a.global_mask + std::size_t(b) * a.time : nullptr;
+  if (!a.pattern.visible(std::size_t(i), std::size_t(j), g && g[i] != T(0), g && g[j] != T(0))) s += -std::numeric_limits<T>::infinity();
   if (a.key_mask && a.key_mask[std::size_t(b) * a.time + j] == T(0)) s += -std::numeric_limits<T>::infinity();
   return s;
 }
