@@ -43,6 +43,7 @@ struct Timing {
   double median_ms;
   double samples_per_s;
   double step_pool_peak_mb = -1;  // fwd_bwd_case: the most host-pool memory a step held beyond what was held before it
+  double saved_mb = -1;           // fwd_bwd_case: what the pool held beyond that after forward: the tape's saved values
 };
 
 /// 5 warm-ups, then the median of `iters` timed runs of f (which processes `samples` samples).
@@ -97,9 +98,11 @@ Timing fwd_bwd_case(attn::Rng& rng, std::size_t b, std::size_t t, int iters, con
   // over what the parameters, input and seed already hold.
   const std::size_t held = attn::cpu::pool_stats().in_use_bytes;
   attn::cpu::reset_pool_peak();
+  std::size_t saved = 0;
   Timing timing = time_it(
       [&] {
         auto y = f(tape, xin);
+        saved = std::max(saved, attn::cpu::pool_stats().in_use_bytes - held);
         tape.backward(y, seed);
         zero_grad();
         xin.data()->grad = {};
@@ -107,6 +110,7 @@ Timing fwd_bwd_case(attn::Rng& rng, std::size_t b, std::size_t t, int iters, con
       },
       b, iters);
   timing.step_pool_peak_mb = double(attn::cpu::pool_stats().peak_bytes - held) / (1024.0 * 1024.0);
+  timing.saved_mb = double(saved) / (1024.0 * 1024.0);
   return timing;
 }
 
@@ -190,6 +194,7 @@ inline json run_case(const std::string& name, int iters) {
   j["median_ms"] = t.median_ms;
   j["samples_per_s"] = t.samples_per_s;
   if (t.step_pool_peak_mb >= 0) j["step_pool_peak_mb"] = t.step_pool_peak_mb;
+  if (t.saved_mb >= 0) j["saved_after_forward_mb"] = t.saved_mb;
   if (flops > 0) j["gflops"] = flops * t.samples_per_s / 1e9;
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
