@@ -141,6 +141,18 @@ struct RunPlan {
 
 /// Checks that `options` (option name -> value, as config.json records them under "options")
 /// equal the recorded ones; ArgumentError naming the first option that differs.
+/// A resumed run's moving average (ema.safetensors, `ema_steps` updates) must have been taken
+/// along the optimizer's steps (optimizer.safetensors, `optimizer_steps`): the average folds once
+/// per step taken, so the two counts of one epoch's files are equal. FormatError otherwise.
+inline void check_ema_steps(long long ema_steps, long long optimizer_steps, const std::filesystem::path& ema,
+                            const std::filesystem::path& optimizer) {
+  if (ema_steps != optimizer_steps)
+    throw attn::FormatError::at_offset(ema.string(), 0,
+                                       fmt::format("metadata 'ema_steps' {} differs from the optimizer's step {} in {} (not the "
+                                                   "same run's or epoch's files)",
+                                                   ema_steps, optimizer_steps, optimizer.string()));
+}
+
 inline void check_same_options(const nlohmann::json& config, const nlohmann::json& options, const std::filesystem::path& path) {
   const auto rec = config.find("options");
   if (rec == config.end() || !rec->is_object())

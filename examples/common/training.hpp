@@ -81,13 +81,14 @@ void check_resume(Model& model, const RunPlan& plan, const TrainOptions& t, std:
   attn::io::load(model, plan.state.last);
   attn::optim::Adam<float> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
   attn::io::load_optimizer(opt, plan.state.optimizer);
-  if (t.ema > 0) {
-    attn::optim::Ema<float> ema(model, {.decay = t.ema, .every = t.ema_every});
-    attn::io::load_ema(ema, plan.state.ema);
-  }
   if (opt.steps() > plan.state.step)
     throw attn::FormatError::at_offset(plan.state.optimizer.string(), 0,
                                        fmt::format("metadata 'step' {} exceeds state.json's step {}", opt.steps(), plan.state.step));
+  if (t.ema > 0) {
+    attn::optim::Ema<float> ema(model, {.decay = t.ema, .every = t.ema_every});
+    attn::io::load_ema(ema, plan.state.ema);
+    check_ema_steps(ema.steps(), opt.steps(), plan.state.ema, plan.state.optimizer);
+  }
 }
 
 /// Trains `model` for up to t.epochs (early stopping after t.patience epochs without a better

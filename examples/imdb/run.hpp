@@ -82,9 +82,8 @@ struct RunSpec {
   }
 };
 
-/// The model configuration of a new run.
-/// The ablation has no encoder, so none of the encoder's settings (layers, pooling through a [CLS]
-/// token, norm placement, window, checkpointing) apply to it.
+/// The model configuration of a new run. The ablation has no encoder, so none of the encoder's
+/// settings (layers, pooling through a [CLS] token, norm placement, window, checkpointing) apply to it.
 inline ModelConfig model_config(const Options& o, const RunSpec& r, const Prepared& p) {
   const bool attention = r.variant != Variant::ablation;
   return ModelConfig{.vocab = p.vocab.size(),

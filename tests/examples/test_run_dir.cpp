@@ -150,3 +150,14 @@ TEST_CASE("run_dir: the committed model is model.safetensors.pending only when s
   CHECK(examples::committed_model(dir) == dir / "model.safetensors");
   fs::remove_all(dir);
 }
+
+TEST_CASE("run_dir: check_ema_steps refuses an average not taken along the optimizer's steps") {
+  using Catch::Matchers::Contains;
+  const std::filesystem::path ema = "run/ema.safetensors", opt = "run/optimizer.safetensors";
+  CHECK_NOTHROW(examples::check_ema_steps(24, 24, ema, opt));
+  CHECK_NOTHROW(examples::check_ema_steps(0, 0, ema, opt));
+  CHECK_THROWS_AS(examples::check_ema_steps(26, 24, ema, opt), attn::FormatError);
+  CHECK_THROWS_WITH(examples::check_ema_steps(26, 24, ema, opt),
+                    Contains("run/ema.safetensors") && Contains("'ema_steps' 26 differs from the optimizer's step 24") &&
+                        Contains("run/optimizer.safetensors"));
+}
