@@ -30,7 +30,7 @@ using Result = std::vector<Array>;
   X(masked_fill_softmax) X(embedding_i32) X(embedding_i64) X(cross_entropy) X(cross_entropy_smoothing)
 #define ATTN_CONFORMANCE_LAYERS(X)                                                                                      \
   X(layer_norm) X(layer_norm_module) X(masked_mean) X(masked_max) X(dropout) X(linear) X(embedding_layer) X(lstm)       \
-  X(bilstm) X(bilstm_classifier) X(checkpointed_blocks) X(encoder_rows)
+  X(bilstm) X(bilstm_classifier) X(checkpointed_blocks) X(encoder_rows) X(encoder_global_mask)
 
 #define ATTN_CONFORMANCE_NAME(n) #n,
 inline const std::vector<std::string>& ops_cases() {

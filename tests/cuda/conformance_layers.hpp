@@ -238,6 +238,28 @@ Result encoder_rows(std::uint64_t seed) {
   return r;
 }
 
+/// A two-layer post-norm TransformerEncoder under a causal window with global tokens at chosen
+/// positions of each sample (global_mask), over a padded batch, attention dropout on.
+template <class T, class B>
+Result encoder_global_mask(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape(seed);
+  nn::TransformerEncoder<4, 32, T, B> enc(
+      nullptr, "enc", {.num_layers = 2, .layer = {.dim_feedforward = 48, .dropout = 0.0, .attention_dropout = 0.2, .window = 2,
+                                                  .causal = true}});
+  auto x = input<T, B>(rng, {3, 13, 32});
+  std::vector<T> marks(3 * 13, T(0));
+  marks[0 * 13 + 5] = marks[0 * 13 + 12] = marks[2 * 13 + 0] = marks[2 * 13 + 7] = T(1);
+  const auto gm = attn::Tensor<T, AnyShape, B>::from({3, 13}, std::span<const T>(marks));
+  auto y = enc(tape, x, attn::Lengths{13, 6, 9}, {.global_mask = gm});
+  backward_from(tape, y, rng);
+  Result r;
+  record_value(r, "y", y);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, enc);
+  return r;
+}
+
 }  // namespace conformance::layers
 
 namespace conformance {
