@@ -26,6 +26,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   examples::add_training_flags(app, o.train);
   app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(examples::real(0, 0.95));
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
+  app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss (torch's cross_entropy label_smoothing)")
+      ->check(examples::real(0, 1));
   app.add_option("--ngram-dropout", o.ngram_dropout, "in training, drop each token's n-gram embedding whole with this probability (the rest scaled up)")
       ->check(examples::real(0, 0.95));
   app.add_option("--max-len", o.max_len, "tokens kept per review (the default keeps whole reviews: aclImdb's longest has 2,803)")->check(examples::count(1, kMaxLen));

@@ -194,7 +194,9 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
         }
         return make_batch(seqs, lab, z, cfg);
       },
-      [&](attn::Tape& tape, const Batch& b) { return attn::cross_entropy(tape, model.forward(tape, b), b.labels); },
+      [&](attn::Tape& tape, const Batch& b) {
+        return attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
+      },
       [&] {
         const auto ev = evaluate(model, p.valid, p.valid_y, nb_of(p.valid_nb), p.valid_words, 64);
         return examples::Validation{.loss = ev.loss, .accuracy = ev.accuracy};
