@@ -109,7 +109,7 @@ TEST_CASE("cpu::gemm gives the BLAS attn's thread count (cpu::set_threads) befor
 #endif
 
 #if defined(ATTN_BLAS_BLIS)
-TEST_CASE("BLIS sub-configuration: skx (0) on Intel with AVX-512, haswell (3) at the avx2 level, unless the user set BLIS_ARCH_TYPE", "[blis_arch]") {
+TEST_CASE("BLIS sub-configuration: skx (0) on any AVX-512 CPU, haswell (3) at the avx2 level, unless the user set BLIS_ARCH_TYPE", "[blis_arch]") {
   using attn::detail::blis_arch_choice;
   using attn::Isa;
   CHECK(std::string(blis_arch_choice(nullptr, true, true, Isa::avx512)) == "0");
@@ -117,7 +117,8 @@ TEST_CASE("BLIS sub-configuration: skx (0) on Intel with AVX-512, haswell (3) at
   CHECK(std::string(blis_arch_choice(nullptr, false, true, Isa::avx2)) == "3");
   CHECK(blis_arch_choice(nullptr, true, true, Isa::generic) == nullptr);
   CHECK(blis_arch_choice(nullptr, true, false, Isa::avx2) == nullptr);    // AVX2 Intel: BLIS's own choice
-  CHECK(blis_arch_choice(nullptr, false, true, Isa::avx512) == nullptr);  // AMD: BLIS knows its Zen cores
+  CHECK(std::string(blis_arch_choice(nullptr, false, true, Isa::avx512)) == "0");  // AMD Zen 4/5: no AVX-512 configuration of their own in BLIS 0.9
+  CHECK(blis_arch_choice(nullptr, false, false, Isa::avx2) == nullptr);             // Zen 1-3: BLIS's own zen configurations
   CHECK(blis_arch_choice("3", true, true, Isa::avx512) == nullptr);       // the user's value wins
   CHECK(blis_arch_choice("", true, true, Isa::avx512) == nullptr);
 }

@@ -49,15 +49,17 @@ inline constexpr long long kBlasMinVolume = 64LL * 64 * 64;
 
 /// The BLIS sub-configuration attn asks for, as BLIS_ARCH_TYPE's value in BLIS 0.9's numbering (it
 /// reads the variable as a number: 0 skx, 3 haswell), or nullptr to leave BLIS's own choice. BLIS
-/// picks its kernels when it initialises (on its first call) from the CPU it finds; on Intel CPUs
-/// with AVX-512 whose FMA-unit count it does not know (0.9.0 on Sapphire/Emerald Rapids and later) it
-/// falls back to 'haswell', the AVX2 kernels, at about half the machine's GEMM rate. So on an AVX-512
-/// machine BLIS runs the level attn's own kernels run at (cpu::isa(), which ATTN_ISA can lower):
-/// skx on Intel at avx512, haswell at avx2. A value the user set in BLIS_ARCH_TYPE always wins.
-inline const char* blis_arch_choice(const char* user_value, bool intel, bool avx512, Isa level) {
-  if (user_value != nullptr || !avx512) return nullptr;  // AVX2 machines: BLIS knows them (haswell, zen, zen2, zen3)
+/// picks its kernels when it initialises (on its first call) from the CPU it finds, and 0.9.0 knows
+/// no AVX-512 CPU newer than it: on Intel Sapphire/Emerald Rapids, whose FMA-unit count it cannot
+/// read, it falls back to 'haswell' (AVX2, about half the machine's GEMM rate); on AMD Zen 5 (family
+/// 0x1A) to 'generic', the reference kernels (64 against 296 GFLOP/s at skx on 2 cores). So on every
+/// AVX-512 machine, Intel or AMD, BLIS runs the level attn's own kernels run at (cpu::isa(), which
+/// ATTN_ISA can lower): skx at avx512, haswell at avx2. AVX2 machines keep BLIS's own choice (it
+/// knows haswell and later Intel cores and Zen 1 to 3). A value the user set always wins.
+inline const char* blis_arch_choice(const char* user_value, [[maybe_unused]] bool intel, bool avx512, Isa level) {
+  if (user_value != nullptr || !avx512) return nullptr;
   if (level == Isa::avx2) return "3";
-  if (level == Isa::avx512 && intel) return "0";
+  if (level == Isa::avx512) return "0";
   return nullptr;
 }
 
