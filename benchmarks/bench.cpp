@@ -9,6 +9,7 @@
 // oneDNN's dnnl_sgemm (libdnnl.so.2), the last two loaded at run time where installed.
 //   bench --all [--peer "benchmarks/peer/run-peer.sh"] [--iters 20] [--cases R6 R6-ckpt]
 //   bench --case R1-h8 [--iters 20]          # one case, one JSON line
+//   bench --all --precision bf16 --peer ...  # attn under PrecisionScope(bf16), the peer under autocast
 //   bench --ceiling                          # every GEMM's rate, the best named
 #include <dlfcn.h>
 #include <sys/resource.h>
@@ -118,9 +119,10 @@ inline const char* kCaseNames =
     "R1-h1 R1-h8 R2-h4 R2-h8 R3-T512 R3-T1024 R3-T2048 R4-b1 R4-b64 R5-T1024 R5-T4096 R5-T16384 R6 R6-ckpt";
 
 /// Runs one case in this process; returns its JSON record.
-inline json run_case(const std::string& name, int iters) {
+inline json run_case(const std::string& name, int iters, attn::Precision precision) {
   attn::Rng rng(2024);
-  json j{{"case", name}, {"impl", "attn"}, {"threads", attn::cpu::threads()}};
+  const attn::PrecisionScope scope(precision);
+  json j{{"case", name}, {"impl", "attn"}, {"threads", attn::cpu::threads()}, {"precision", attn::precision_name(precision)}};
   Timing t{};
   double flops = 0;  // per sample, for the ceiling fraction
   if (name == "R1-h1" || name == "R1-h8") {
@@ -334,7 +336,7 @@ int main(int argc, char** argv) {
   std::string one, peer;
   int iters = 20;
   bool all = false, gemm = false, ceiling_only = false;
-  std::string gemm_impl = "attn";
+  std::string gemm_impl = "attn", precision_arg = "fp32";
   // R6 and R6-ckpt (seconds per step on 2 cores) only when named in --cases.
   std::vector<std::string> cases = {"R1-h1", "R1-h8",  "R2-h4",    "R2-h8",    "R3-T512",  "R3-T1024", "R3-T2048",
                                     "R4-b1", "R4-b64", "R5-T1024", "R5-T4096", "R5-T16384"};
@@ -345,12 +347,16 @@ int main(int argc, char** argv) {
                  std::string("cases for --all, of ") + bench::kCaseNames + " (default: all but R6 and R6-ckpt, which take minutes)");
   app.add_option("--peer", peer, "peer command, run per case with '--case X --json --iters N' appended (empty: no peer)");
   app.add_option("--iters", iters, "timed iterations per case (after 5 warm-ups)");
+  app.add_option("--precision", precision_arg,
+                 "fp32 or bf16: the products of attn's linear ops in bf16 (attn::PrecisionScope); the peer runs "
+                 "torch.autocast bf16");
   app.add_flag("--gemm", gemm, "print one GEMM's FP32 2048^3 rate (--gemm-impl) as JSON and exit");
   app.add_option("--gemm-impl", gemm_impl, "the GEMM for --gemm: attn, eigen, openblas or onednn");
   app.add_flag("--ceiling", ceiling_only, "measure every GEMM at hand (each in its own process), print them and the best, and exit");
   CLI11_PARSE(app, argc, argv);
   attn::cpu::set_threads(0);
   try {
+    const attn::Precision precision = attn::parse_precision(precision_arg, "--precision");
     if (gemm) {
       const auto impl = bench::load_gemm(gemm_impl);
       const double rate = attn::gemm_gflops(impl.run);  // 256^3 ... 2048^3, the 2048^3 median
@@ -358,7 +364,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!one.empty()) {
-      fmt::print("{}\n", bench::run_case(one, iters).dump());
+      fmt::print("{}\n", bench::run_case(one, iters, precision).dump());
       return 0;
     }
     if (!all && !ceiling_only) {
@@ -366,8 +372,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string self = argv[0];
-    fmt::print("{} ({} threads), attn kernels {} (machine: {}), GEMM {}\n", bench::cpu_model(), attn::cpu::threads(),
-               attn::isa_name(attn::cpu::isa()), attn::isa_name(attn::cpu::isa_supported()), attn::cpu_gemm_description());
+    fmt::print("{} ({} threads), attn kernels {} (machine: {}), GEMM {}, precision {}\n", bench::cpu_model(), attn::cpu::threads(),
+               attn::isa_name(attn::cpu::isa()), attn::isa_name(attn::cpu::isa_supported()), attn::cpu_gemm_description(),
+               attn::precision_name(precision));
     // The machine's FP32 GEMM ceiling: the best of every GEMM at hand, each in a fresh process.
     double ceil_gflops = 0;
     std::string ceil_label;
@@ -391,10 +398,20 @@ int main(int argc, char** argv) {
                "attn RSS", "peer RSS", "of ceiling", "peer impl");
     json rows = json::array();
     for (auto& c : cases) {
-      auto a = bench::run_json(fmt::format("{} --case {} --iters {}", self, c, iters));
+      json a = bench::run_json(fmt::format("{} --case {} --iters {} --precision {}", self, c, iters, precision_arg));
+      if (!a.is_object()) {
+        fmt::print(stderr, "bench: case {} gave no result (its error is above)\n", c);
+        a = json::object();
+      }
       json p = json::object();  // stays empty without a peer
-      if (!peer.empty()) p = bench::run_json(fmt::format("{} --case {} --mode {} --json --iters {}", peer, c,
-                                                         a.value("mode", "train") == "infer" ? "infer" : "train", iters));
+      if (!peer.empty()) {
+        p = bench::run_json(fmt::format("{} --case {} --mode {} --json --iters {} --precision {}", peer, c,
+                                        a.value("mode", "train") == "infer" ? "infer" : "train", iters, precision_arg));
+        if (!p.is_object()) {
+          fmt::print(stderr, "bench: the peer gave no result for case {} (its error is above)\n", c);
+          p = json::object();
+        }
+      }
       const double as = a.value("samples_per_s", 0.0), ps = p.value("samples_per_s", 0.0);
       fmt::print("{:<10} {:>6} {:>12.1f} {:>12} {:>8} {:>9.0f}M {:>10} {:>10}  {}\n", c, a.value("mode", "?"), as,
                  ps > 0 ? fmt::format("{:.1f}", ps) : "-", ps > 0 ? fmt::format("{:.2f}x", as / ps) : "-", a.value("peak_rss_mb", 0.0),
@@ -404,7 +421,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       rows.push_back({{"attn", a}, {"peer", p}});
     }
-    fmt::print("\n{}\n", json{{"ceiling_gflops", ceil_gflops}, {"ceiling_impl", ceil_label}, {"gemms", gemms}, {"isa", attn::isa_name(attn::cpu::isa())}, {"rows", rows}}.dump());
+    fmt::print("\n{}\n", json{{"ceiling_gflops", ceil_gflops}, {"ceiling_impl", ceil_label}, {"gemms", gemms}, {"isa", attn::isa_name(attn::cpu::isa())}, {"precision", attn::precision_name(precision)}, {"rows", rows}}.dump());
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench: error: {}\n", e.what());
     return 1;

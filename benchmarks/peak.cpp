@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // One core's multiply-add rate for the element types a CPU inference path could use: FP32 at each
 // ISA level the machine runs (SSE2 mulps + addps, AVX2 vfmadd231ps, AVX-512 vfmadd231ps on zmm),
-// and with AVX2 int16 pairs (vpmaddwd) and int8 (vpmaddubsw widened to int32 by vpmaddwd,
-// the int8 GEMM's inner step without AVX-VNNI). Each loop runs independent accumulator chains
-// whose operands differ, so that the compiler can neither merge the chains nor share a product.
+// with AVX2 int16 pairs (vpmaddwd) and int8 (vpmaddubsw widened to int32 by vpmaddwd, the int8
+// GEMM's inner step without AVX-VNNI), and bf16 pairs with AVX512-BF16 (vdpbf16ps). Each loop runs
+// independent accumulator chains whose operands differ, so that the compiler can neither merge the
+// chains nor share a product.
 // Where int8 does not run well ahead of FP32, quantized GEMMs cannot raise the FLOP ceiling.
 //   peak [--iters N]
 #include <immintrin.h>
@@ -81,6 +82,29 @@ __attribute__((noinline)) double fp32_sse(long n) {
   return 8.0 * 4.0 * double(n) / s;
 }
 
+/// bf16 multiply-adds per second at AVX512-BF16: twelve vdpbf16ps chains of sixteen lanes, two
+/// products each (the instruction's latency is longer than the FMA's: eight chains do not fill it).
+__attribute__((noinline, target("avx512f,avx512bf16"))) double bf16_avx512(long n) {
+  __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b0 = (__m512bh)_mm512_set1_epi32(0x3dcd3dcd),
+           b1 = (__m512bh)_mm512_set1_epi32(0x3e4d3e4d), b2 = (__m512bh)_mm512_set1_epi32(0x3e9a3e9a),
+           b3 = (__m512bh)_mm512_set1_epi32(0x3ecd3ecd);
+  __m512 c[12];
+  for (int i = 0; i < 12; ++i) c[i] = _mm512_set1_ps(float(i + 1));
+  const auto t0 = clk::now();
+  for (long i = 0; i < n; ++i) {
+    asm volatile("" : "+v"(a), "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
+    c[0] = _mm512_dpbf16_ps(c[0], a, b0), c[1] = _mm512_dpbf16_ps(c[1], a, b1), c[2] = _mm512_dpbf16_ps(c[2], a, b2);
+    c[3] = _mm512_dpbf16_ps(c[3], a, b3), c[4] = _mm512_dpbf16_ps(c[4], b0, b1), c[5] = _mm512_dpbf16_ps(c[5], b1, b2);
+    c[6] = _mm512_dpbf16_ps(c[6], b2, b3), c[7] = _mm512_dpbf16_ps(c[7], b3, b0), c[8] = _mm512_dpbf16_ps(c[8], b0, b2);
+    c[9] = _mm512_dpbf16_ps(c[9], b1, b3), c[10] = _mm512_dpbf16_ps(c[10], b0, b0), c[11] = _mm512_dpbf16_ps(c[11], b1, b1);
+  }
+  const double s = seconds_since(t0);
+  __m512 t = c[0];
+  for (int i = 1; i < 12; ++i) t = _mm512_add_ps(t, c[i]);
+  sink_f = _mm512_cvtss_f32(t);
+  return 12.0 * 32.0 * double(n) / s;
+}
+
 /// Six chains; `int8` true: 32 u8 x s8 products per step (vpmaddubsw, then vpmaddwd by ones),
 /// false: 16 int16 products (vpmaddwd).
 template <bool Int8>
@@ -128,6 +152,13 @@ int main(int argc, char** argv) {
     std::printf("  avx512  vfmadd231ps zmm       %6.1f G  (%.1f GFLOP/s, %.2fx avx2)\n", z / 1e9, 2 * z / 1e9, z / f);
   } else {
     std::printf("  avx512  (not on this CPU)\n");
+  }
+  if (cpu.avx512_bf16) {
+    const double z = bf16_avx512(n);
+    std::printf("one core, bf16 multiply-adds per second (float sums):\n");
+    std::printf("  avx512_bf16 vdpbf16ps zmm     %6.1f G  (%.1f GFLOP/s, %.2fx avx2 fp32)\n", z / 1e9, 2 * z / 1e9, z / f);
+  } else {
+    std::printf("  avx512_bf16 (not on this CPU)\n");
   }
   std::printf("one core, AVX2 integer multiply-adds per second:\n");
   std::printf("  int16 vpmaddwd                %6.1f G  %.2fx avx2 fp32\n", h / 1e9, h / f);

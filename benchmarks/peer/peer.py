@@ -25,7 +25,8 @@ Usage:
   peer.py --case R1-h8 --mode train --iters 20 --json   # one JSON line, best impl
   peer.py --case R3-T1024 --mode train --impl hand      # one impl, in-process
   peer.py --all [--json]                                # every case, table
-  peer.py --gemm                                        # FP32 GEMM 2048^3 GFLOP/s
+  peer.py --gemm [--precision bf16]                     # FP32 (bf16) GEMM 2048^3 GFLOP/s
+  peer.py --case R1-h8 --precision bf16                 # torch.autocast bf16 around forward
   peer.py --r4-lengths                                  # the R4 sample lengths
   peer.py --check                                       # hand == mha == sdpa == packed,
                                                         # R5's band three ways, R6-ckpt == R6
@@ -35,6 +36,7 @@ Works with torch 1.13 and 2.x.  Set OMP_NUM_THREADS before starting python
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -348,8 +350,15 @@ def time_loop(fn, warmup, iters, max_seconds=None):
     return statistics.median(times), done_warm, len(times)
 
 
-def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, r5_dense=False):
+def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, r5_dense=False,
+             precision="fp32"):
     spec = CASES[case]
+    # bf16: torch.autocast around each forward (the backward runs in the forward's dtypes).
+    if precision == "bf16":
+        def cast():
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+    else:
+        cast = contextlib.nullcontext
     model_kind, H, B, T = spec["model"], spec["heads"], spec["batch"], spec["T"]
     if mode not in MODES[model_kind]:
         raise SystemExit("peer.py: case %s has no mode %r (modes: %s)"
@@ -396,13 +405,15 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, 
             def step():
                 model.zero_grad(set_to_none=True)
                 x.grad = None
-                (model(x) if model_kind == "R6" else model(x, valid)).backward(grad_out)
+                with cast():
+                    y = model(x) if model_kind == "R6" else model(x, valid)
+                y.backward(grad_out.to(y.dtype))
             extra["step"] = "forward + backward (params and input), no optimizer"
         else:
             model.eval()
 
             def step():
-                with torch.inference_mode():
+                with torch.inference_mode(), cast():
                     model(x, valid)
     else:
         if model_kind == "R1":
@@ -448,19 +459,21 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, 
             def step():
                 for (ids, valid, lens_t), y in zip(batches, labels):
                     opt.zero_grad(set_to_none=True)
-                    loss_fn(model(ids, valid, lens_t), y).backward()
+                    with cast():
+                        loss = loss_fn(model(ids, valid, lens_t), y)
+                    loss.backward()
                     opt.step()
         else:
             model.eval()
 
             def step():
-                with torch.inference_mode():
+                with torch.inference_mode(), cast():
                     for ids, valid, lens_t in batches:
                         model(ids, valid, lens_t)
 
     med, warm_done, iters_done = time_loop(step, warmup, iters, max_seconds)
     out = {
-        "case": case, "mode": mode, "impl": impl,
+        "case": case, "mode": mode, "impl": impl, "precision": precision,
         "samples_per_s": samples / med, "median_ms": med * 1e3,
         "peak_rss_mb": peak_rss_mb(),
         "torch_version": torch.__version__, "threads": torch.get_num_threads(),
@@ -472,13 +485,14 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, 
     return out
 
 
-def run_gemm(torch, iters, max_seconds=None, n=2048):
+def run_gemm(torch, iters, max_seconds=None, n=2048, precision="fp32"):
     g = torch.Generator().manual_seed(SEED)
-    a = torch.randn(n, n, generator=g)
-    b = torch.randn(n, n, generator=g)
-    c = torch.empty(n, n)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a = torch.randn(n, n, generator=g).to(dtype)
+    b = torch.randn(n, n, generator=g).to(dtype)
+    c = torch.empty(n, n, dtype=dtype)
     med, _, iters = time_loop(lambda: torch.mm(a, b, out=c), 3, iters, max_seconds)
-    return {"case": "GEMM-%d" % n, "mode": "fp32", "impl": "torch.mm",
+    return {"case": "GEMM-%d" % n, "mode": precision, "impl": "torch.mm",
             "gflops": 2.0 * n ** 3 / med / 1e9, "median_ms": med * 1e3, "iters": iters,
             "peak_rss_mb": peak_rss_mb(), "torch_version": torch.__version__,
             "threads": torch.get_num_threads(), "malloc": malloc_name(),
@@ -586,7 +600,7 @@ def child(args, extra_argv, malloc=None):
             del env["LD_PRELOAD"]
     cmd = [sys.executable, os.path.abspath(__file__), "--json",
            "--threads", str(args.threads), "--iters", str(args.iters),
-           "--warmup", str(args.warmup)] + extra_argv
+           "--warmup", str(args.warmup), "--precision", args.precision] + extra_argv
     if args.max_seconds:
         cmd += ["--max-seconds", str(args.max_seconds)]
     if args.r5_dense:
@@ -726,7 +740,7 @@ def main():
     ap.add_argument("--all", action="store_true", help="run every case, print a table")
     ap.add_argument("--cases", nargs="*", help="with --all: only these cases (R6 and R6-ckpt "
                                                "run only when named here)")
-    ap.add_argument("--gemm", action="store_true", help="FP32 GEMM 2048^3 GFLOP/s")
+    ap.add_argument("--gemm", action="store_true", help="GEMM 2048^3 GFLOP/s (FP32, or bf16 with --precision)")
     ap.add_argument("--r4-lengths", action="store_true", help="print the R4 lengths")
     ap.add_argument("--check", action="store_true",
                     help="check that hand, mha, sdpa and packed compute the same attention")
@@ -745,6 +759,8 @@ def main():
     ap.add_argument("--threads", type=int,
                     default=int(os.environ.get("OMP_NUM_THREADS", "2") or 2))
     ap.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: torch.autocast(\"cpu\", bfloat16) around each forward")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     if args.iters < 1 or args.warmup < 0 or args.threads < 1:
@@ -772,16 +788,16 @@ def main():
                   % torch.__version__)
         sys.exit(0 if check_impls(torch) else 1)
     if args.gemm:
-        r = run_gemm(torch, args.iters, args.max_seconds)
+        r = run_gemm(torch, args.iters, args.max_seconds, precision=args.precision)
         print(json.dumps(r) if args.json else
-              "GEMM 2048^3 FP32, %d threads: %.1f GFLOP/s (median %.1f ms)"
-              % (r["threads"], r["gflops"], r["median_ms"]))
+              "GEMM 2048^3 %s, %d threads: %.1f GFLOP/s (median %.1f ms)"
+              % (args.precision, r["threads"], r["gflops"], r["median_ms"]))
         return
 
     mode = args.mode or ("infer" if CASES[args.case]["model"] == "R4" else "train")
     if args.impl != "best":
         r = run_case(torch, args.case, mode, args.impl, args.warmup, args.iters, args.threads,
-                     args.max_seconds, args.r5_dense)
+                     args.max_seconds, args.r5_dense, args.precision)
     else:
         res = {i: child(args, ["--case", args.case, "--mode", mode, "--impl", i])
                for i in impls_for(args, args.case)}

@@ -199,8 +199,10 @@ int main(int argc, char** argv) {
     std::size_t heads = o.heads;
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
     if (!o.sweep) attn::dispatch<1, 2, 4, 8>(heads, "--heads", []<std::size_t>() {});  // validate before loading data
-    fmt::print("attn CLUE TNEWS example: {} thread(s), {} kernels, GEMM {}{}\n", attn::cpu::threads(), attn::isa_name(attn::cpu::isa()),
-               attn::cpu_gemm_description(),
+    // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
+    const attn::PrecisionScope precision(attn::parse_precision(o.train.precision, "--precision"));
+    fmt::print("attn CLUE TNEWS example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),
+               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), o.train.precision,
                par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     if (attn::cpu::threads() > 1 && !std::getenv("OMP_WAIT_POLICY"))
       fmt::print("hint: on a machine shared with other jobs, OMP_WAIT_POLICY=PASSIVE keeps idle threads from spinning\n");

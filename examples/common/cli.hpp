@@ -69,7 +69,7 @@ inline CLI::Validator except(std::uint64_t bad, const std::string& why) {
 inline constexpr std::uint64_t kMaxThreads = 4096;
 
 /// Registers --out, --epochs, --batch, --lr, --weight-decay, --warmup, --ema, --ema-every, --patience,
-/// --clip, --on-nonfinite, --seed, --resume, --overwrite and --stop-after, each with its range.
+/// --clip, --on-nonfinite, --precision, --seed, --resume, --overwrite and --stop-after, each with its range.
 inline void add_training_flags(CLI::App& app, TrainOptions& t) {
   app.add_option("--out", t.out, "output directory (one sub-directory per head count)");
   app.add_option("--epochs", t.epochs, "maximum epochs")->check(count(1, kMaxTrainEpochs));
@@ -87,6 +87,10 @@ inline void add_training_flags(CLI::App& app, TrainOptions& t) {
   app.add_option("--clip", t.clip, "gradient-norm clipping threshold (0: off)")->check(real(0, 1e30));
   app.add_option("--on-nonfinite", t.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")
       ->check(CLI::IsMember({"stop", "skip"}));
+  app.add_option("--precision", t.precision,
+                 "bf16: the linear layers' and the LSTM's products take bfloat16 operands with float sums, in training and "
+                 "evaluation (weights, gradients, optimizer, softmax and norms stay float)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--seed", t.seed, "seed of the split, the initialisation, the data order and dropout")->check(count(0));
   auto* resume = app.add_flag("--resume", t.resume, "continue an interrupted run from its last completed epoch (same options)");
   app.add_flag("--overwrite", t.overwrite, "replace the run a run directory already holds")->excludes(resume);

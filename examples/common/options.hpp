@@ -25,6 +25,7 @@ struct TrainOptions {
   bool overwrite = false;      // replace the run a directory already holds
   std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
   std::string on_non_finite = "stop";
+  std::string precision = "fp32";  // of the linear and LSTM products, training and evaluation: fp32 or bf16 (attn::PrecisionScope)
 };
 
 }  // namespace examples

@@ -320,7 +320,8 @@ inline void write_run_start(const RunPlan& plan, const attn::data::Vocab& vocab,
 /// program's own): --resume refuses a different value.
 inline nlohmann::json train_run_options(const TrainOptions& t) {
   return {{"--seed", t.seed},       {"--batch", t.batch}, {"--lr", t.lr},  {"--weight-decay", t.weight_decay},
-          {"--warmup", t.warmup}, {"--clip", t.clip},   {"--ema", t.ema}, {"--ema-every", t.ema_every}};
+          {"--warmup", t.warmup}, {"--clip", t.clip},   {"--ema", t.ema}, {"--ema-every", t.ema_every},
+          {"--precision", t.precision}};
 }
 
 /// Checks that every resumed directory of a sweep has the same vocabulary and returns it (nullptr:

@@ -339,8 +339,10 @@ int main(int argc, char** argv) {
       return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(pr.model_dir, pr.texts, pr.dump); });
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
-    fmt::print("attn IMDb example: {} thread(s), {} kernels, GEMM {}{}\n", attn::cpu::threads(), attn::isa_name(attn::cpu::isa()),
-               attn::cpu_gemm_description(),
+    // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
+    const attn::PrecisionScope precision(attn::parse_precision(o.train.precision, "--precision"));
+    fmt::print("attn IMDb example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),
+               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), o.train.precision,
                par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     // Everything is checked before anything is written: the run directories (options against
     // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.

@@ -21,12 +21,14 @@ TEST_CASE("isa: the detected features are consistent and the level follows them"
   CHECK((!f.amx_bf16 || f.amx_tile));
   CHECK_FALSE((f.intel && f.amd));
   const Isa best = attn::cpu::isa_supported();
-  CHECK(best == (f.avx512 ? Isa::avx512 : f.avx2_fma ? Isa::avx2 : Isa::generic));
+  CHECK(best == (f.avx512_bf16 ? Isa::avx512_bf16 : f.avx512 ? Isa::avx512 : f.avx2_fma ? Isa::avx2 : Isa::generic));
+  CHECK(attn::fp32_level(Isa::avx512_bf16) == Isa::avx512);
+  CHECK(attn::fp32_level(Isa::avx2) == Isa::avx2);
 #if defined(__AVX2__) && defined(__FMA__)
   CHECK(best >= Isa::avx2);  // a binary built for AVX2 only starts on such a machine
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
-  CHECK(best == Isa::avx512);
+  CHECK(best >= Isa::avx512);
 #endif
   WARN("this machine: " << attn::isa_name(best) << (f.avx512_bf16 ? ", avx512_bf16" : "") << (f.avx512_vnni ? ", avx512_vnni" : "")
                         << (f.amx_tile ? ", amx" : "") << (f.intel ? " (Intel)" : f.amd ? " (AMD)" : ""));
@@ -37,9 +39,11 @@ TEST_CASE("isa: names parse, set_isa goes down but never above the machine, Scop
   CHECK(attn::parse_isa("sse2") == Isa::generic);
   CHECK(attn::parse_isa("avx2") == Isa::avx2);
   CHECK(attn::parse_isa("avx512") == Isa::avx512);
+  CHECK(attn::parse_isa("avx512_bf16") == Isa::avx512_bf16);
+  CHECK(attn::parse_isa("avx512bf16") == Isa::avx512_bf16);
   CHECK_THROWS_WITH(attn::parse_isa("avx3", "ATTN_ISA"), Catch::Contains("ATTN_ISA") && Catch::Contains("avx3") &&
-                                                              Catch::Contains("generic, avx2 or avx512"));
-  for (Isa l : {Isa::generic, Isa::avx2, Isa::avx512}) CHECK(attn::parse_isa(attn::isa_name(l)) == l);
+                                                              Catch::Contains("generic, avx2, avx512 or avx512_bf16"));
+  for (Isa l : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512_bf16}) CHECK(attn::parse_isa(attn::isa_name(l)) == l);
 
   const Isa before = attn::cpu::isa();
   {
@@ -54,6 +58,8 @@ TEST_CASE("isa: names parse, set_isa goes down but never above the machine, Scop
   CHECK(attn::cpu::isa() == before);
   if (attn::cpu::isa_supported() < Isa::avx512)
     CHECK_THROWS_WITH(attn::cpu::set_isa(Isa::avx512), Catch::Contains("at most"));
+  if (attn::cpu::isa_supported() < Isa::avx512_bf16)
+    CHECK_THROWS_WITH(attn::cpu::set_isa(Isa::avx512_bf16), Catch::Contains("at most"));
   attn::cpu::set_isa(Isa::generic);
   CHECK(attn::cpu::isa() == Isa::generic);
   attn::cpu::reset_isa();

@@ -2,16 +2,22 @@
 // The affine map on Vars, y = x W^T + b over the last axis (PyTorch's layout: W (Out, In), b (Out)),
 // as one op: the bias is the GEMM's initial C, and backward is dx += dy W, dW += dy^T x,
 // db += column sums of dy. nn::Linear and nn::Attention's projections both run it. With a row map
-// only the listed rows of x are computed, gathered into one packed GEMM (nn::PaddedRows::zero).
+// only the listed rows of x are computed, gathered into one packed GEMM (nn::PaddedRows::zero). Under
+// a PrecisionScope of Precision::bf16 (core/precision.hpp) the CPU op's three products take bfloat16
+// operands with float sums (kernels::gemm_bf16): the weight is packed to bf16 per call, x and dy are
+// rounded as they are packed; the bias, the output and every gradient stay float.
 //   auto y = attn::linear(ctx, x, w, b);                      // (..., In) x (Out, In)^T + (Out) -> (..., Out)
 //   attn::real_rows(mask, rows);  auto y = attn::linear(ctx, x, w, b, {.map = &rows});
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "../backend/cpu/gemm_bf16.hpp"
 #include "../core/instantiate.hpp"
+#include "../core/precision.hpp"
 #include "elementwise.hpp"
 
 namespace attn {
@@ -119,7 +125,17 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
     Y = yp.data();
   }
   const bool has_bias = bias.defined();
-  if constexpr (B::host_accessible) {  // each thread writes the bias into its rows just before its GEMM
+  constexpr bool can_bf16 = std::is_same_v<T, float> && std::is_same_v<B, cpu>;
+  const bool bf16 = can_bf16 && precision() == Precision::bf16;
+  if (bf16) {
+    if constexpr (can_bf16) {
+      kernels::PackedBf16 pw;
+      pw.pack(Trans::yes, int(in), int(out_w), w.raw().data(), int(in));
+      if (has_bias)
+        for (std::size_t r = 0; r < rows; ++r) std::copy_n(bias.raw().data(), out_w, Y + r * out_w);
+      kernels::gemm_bf16(Trans::no, int(rows), int(out_w), int(in), 1.f, X, int(in), pw, has_bias ? 1.f : 0.f, Y, int(out_w));
+    }
+  } else if constexpr (B::host_accessible) {  // each thread writes the bias into its rows just before its GEMM
     kernels::gemm_rows(B{}, Trans::yes, rows, out_w, in, X, w.raw().data(), int(in), T(0), Y, has_bias ? bias.raw().data() : nullptr);
   } else {
     if (has_bias) kernels::copy_rows(B{}, rows, out_w, bias.raw().data(), 0, nullptr, Y, out_w, nullptr, false);
@@ -133,7 +149,7 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
   auto o = make_out<AnyShape>(tape, std::move(y), rg);
   if (rg) {
     tape->push(o.data(), {x.data().get(), w.data().get(), has_bias ? bias.data().get() : nullptr},
-               [xd = x.data(), wd = w.data(), bd = has_bias ? bias.data() : nullptr, od = o.data(), rows, in, out_w, map] {
+               [xd = x.data(), wd = w.data(), bd = has_bias ? bias.data() : nullptr, od = o.data(), rows, in, out_w, map, bf16] {
       if (od->grad.empty()) return;
       const std::int64_t* idx = map.empty() ? nullptr : map.data();
       const T* g = od->grad.data();
@@ -143,6 +159,37 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
         gp = Ten({rows, out_w});
         kernels::copy_rows(B{}, rows, out_w, g, out_w, idx, gp.data(), out_w, nullptr, false);
         g = gp.data();
+      }
+      if constexpr (can_bf16) {
+        if (bf16) {  // dx (+)= dy W, dW += dy^T x, with bf16 operands
+          if (xd->requires_grad) {
+            kernels::PackedBf16 pw;
+            pw.pack(Trans::no, int(out_w), int(in), wd->value.data(), int(in));
+            T* dx = xd->grad_ref().data();
+            if (idx) {
+              dxp = Ten({rows, in});
+              kernels::gemm_bf16(Trans::no, int(rows), int(in), int(out_w), 1.f, g, int(out_w), pw, 0.f, dxp.data(), int(in));
+              kernels::copy_rows(B{}, rows, in, dxp.data(), in, nullptr, dx, in, idx, true);
+              dxp = {};
+            } else {
+              kernels::gemm_bf16(Trans::no, int(rows), int(in), int(out_w), 1.f, g, int(out_w), pw, 1.f, dx, int(in));
+            }
+          }
+          if (wd->requires_grad) {
+            if (idx) {
+              xp = Ten({rows, in});
+              kernels::copy_rows(B{}, rows, in, X, in, idx, xp.data(), in, nullptr, false);
+              X = xp.data();
+            }
+            kernels::PackedBf16 px;
+            px.pack(Trans::no, int(rows), int(in), X, int(in));
+            xp = {};
+            kernels::gemm_bf16(Trans::yes, int(out_w), int(in), int(rows), 1.f, g, int(out_w), px, 1.f,
+                               wd->grad_ref().data(), int(in));
+          }
+          if (bd && bd->requires_grad) kernels::sum_to(B{}, g, Dims{rows, out_w}, bd->grad_ref().data(), Dims{out_w}, true);
+          return;
+        }
       }
       if (xd->requires_grad) {
         T* dx = xd->grad_ref().data();

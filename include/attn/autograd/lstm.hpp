@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The fused LSTM op over a ragged batch (PyTorch's nn.LSTM on a packed sequence): one input GEMM per
 // direction, one recurrent GEMM per time step, the backends' fused cell kernels (backend/cpu/lstm.hpp,
-// backend/cuda/lstm.cuh), and a hand-written backward through time.
+// backend/cuda/lstm.cuh), and a hand-written backward through time. Under a PrecisionScope of
+// Precision::bf16 the CPU op's products (input projections, the recurrent products, and their
+// backward) take bf16 operands with float sums; the cell, the states and the gradients stay float.
 //   auto r = attn::lstm(tape, x, lengths, {w_ih, w_hh, b_ih, b_hh});   // r.out (B, T, H), r.h_n / r.c_n (1, B, H)
 #pragma once
 #include <algorithm>
@@ -13,7 +15,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "../backend/cpu/gemm_bf16.hpp"
 #include "../backend/kernels.hpp"
+#include "../core/precision.hpp"
 #include "var.hpp"
 
 namespace attn {
@@ -158,6 +162,35 @@ void lstm_check_weights(const LstmWeights<T, B>& w, std::size_t in, std::size_t&
   if (!(w.b_hh.dims() == Dims{g})) shape_mismatch("lstm", who() + "bias_hh must be (4H)", w.b_hh.dims(), Dims{g});
 }
 
+/// Whether an LSTM op on T and B runs its products in bf16 now (Precision::bf16, float on the CPU).
+template <class T, class B>
+bool lstm_bf16() {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>) return precision() == Precision::bf16;
+  else return false;
+}
+
+/// One operand of the LSTM's products, op(W) (k, n) with W's rows ldw apart: packed in bf16 when
+/// `low` (once, for every product that reads it), else read as it is by the FP32 GEMM.
+template <class T, class B>
+struct LstmOperand {
+  LstmOperand(bool low, Trans tw, int k, int n, const T* w, int ldw) : low(low), tw(tw), w(w), ldw(ldw) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>)
+      if (low) packed.pack(tw, k, n, w, ldw);
+  }
+  /// C (m, n) = op(A) op(W) + beta C.
+  void gemm(Trans ta, int m, int n, int k, const T* a, int lda, T beta, T* c, int ldc) const {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>) {
+      if (low) return kernels::gemm_bf16(ta, m, n, k, 1.f, a, lda, packed, beta, c, ldc);
+    }
+    B::template gemm<T>(ta, tw, m, n, k, T(1), a, lda, w, ldw, beta, c, ldc);
+  }
+  bool low;
+  Trans tw;
+  const T* w;
+  int ldw;
+  kernels::PackedBf16 packed;
+};
+
 /// The forward pass of lstm_impl and lstm_from_table: the tensors it returns, and what backward keeps.
 template <class T, class B>
 struct LstmForward {
@@ -169,7 +202,7 @@ struct LstmForward {
 /// direction d's input projections of all packed rows, (N, 4H) without biases, into A.
 template <class T, class B, class Project>
 LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& maps, const LstmWeights<T, B>* w, int dirs, std::size_t bn,
-                                    std::size_t tn, std::size_t h, Project&& project) {
+                                    std::size_t tn, std::size_t h, bool low, Project&& project) {
   using Ten = Tensor<T, AnyShape, B>;
   const std::size_t g = 4 * h, n_rows = plan.total;
   LstmForward<T, B> f{Ten::zeros({bn, tn, std::size_t(dirs) * h}), Ten::zeros({std::size_t(dirs), bn, h}),
@@ -188,14 +221,15 @@ LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& map
     T* Cc = f.cell[d].data();
     T* Hh = hid[d].data();
     project(d, A);
-    const T* Whh = w[d].w_hh.raw().data();
+    // W_hh^T (H, 4H), packed once for every step under bf16.
+    const LstmOperand<T, B> whh(low, Trans::yes, int(h), int(g), w[d].w_hh.raw().data(), int(h));
     for (std::size_t s = 0; s < plan.steps; ++s) {
       const std::size_t n = plan.batch[s], r0 = plan.offset[s];
       const T* c_prev = nullptr;
       if (s > 0) {
         // (n, H) x (4H, H)^T, added to the step's input projections.
         const std::size_t p0 = plan.offset[s - 1];
-        B::template gemm<T>(Trans::no, Trans::yes, int(n), int(g), int(h), T(1), Hh + p0 * h, int(h), Whh, int(h), T(1), A + r0 * g, int(g));
+        whh.gemm(Trans::no, int(n), int(g), int(h), Hh + p0 * h, int(h), T(1), A + r0 * g, int(g));
         c_prev = Cc + p0 * h;
       }
       kernels::lstm_cell_forward(B{}, n, h, A + r0 * g, bias[d].data(), c_prev, Cc + r0 * h, Hh + r0 * h);
@@ -218,12 +252,13 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   LstmMaps<B> maps = lstm_maps<B>(plan, dirs, tn);
   const std::size_t n_rows = plan.total;
   const T* X = x.raw().data();
-  LstmForward<T, B> f = lstm_forward_pass<T, B>(plan, maps, w, dirs, bn, tn, h, [&](int d, T* A) {
+  const bool low = lstm_bf16<T, B>();  // bf16 products, forward and backward
+  LstmForward<T, B> f = lstm_forward_pass<T, B>(plan, maps, w, dirs, bn, tn, h, low, [&](int d, T* A) {
     Ten xp({n_rows, in});  // the packed input (N, In)
     kernels::copy_rows(B{}, n_rows, in, X, in, maps.rows[d].data(), xp.data(), in, nullptr, false);
     // Input projections of every step at once: (N, In) x (4H, In)^T -> (N, 4H).
-    B::template gemm<T>(Trans::no, Trans::yes, int(n_rows), int(4 * h), int(in), T(1), xp.data(), int(in), w[d].w_ih.raw().data(),
-                        int(in), T(0), A, int(4 * h));
+    const LstmOperand<T, B> wih(low, Trans::yes, int(in), int(4 * h), w[d].w_ih.raw().data(), int(in));
+    wih.gemm(Trans::no, int(n_rows), int(4 * h), int(in), xp.data(), int(in), T(0), A, int(4 * h));
   });
 
   bool rg = tape != nullptr && x.requires_grad();
@@ -243,7 +278,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   for (const auto& sv : saved)
     for (const auto* p : {sv.w_ih.get(), sv.w_hh.get(), sv.b_ih.get(), sv.b_hh.get()}) inputs.push_back(p);
   tape->push(res.out.data(), inputs, [xd = x.data(), od = res.out.data(), hd = res.h_n.data(), cd = res.c_n.data(), plan = std::move(plan),
-                              maps = std::move(maps), saved = std::move(saved), dirs, bn, in, h] {
+                              maps = std::move(maps), saved = std::move(saved), dirs, bn, in, h, low] {
     const bool g_out = !od->grad.empty(), g_h = !hd->grad.empty(), g_c = !cd->grad.empty();
     if (!g_out && !g_h && !g_c) return;
     const std::size_t g = 4 * h, n_rows = plan.total, first = plan.steps ? plan.batch[0] : 0;
@@ -288,15 +323,15 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       if (g_h) kernels::copy_rows(B{}, bn, h, hd->grad.data(), h, maps.final_state[d].data(), dH, h, maps.last.data(), true);
       // Sample j's carry starts at its last step.
       if (g_c) kernels::copy_rows(B{}, bn, h, cd->grad.data(), h, maps.final_state[d].data(), dC, h, nullptr, false);
-      const T* Whh = sv.w_hh->value.data();
+      // W_hh (4H, H), packed once for every step under bf16.
+      const LstmOperand<T, B> whh(low, Trans::no, int(g), int(h), sv.w_hh->value.data(), int(h));
       for (std::size_t s = plan.steps; s-- > 0;) {
         const std::size_t n = plan.batch[s], r0 = plan.offset[s];
         const T* c_prev = s > 0 ? Cc + plan.offset[s - 1] * h : nullptr;
         kernels::lstm_cell_backward(B{}, n, h, A + r0 * g, Cc + r0 * h, c_prev, dH + r0 * h, dC, dG + r0 * g);
         // dh_prev += dgates W_hh: (n, 4H) x (4H, H).
         if (s > 0)
-          B::template gemm<T>(Trans::no, Trans::no, int(n), int(h), int(g), T(1), dG + r0 * g, int(g), Whh, int(h), T(1),
-                              dH + plan.offset[s - 1] * h, int(h));
+          whh.gemm(Trans::no, int(n), int(h), int(g), dG + r0 * g, int(g), T(1), dH + plan.offset[s - 1] * h, int(h));
       }
       if (q.w_hh && n_rows > first) {
         // dW_hh += sum_s dgates_s^T h_{s-1}: one GEMM over all steps but the first, with h_{s-1}
@@ -304,14 +339,14 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
         T* P = q.hprev.data();
         kernels::copy_rows(B{}, n_rows - first, h, od->value.data() + std::size_t(d) * h, std::size_t(dirs) * h, maps.prev[d].data(), P,
                            h, nullptr, false);
-        B::template gemm<T>(Trans::yes, Trans::no, int(g), int(h), int(n_rows - first), T(1), dG + first * g, int(g), P, int(h), T(1),
-                            q.w_hh, int(h));
+        const LstmOperand<T, B> prev(low, Trans::no, int(n_rows - first), int(h), P, int(h));
+        prev.gemm(Trans::yes, int(g), int(h), int(n_rows - first), dG + first * g, int(g), T(1), q.w_hh, int(h));
       }
       if (q.w_ih) {
         // dW_ih += dgates^T x_packed: (4H, N) x (N, In).
         kernels::copy_rows(B{}, n_rows, in, xd->value.data(), in, maps.rows[d].data(), q.xp.data(), in, nullptr, false);
-        B::template gemm<T>(Trans::yes, Trans::no, int(g), int(in), int(n_rows), T(1), dG, int(g), q.xp.data(), int(in), T(1), q.w_ih,
-                            int(in));
+        const LstmOperand<T, B> xs(low, Trans::no, int(n_rows), int(in), q.xp.data(), int(in));
+        xs.gemm(Trans::yes, int(g), int(in), int(n_rows), dG, int(g), T(1), q.w_ih, int(in));
       }
       if (q.b_ih || q.b_hh) {
         // db = column sums of dgates (N, 4H), added to both biases' gradients.
@@ -325,8 +360,8 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       }
       // dx_packed = dgates W_ih: (N, 4H) x (4H, In); scattered into dx after both directions.
       if (!q.dx.empty())
-        B::template gemm<T>(Trans::no, Trans::no, int(n_rows), int(in), int(g), T(1), dG, int(g), sv.w_ih->value.data(), int(in), T(0),
-                            q.dx.data(), int(in));
+        LstmOperand<T, B>(low, Trans::no, int(g), int(in), sv.w_ih->value.data(), int(in))
+            .gemm(Trans::no, int(n_rows), int(in), int(g), dG, int(g), T(0), q.dx.data(), int(in));
     });
     if (xd->requires_grad) {
       T* dx = xd->grad_ref().data();
@@ -403,7 +438,8 @@ LstmResult<T, cpu> lstm_from_table(NoGrad&, std::span<const Tensor<T, AnyShape, 
       if (id[b * tn + t] < 0 || static_cast<std::size_t>(id[b * tn + t]) >= v)
         throw ArgumentError("lstm_from_table: ids(" + std::to_string(b) + ", " + std::to_string(t) + ") = " +
                             std::to_string(static_cast<long long>(id[b * tn + t])) + " is outside the table of " + std::to_string(v) + " rows");
-  detail::LstmForward<T, cpu> f = detail::lstm_forward_pass<T, cpu>(plan, maps, w.data(), dirs, bn, tn, h, [&](int d, T* A) {
+  detail::LstmForward<T, cpu> f = detail::lstm_forward_pass<T, cpu>(plan, maps, w.data(), dirs, bn, tn, h, detail::lstm_bf16<T, cpu>(),
+                                                                     [&](int d, T* A) {
     const T* table = tables[std::size_t(d)].data();
     const std::int64_t* rows = maps.rows[std::size_t(d)].data();  // packed row -> b * T + t
     for (std::size_t r = 0; r < plan.total; ++r) std::copy_n(table + static_cast<std::size_t>(id[rows[r]]) * g, g, A + r * g);

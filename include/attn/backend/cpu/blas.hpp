@@ -59,7 +59,7 @@ inline constexpr long long kBlasMinVolume = 64LL * 64 * 64;
 inline const char* blis_arch_choice(const char* user_value, [[maybe_unused]] bool intel, bool avx512, Isa level) {
   if (user_value != nullptr || !avx512) return nullptr;
   if (level == Isa::avx2) return "3";
-  if (level == Isa::avx512) return "0";
+  if (level >= Isa::avx512) return "0";
   return nullptr;
 }
 

@@ -195,6 +195,7 @@ ATTN_TARGET_AVX512 inline float row_max_avx512(const float* x, std::size_t n) {
 inline float row_max(const float* x, std::size_t n) {
 #if defined(ATTN_MHA_AVX2)
   switch (cpu::isa()) {
+    case Isa::avx512_bf16:
     case Isa::avx512: return row_max_avx512(x, n);
     case Isa::avx2: return row_max_avx2(x, n);
     case Isa::generic: break;
@@ -219,6 +220,7 @@ inline float exp_shift_sum(float* x, std::size_t n, float m) {
   std::size_t j = 0;
 #if defined(ATTN_MHA_AVX2)
   switch (cpu::isa()) {
+    case Isa::avx512_bf16:
     case Isa::avx512: j = exp_shift_sum_avx512(x, n, m, &s); break;
     case Isa::avx2: j = exp_shift_sum_avx2(x, n, m, &s); break;
     case Isa::generic: break;

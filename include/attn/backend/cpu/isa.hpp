@@ -2,8 +2,8 @@
 // The instruction-set level attn's own CPU kernels run at, chosen at run time from what the CPU
 // reports (cpuid) and what the operating system saves on a context switch (XCR0, read by xgetbv):
 // one binary runs its AVX-512 kernels on an AVX-512 machine and its AVX2 kernels on an AVX2 one,
-// whatever -march built it. ATTN_ISA=generic|avx2|avx512 (or attn::cpu::set_isa) asks for a lower
-// level, for tests and comparisons. attn::cpu (backend/cpu.hpp) forwards to these functions.
+// whatever -march built it. ATTN_ISA=generic|avx2|avx512|avx512_bf16 (or attn::cpu::set_isa) asks for
+// a lower level, for tests and comparisons. attn::cpu (backend/cpu.hpp) forwards to these functions.
 //   std::printf("kernels: %s\n", attn::isa_name(attn::cpu::isa()));   // "avx512"
 //   attn::cpu::set_isa(attn::Isa::avx2);                               // as on an AVX2 machine
 #pragma once
@@ -27,7 +27,12 @@ enum class Isa : int {
   generic = 0,  // portable code: SSE2 on x86-64, through the compiler and the general GEMM
   avx2 = 1,     // AVX2 + FMA (Haswell, Zen 1 and later)
   avx512 = 2,   // AVX-512 F, CD, BW, DQ, VL (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4 and later)
+  avx512_bf16 = 3,  // avx512 plus AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later): the FP32
+                    // kernels of avx512, bf16 products by vdpbf16ps instead of conversions
 };
+
+/// The level of attn's FP32 kernels at `level`: every level above avx512 runs avx512's.
+constexpr Isa fp32_level(Isa level) { return level > Isa::avx512 ? Isa::avx512 : level; }
 
 /// What the CPU and the operating system together allow; extensions that later levels build on are
 /// reported even before a kernel level uses them.
@@ -87,7 +92,9 @@ inline CpuFeatures probe_features() {
   return f;
 }
 
-inline Isa best_isa(const CpuFeatures& f) { return f.avx512 ? Isa::avx512 : f.avx2_fma ? Isa::avx2 : Isa::generic; }
+inline Isa best_isa(const CpuFeatures& f) {
+  return f.avx512_bf16 ? Isa::avx512_bf16 : f.avx512 ? Isa::avx512 : f.avx2_fma ? Isa::avx2 : Isa::generic;
+}
 
 inline std::atomic<int>& isa_override() {  // -1: none (ATTN_ISA or the machine's best)
   static std::atomic<int> v{-1};
@@ -101,17 +108,21 @@ inline const char* isa_name(Isa level) {
     case Isa::generic: return "generic";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx512_bf16: return "avx512_bf16";
   }
   return "?";
 }
 
-/// "generic", "avx2" or "avx512" (also "sse2" for generic, "avx512f" and "avx-512" for avx512); throws
+/// "generic", "avx2", "avx512" or "avx512_bf16" (also "sse2" for generic, "avx512f" and "avx-512" for
+/// avx512, "avx512bf16" for avx512_bf16); throws
 /// ArgumentError naming the accepted values otherwise. `what` names the source in the message.
 inline Isa parse_isa(std::string_view s, std::string_view what = "ISA level") {
   if (s == "generic" || s == "sse2" || s == "scalar") return Isa::generic;
   if (s == "avx2") return Isa::avx2;
   if (s == "avx512" || s == "avx512f" || s == "avx-512") return Isa::avx512;
-  throw ArgumentError(std::string(what) + ": unknown level '" + std::string(s) + "' (expected generic, avx2 or avx512)");
+  if (s == "avx512_bf16" || s == "avx512bf16") return Isa::avx512_bf16;
+  throw ArgumentError(std::string(what) + ": unknown level '" + std::string(s) +
+                      "' (expected generic, avx2, avx512 or avx512_bf16)");
 }
 
 namespace detail {

@@ -238,6 +238,7 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std:
 #if defined(ATTN_TILE_GEMM_AVX2)
   if constexpr (std::is_same_v<T, float>) {
     switch (cpu::isa()) {
+      case Isa::avx512_bf16:
       case Isa::avx512: return gemm_avx512(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
       case Isa::avx2: return gemm_avx2(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
       case Isa::generic: break;

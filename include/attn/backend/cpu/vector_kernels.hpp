@@ -103,6 +103,7 @@ struct AdamStep {
 #define ATTN_VEC_CALL(fn, ...)                                             \
   do {                                                                     \
     switch (cpu::isa()) {                                                  \
+      case Isa::avx512_bf16:                                               \
       case Isa::avx512: vec::avx512::fn(__VA_ARGS__); break;               \
       case Isa::avx2: vec::avx2::fn(__VA_ARGS__); break;                   \
       case Isa::generic: vec::generic::fn(__VA_ARGS__); break;             \
