@@ -257,6 +257,7 @@ ATTN_TARGET_AVX512_BF16 inline void micro_bf16(int kpb, const std::uint32_t* a, 
 inline constexpr int kBf16Rows = 12;        // rows of C per kernel call (24 accumulators)
 inline constexpr int kBf16SlabPairs = 256;  // row pairs of B per slab (512 values of k)
 inline constexpr int kBf16RowBlock = 96;    // rows of A per task: 96 x 256 pairs, 96 KB
+inline constexpr int kBf16PanelGroup = 8;   // panels of B visited together: 8 x 256 pairs x 128 B, 256 KB
 
 template <int R>
 ATTN_TARGET_AVX512_BF16 inline void rows_bf16(int rows, int kpb, const std::uint32_t* a, std::size_t ai, std::size_t ap,
@@ -289,6 +290,8 @@ ATTN_TARGET_AVX512_BF16 inline void gemm_bf16_avx512(Trans ta, int m, int n, int
   thread_local std::vector<std::uint32_t, PoolAllocator<std::uint32_t>> slab;
   const int kp = (k + 1) / 2, panels = (n + PackedBf16::kPanel - 1) / PackedBf16::kPanel;
   const int blocks = (m + kBf16RowBlock - 1) / kBf16RowBlock;
+  // Panel groups of at most kBf16PanelGroup, as even as the count allows (few empty tasks).
+  const int groups = (panels + kBf16PanelGroup - 1) / kBf16PanelGroup, group = (panels + groups - 1) / groups;
   const double flops = 2.0 * m * n * k;
   for (int p0 = 0; p0 < kp; p0 += kBf16SlabPairs) {
     const int kpb = std::min(kBf16SlabPairs, kp - p0);
@@ -305,18 +308,25 @@ ATTN_TARGET_AVX512_BF16 inline void gemm_bf16_avx512(Trans ta, int m, int n, int
         const int i0 = blk * kBf16RowBlock, i1 = std::min(m, i0 + kBf16RowBlock);
         pack_a_bf16(ta, i0, i1, p0, kpb, k, a, lda, packed + std::size_t(i0) * kpb);
       }
+      // Groups of up to kBf16PanelGroup panels (their slab of B, 256 KB, stays in L2) outer, row blocks, then
+      // the group's panels: each thread's tasks are consecutive, so its block of A is reused across
+      // the group and the group's B across its row blocks.
 #if defined(_OPENMP)
-#pragma omp for collapse(2) schedule(static)
+#pragma omp for collapse(3) schedule(static)
 #endif
-      for (int blk = 0; blk < blocks; ++blk) {
-        for (int jp = 0; jp < panels; ++jp) {
-          const int i0 = blk * kBf16RowBlock, rows = std::min(m, i0 + kBf16RowBlock) - i0;
-          const int j0 = jp * PackedBf16::kPanel, cols = std::min(PackedBf16::kPanel, n - j0);
-          const __mmask16 m0 = __mmask16(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
-          const __mmask16 m1 = __mmask16(cols >= 32 ? 0xffffu : cols > 16 ? (1u << (cols - 16)) - 1u : 0u);
-          const std::size_t ai = ta == Trans::no ? std::size_t(kpb) : 1, ap = ta == Trans::no ? 1 : std::size_t(rows);
-          rows_bf16<kBf16Rows>(rows, kpb, packed + std::size_t(i0) * kpb, ai, ap, b.panel(jp, p0), alpha, slab_beta,
-                               c + std::size_t(i0) * ldc + j0, std::size_t(ldc), m0, m1);
+      for (int grp = 0; grp < groups; ++grp) {
+        for (int blk = 0; blk < blocks; ++blk) {
+          for (int jj = 0; jj < group; ++jj) {
+            const int jp = grp * group + jj;
+            if (jp >= panels) continue;
+            const int i0 = blk * kBf16RowBlock, rows = std::min(m, i0 + kBf16RowBlock) - i0;
+            const int j0 = jp * PackedBf16::kPanel, cols = std::min(PackedBf16::kPanel, n - j0);
+            const __mmask16 m0 = __mmask16(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
+            const __mmask16 m1 = __mmask16(cols >= 32 ? 0xffffu : cols > 16 ? (1u << (cols - 16)) - 1u : 0u);
+            const std::size_t ai = ta == Trans::no ? std::size_t(kpb) : 1, ap = ta == Trans::no ? 1 : std::size_t(rows);
+            rows_bf16<kBf16Rows>(rows, kpb, packed + std::size_t(i0) * kpb, ai, ap, b.panel(jp, p0), alpha, slab_beta,
+                                 c + std::size_t(i0) * ldc + j0, std::size_t(ldc), m0, m1);
+          }
         }
       }
     }
