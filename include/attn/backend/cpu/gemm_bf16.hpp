@@ -30,7 +30,7 @@
 #include "gemm.hpp"
 #include "isa.hpp"
 
-#if defined(ATTN_CPU_X86) && !defined(__clang__)
+#if defined(ATTN_CPU_X86)
 #include <immintrin.h>
 #define ATTN_GEMM_BF16_AVX512 1
 #endif
