@@ -192,6 +192,7 @@ int main(int argc, char** argv) {
     if (cmd.predict) {
       PredictOptions& pr = cmd.prediction;
       if (pr.texts.empty()) pr.texts.push_back(kExampleTitle);
+      const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       auto tr = load_trained(pr.model_dir);
       return attn::dispatch<1, 2, 4, 8>(tr.heads, "config.json heads",
                                         [&]<std::size_t H>() { return predict<H>(pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump); });

@@ -54,6 +54,7 @@ struct PredictOptions {
   std::vector<std::string> texts;
   std::size_t top = 5;
   std::string dump;  // --dump: the batch of all titles and its logits, as safetensors
+  std::string precision = "fp32";  // of the linear and LSTM products (attn::PrecisionScope)
 };
 
 /// What the command line asks for: training or --bench (options), or `predict` (prediction).

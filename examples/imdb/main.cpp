@@ -334,6 +334,7 @@ int main(int argc, char** argv) {
     if (cmd.predict) {
       PredictOptions& pr = cmd.prediction;
       if (pr.texts.empty()) pr.texts.push_back(kArticleSentence);
+      const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       const auto heads = examples::with_json_file(fs::path(pr.model_dir) / "config.json",
                                                   [](const json& j) { return examples::json_count(j, "heads", 1, 16); });
       return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(pr.model_dir, pr.texts, pr.dump); });

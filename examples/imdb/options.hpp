@@ -64,6 +64,7 @@ struct PredictOptions {
   std::string model_dir;
   std::vector<std::string> texts;
   std::string dump;  // --dump: the batch of all texts and its logits, as safetensors
+  std::string precision = "fp32";  // of the linear products (attn::PrecisionScope)
 };
 
 /// What the command line asks for: training (options) or `predict` (prediction).

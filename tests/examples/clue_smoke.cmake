@@ -76,6 +76,11 @@ endif()
 # predict: class (label_desc), label, probability, characters by attention.
 smoke_run(pred 0 "${PROGRAM}" predict --model "${run}" "皇马的贝尔打进关键一球" --top 3)
 smoke_expect_match("${pred_output}" "^news_[a-z]+\t1[0-9][0-9]\t[01]\\.[0-9]+\t[^\n]+\\([0-9.]+\\) [^\n]+\\([0-9.]+\\) [^\n]+\\([0-9.]+\\)\n$" "predict")
+# The same in bf16 (the BiLSTM's and the linear layers' products), and an unknown precision refused.
+smoke_run(pred16 0 "${PROGRAM}" predict --model "${run}" "皇马的贝尔打进关键一球" --top 3 --precision bf16)
+smoke_expect_match("${pred16_output}" "^news_[a-z]+\t1[0-9][0-9]\t[01]\\.[0-9]+\t" "predict --precision bf16")
+smoke_run(pred_bad_precision fail "${PROGRAM}" predict --model "${run}" "x" --precision fp16)
+smoke_expect_match("${pred_bad_precision_output}" "--precision" "predict --precision fp16")
 
 # --bench with the trained model: one machine-readable line.
 smoke_run(bench 0 "${PROGRAM}" --bench --model "${run}" --data "${DATA}" --threads 1 --bench-seconds 0.2 --bench-latency 5)
