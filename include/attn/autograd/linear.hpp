@@ -126,7 +126,7 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
   }
   const bool has_bias = bias.defined();
   constexpr bool can_bf16 = std::is_same_v<T, float> && std::is_same_v<B, cpu>;
-  const bool bf16 = can_bf16 && precision() == Precision::bf16;
+  const bool bf16 = precision() == Precision::bf16 && can_bf16;  // (not a constant: the backward captures it)
   if (bf16) {
     if constexpr (can_bf16) {
       kernels::PackedBf16 pw;
@@ -160,8 +160,8 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
         kernels::copy_rows(B{}, rows, out_w, g, out_w, idx, gp.data(), out_w, nullptr, false);
         g = gp.data();
       }
-      if constexpr (can_bf16) {
-        if (bf16) {  // dx (+)= dy W, dW += dy^T x, with bf16 operands
+      if (bf16) {
+        if constexpr (can_bf16) {  // dx (+)= dy W, dW += dy^T x, with bf16 operands
           if (xd->requires_grad) {
             kernels::PackedBf16 pw;
             pw.pack(Trans::no, int(out_w), int(in), wd->value.data(), int(in));

@@ -105,6 +105,7 @@ class PackedBf16 {
     kp_ = (k + 1) / 2;
     panels_ = (n + kPanel - 1) / kPanel;
     data_.assign(std::size_t(panels_) * std::size_t(kp_) * 2 * kPanel, 0);
+    if (data_.empty()) return;  // k or n is 0
 #if defined(ATTN_GEMM_BF16_AVX512)
     if (cpu::isa() >= Isa::avx512_bf16) return bf16_detail::pack_b_avx512(tb, k, n, b, ldb, kp_, data_.data());
 #endif
