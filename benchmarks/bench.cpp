@@ -10,6 +10,7 @@
 //   bench --all [--peer "benchmarks/peer/run-peer.sh"] [--iters 20] [--cases R6 R6-ckpt]
 //   bench --case R1-h8 [--iters 20]          # one case, one JSON line
 //   bench --all --precision bf16 --peer ...  # attn under PrecisionScope(bf16), the peer under autocast
+//   bench --all --precision int8 --peer ...  # R4 with quantize_dynamic on both sides
 //   bench --ceiling                          # every GEMM's rate, the best named
 #include <dlfcn.h>
 #include <sys/resource.h>
@@ -174,6 +175,10 @@ inline json run_case(const std::string& name, int iters, attn::Precision precisi
   } else if (name == "R4-b1" || name == "R4-b64") {
     R2<4> m;
     m.eval();
+    if (precision == attn::Precision::int8) {  // quantize_dynamic, once, outside the timed passes
+      const auto q = attn::nn::quantize_dynamic(m);
+      j["int8_weights"] = q.weights;
+    }
     std::vector<Batch> batches;
     if (name == "R4-b1") {
       for (int l : kR4Lengths) batches.push_back(make_batch(rng, 6000, 15, {l}));
@@ -343,13 +348,14 @@ int main(int argc, char** argv) {
   CLI::App app{"attn benchmarks: the reference models of BENCHMARKS.md, against the PyTorch peer"};
   app.add_option("--case", one, "run one case in this process and print its JSON record");
   app.add_flag("--all", all, "run every case (each in a fresh process) and print the table");
-  app.add_option("--cases", cases,
+  auto* cases_opt = app.add_option("--cases", cases,
                  std::string("cases for --all, of ") + bench::kCaseNames + " (default: all but R6 and R6-ckpt, which take minutes)");
   app.add_option("--peer", peer, "peer command, run per case with '--case X --json --iters N' appended (empty: no peer)");
   app.add_option("--iters", iters, "timed iterations per case (after 5 warm-ups)");
   app.add_option("--precision", precision_arg,
-                 "fp32 or bf16: the products of attn's linear ops in bf16 (attn::PrecisionScope); the peer runs "
-                 "torch.autocast bf16");
+                 "fp32, bf16 or int8: the products of attn's linear ops and LSTMs in bf16 (attn::PrecisionScope; the peer runs "
+                 "torch.autocast bf16), or int8 for the inference cases R4-b1 and R4-b64 (nn::quantize_dynamic; the peer "
+                 "runs torch's quantize_dynamic)");
   app.add_flag("--gemm", gemm, "print one GEMM's FP32 2048^3 rate (--gemm-impl) as JSON and exit");
   app.add_option("--gemm-impl", gemm_impl, "the GEMM for --gemm: attn, eigen, openblas or onednn");
   app.add_flag("--ceiling", ceiling_only, "measure every GEMM at hand (each in its own process), print them and the best, and exit");
@@ -357,6 +363,13 @@ int main(int argc, char** argv) {
   attn::cpu::set_threads(0);
   try {
     const attn::Precision precision = attn::parse_precision(precision_arg, "--precision");
+    if (precision == attn::Precision::int8) {
+      if (cases_opt->count() == 0) cases = {"R4-b1", "R4-b64"};  // the inference cases
+      for (const auto& c : one.empty() ? cases : std::vector<std::string>{one})
+        if (c != "R4-b1" && c != "R4-b64")
+          throw attn::ArgumentError("bench: --precision int8 runs the inference cases R4-b1 and R4-b64 only, not " + c);
+      if (gemm) throw attn::ArgumentError("bench: --gemm measures the FP32 GEMM; gemm_shapes gives the int8 rates");
+    }
     if (gemm) {
       const auto impl = bench::load_gemm(gemm_impl);
       const double rate = attn::gemm_gflops(impl.run);  // 256^3 ... 2048^3, the 2048^3 median

@@ -2,10 +2,13 @@
 // The GEMMs of the reference models (benchmarks/README.md), FP32 through cpu::gemm (the BLAS) against
 // bf16 through kernels::gemm_bf16 at the level cpu::isa() names (ATTN_ISA lowers it): GFLOP/s, the
 // median of --reps runs after one warm-up, B packed once beforehand (a layer's weights), A rounded
-// to bf16 inside each timed call. One JSON line per shape with --json.
+// to bf16 inside each timed call; and int8 through kernels::gemm_int8 (the forward shapes: W
+// quantized once beforehand, A quantized per row inside each timed call). One JSON line per shape
+// with --json.
 //   OMP_NUM_THREADS=2 gemm_shapes [--reps 9] [--json]
 #include <attn/attn.hpp>
 #include <attn/backend/cpu/gemm_bf16.hpp>
+#include <attn/backend/cpu/gemm_int8.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -95,9 +98,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemm_shapes: --reps must be at least 1\n");
     return 2;
   }
-  std::printf("%s, %d threads, attn kernels %s, FP32 GEMM %s\n", cpu_name().c_str(), attn::cpu::threads(),
-              attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description().c_str());
-  std::printf("%-36s %10s %10s %7s\n", "shape (m x k -> n)", "fp32 GF/s", "bf16 GF/s", "ratio");
+  std::printf("%s, %d threads, attn kernels %s, FP32 GEMM %s, int8 sums %s\n", cpu_name().c_str(), attn::cpu::threads(),
+              attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description().c_str(),
+              attn::kernels::int8_native() ? "vpdpbusd" : "FP32 GEMM");
+  std::printf("%-36s %10s %10s %7s %10s %7s\n", "shape (m x k -> n)", "fp32 GF/s", "bf16 GF/s", "ratio", "int8 GOP/s", "ratio");
   for (const Shape& s : kShapes) {
     const int lda = s.ta == attn::Trans::no ? s.k : s.m;
     std::vector<float> a(std::size_t(s.m) * s.k), b(std::size_t(s.k) * s.n), c(std::size_t(s.m) * s.n);
@@ -112,10 +116,24 @@ int main(int argc, char** argv) {
     const double t16 = time_median(reps, [&] {
       attn::kernels::gemm_bf16(s.ta, s.m, s.n, s.k, 1.f, a.data(), lda, pb, 0.f, c.data(), s.n);
     });
-    std::printf("%-36s %10.1f %10.1f %6.2fx\n", s.name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16);
+    double t8 = 0;
+    if (s.ta == attn::Trans::no) {
+      std::vector<float> wt(std::size_t(s.k) * s.n);  // B^T: the (n, k) weight PackedInt8 quantizes
+      for (int p = 0; p < s.k; ++p)
+        for (int j = 0; j < s.n; ++j) wt[std::size_t(j) * s.k + p] = b[std::size_t(p) * s.n + j];
+      attn::kernels::PackedInt8 pw;
+      pw.quantize(s.k, s.n, wt.data(), s.k);
+      t8 = time_median(reps, [&] { attn::kernels::gemm_int8(s.m, s.n, s.k, a.data(), lda, pw, 0.f, c.data(), s.n); });
+    }
+    if (t8 > 0)
+      std::printf("%-36s %10.1f %10.1f %6.2fx %10.1f %6.2fx\n", s.name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16, flops / t8 / 1e9,
+                  t32 / t8);
+    else
+      std::printf("%-36s %10.1f %10.1f %6.2fx %10s %7s\n", s.name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16, "-", "-");
     if (json)
-      std::printf("{\"shape\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"fp32_gflops\":%.2f,\"bf16_gflops\":%.2f,\"isa\":\"%s\"}\n", s.name,
-                  s.m, s.n, s.k, flops / t32 / 1e9, flops / t16 / 1e9, attn::isa_name(attn::cpu::isa()));
+      std::printf("{\"shape\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"fp32_gflops\":%.2f,\"bf16_gflops\":%.2f,\"int8_gops\":%.2f,\"isa\":\"%s\"}\n",
+                  s.name, s.m, s.n, s.k, flops / t32 / 1e9, flops / t16 / 1e9, t8 > 0 ? flops / t8 / 1e9 : 0.0,
+                  attn::isa_name(attn::cpu::isa()));
   }
   return 0;
 }

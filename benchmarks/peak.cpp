@@ -2,7 +2,8 @@
 // One core's multiply-add rate for the element types a CPU inference path could use: FP32 at each
 // ISA level the machine runs (SSE2 mulps + addps, AVX2 vfmadd231ps, AVX-512 vfmadd231ps on zmm),
 // with AVX2 int16 pairs (vpmaddwd) and int8 (vpmaddubsw widened to int32 by vpmaddwd, the int8
-// GEMM's inner step without AVX-VNNI), and bf16 pairs with AVX512-BF16 (vdpbf16ps). Each loop runs
+// GEMM's inner step without AVX-VNNI), bf16 pairs with AVX512-BF16 (vdpbf16ps) and u8 x s8 quads
+// with AVX512-VNNI (vpdpbusd). Each loop runs
 // independent accumulator chains whose operands differ, so that the compiler can neither merge the
 // chains nor share a product.
 // Where int8 does not run well ahead of FP32, quantized GEMMs cannot raise the FLOP ceiling.
@@ -105,6 +106,30 @@ __attribute__((noinline, target("avx512f,avx512bf16"))) double bf16_avx512(long 
   return 12.0 * 32.0 * double(n) / s;
 }
 
+/// u8 x s8 multiply-adds per second at AVX512-VNNI: twelve vpdpbusd chains of sixteen int32 lanes,
+/// four products each (gemm_int8's inner step).
+__attribute__((noinline, target("avx512f,avx512vnni"))) double int8_vnni(long n) {
+  __m512i a = _mm512_set1_epi8(3), b0 = _mm512_set1_epi8(1), b1 = _mm512_set1_epi8(2), b2 = _mm512_set1_epi8(-3),
+          b3 = _mm512_set1_epi8(4);
+  __m512i c[12];
+  for (int i = 0; i < 12; ++i) c[i] = _mm512_set1_epi32(i + 1);
+  const auto t0 = clk::now();
+  for (long i = 0; i < n; ++i) {
+    asm volatile("" : "+v"(a), "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
+    c[0] = _mm512_dpbusd_epi32(c[0], a, b0), c[1] = _mm512_dpbusd_epi32(c[1], a, b1), c[2] = _mm512_dpbusd_epi32(c[2], a, b2);
+    c[3] = _mm512_dpbusd_epi32(c[3], a, b3), c[4] = _mm512_dpbusd_epi32(c[4], b0, b1), c[5] = _mm512_dpbusd_epi32(c[5], b1, b2);
+    c[6] = _mm512_dpbusd_epi32(c[6], b2, b3), c[7] = _mm512_dpbusd_epi32(c[7], b3, b0), c[8] = _mm512_dpbusd_epi32(c[8], b0, b2);
+    c[9] = _mm512_dpbusd_epi32(c[9], b1, b3), c[10] = _mm512_dpbusd_epi32(c[10], b0, b0), c[11] = _mm512_dpbusd_epi32(c[11], b1, b1);
+  }
+  const double s = seconds_since(t0);
+  __m512i t = c[0];
+  for (int i = 1; i < 12; ++i) t = _mm512_add_epi32(t, c[i]);
+  alignas(64) int lanes[16];
+  _mm512_store_si512(lanes, t);
+  sink_i = lanes[0];
+  return 12.0 * 64.0 * double(n) / s;
+}
+
 /// Six chains; `int8` true: 32 u8 x s8 products per step (vpmaddubsw, then vpmaddwd by ones),
 /// false: 16 int16 products (vpmaddwd).
 template <bool Int8>
@@ -159,6 +184,13 @@ int main(int argc, char** argv) {
     std::printf("  avx512_bf16 vdpbf16ps zmm     %6.1f G  (%.1f GFLOP/s, %.2fx avx2 fp32)\n", z / 1e9, 2 * z / 1e9, z / f);
   } else {
     std::printf("  avx512_bf16 (not on this CPU)\n");
+  }
+  if (cpu.avx512_vnni) {
+    const double z = int8_vnni(n);
+    std::printf("one core, int8 multiply-adds per second (int32 sums):\n");
+    std::printf("  avx512_vnni vpdpbusd zmm      %6.1f G  (%.1f GOP/s, %.2fx avx2 fp32)\n", z / 1e9, 2 * z / 1e9, z / f);
+  } else {
+    std::printf("  avx512_vnni (not on this CPU)\n");
   }
   std::printf("one core, AVX2 integer multiply-adds per second:\n");
   std::printf("  int16 vpmaddwd                %6.1f G  %.2fx avx2 fp32\n", h / 1e9, h / f);

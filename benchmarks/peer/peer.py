@@ -27,6 +27,7 @@ Usage:
   peer.py --all [--json]                                # every case, table
   peer.py --gemm [--precision bf16]                     # FP32 (bf16) GEMM 2048^3 GFLOP/s
   peer.py --case R1-h8 --precision bf16                 # torch.autocast bf16 around forward
+  peer.py --case R4-b64 --precision int8                # quantize_dynamic int8 (inference)
   peer.py --r4-lengths                                  # the R4 sample lengths
   peer.py --check                                       # hand == mha == sdpa == packed,
                                                         # R5's band three ways, R6-ckpt == R6
@@ -360,6 +361,9 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, 
     else:
         cast = contextlib.nullcontext
     model_kind, H, B, T = spec["model"], spec["heads"], spec["batch"], spec["T"]
+    if precision == "int8" and (mode != "infer" or model_kind not in ("R1", "R2", "R4")):
+        raise SystemExit("peer.py: int8 (quantize_dynamic) is for the classifiers' inference (R1, R2, R4 in infer mode), "
+                         "not %s %s" % (case, mode))
     if mode not in MODES[model_kind]:
         raise SystemExit("peer.py: case %s has no mode %r (modes: %s)"
                          % (case, mode, ", ".join(MODES[model_kind])))
@@ -465,6 +469,13 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, 
                     opt.step()
         else:
             model.eval()
+            if precision == "int8":
+                # Dynamic quantization as a user serves with it: int8 weights for every nn.Linear and
+                # nn.LSTM (nn.MultiheadAttention's projections stay float in torch), activations
+                # quantized at run time.
+                from torch.ao.quantization import quantize_dynamic
+                model = quantize_dynamic(model, {torch.nn.Linear, torch.nn.LSTM}, dtype=torch.qint8)
+                extra["quantized"] = "quantize_dynamic({nn.Linear, nn.LSTM}, qint8)"
 
             def step():
                 with torch.inference_mode(), cast():
@@ -759,8 +770,9 @@ def main():
     ap.add_argument("--threads", type=int,
                     default=int(os.environ.get("OMP_NUM_THREADS", "2") or 2))
     ap.add_argument("--json", action="store_true", help="JSON lines instead of text")
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="bf16: torch.autocast(\"cpu\", bfloat16) around each forward")
+    ap.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32",
+                    help="bf16: torch.autocast(\"cpu\", bfloat16) around each forward; int8: quantize_dynamic on "
+                         "nn.Linear and nn.LSTM (inference)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     if args.iters < 1 or args.warmup < 0 or args.threads < 1:
@@ -787,6 +799,8 @@ def main():
             print("note: no F.scaled_dot_product_attention in torch %s: sdpa skipped"
                   % torch.__version__)
         sys.exit(0 if check_impls(torch) else 1)
+    if args.gemm and args.precision == "int8":
+        raise SystemExit("peer.py: --gemm measures fp32 or bf16, not int8")
     if args.gemm:
         r = run_gemm(torch, args.iters, args.max_seconds, precision=args.precision)
         print(json.dumps(r) if args.json else

@@ -156,9 +156,15 @@ void run_bench(const Options& o) {
   else model.init(o.train.seed);
   model.eval();
   if (o.fold) model.fold_embedding();  // the embedding folded into the BiLSTM's input projections
-  fmt::print("bench: {} head{}, {}{} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
+  std::string quantized;
+  if (attn::precision() == attn::Precision::int8) {  // quantized once, before the timed passes
+    const auto q = attn::nn::quantize_dynamic(model);
+    quantized = fmt::format(", {} weights in int8 ({:.0f} KB, {:.0f} KB in float)", q.weights, double(q.int8_bytes) / 1024,
+                            double(q.float_bytes) / 1024);
+  }
+  fmt::print("bench: {} head{}, {}{}, {} products{} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
              tr ? "trained model " + o.model_dir : std::string("untrained model"), o.fold ? "" : ", embedding not folded",
-             attn::cpu::threads());
+             attn::precision_name(attn::precision()), quantized, attn::cpu::threads());
   auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true, attn::cpu_gemm_ceiling_gflops(2048, 5, 3.0));
   fmt::print("{}\n", r.str());
   fmt::print("BENCH {}\n", json{{"heads", Heads}, {"threads", attn::cpu::threads()}, {"titles", r.titles}, {"mean_len", r.mean_len},
@@ -167,7 +173,7 @@ void run_bench(const Options& o) {
                                 {"batch64_sorted_padding", r.sorted_padding}, {"batch1_median_ms", r.b1_median_ms},
                                 {"batch1_p99_ms", r.b1_p99_ms}, {"mflop_per_title", r.mflop_per_title},
                                 {"ceiling_gflops", r.ceiling_gflops}, {"bound_samples_per_s", r.bound_samples_per_s},
-                                {"keywords", d.keywords}, {"folded", o.fold}}
+                                {"keywords", d.keywords}, {"folded", o.fold}, {"precision", attn::precision_name(attn::precision())}}
                                    .dump());
 }
 
@@ -200,6 +206,8 @@ int main(int argc, char** argv) {
     std::size_t heads = o.heads;
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
     if (!o.sweep) attn::dispatch<1, 2, 4, 8>(heads, "--heads", []<std::size_t>() {});  // validate before loading data
+    if (o.train.precision == "int8" && !o.bench)
+      throw attn::ArgumentError("--precision int8 is for inference (--bench, predict --precision int8); training takes fp32 or bf16");
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
     const attn::PrecisionScope precision(attn::parse_precision(o.train.precision, "--precision"));
     fmt::print("attn CLUE TNEWS example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),

@@ -89,8 +89,9 @@ inline void add_training_flags(CLI::App& app, TrainOptions& t) {
       ->check(CLI::IsMember({"stop", "skip"}));
   app.add_option("--precision", t.precision,
                  "bf16: the linear layers' and the LSTM's products take bfloat16 operands with float sums, in training and "
-                 "evaluation (weights, gradients, optimizer, softmax and norms stay float)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+                 "evaluation (weights, gradients, optimizer, softmax and norms stay float); int8: dynamic quantization, "
+                 "for inference only (--bench, predict)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   app.add_option("--seed", t.seed, "seed of the split, the initialisation, the data order and dropout")->check(count(0));
   auto* resume = app.add_flag("--resume", t.resume, "continue an interrupted run from its last completed epoch (same options)");
   app.add_flag("--overwrite", t.overwrite, "replace the run a run directory already holds")->excludes(resume);

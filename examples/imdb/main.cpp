@@ -340,6 +340,8 @@ int main(int argc, char** argv) {
       return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(pr.model_dir, pr.texts, pr.dump); });
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
+    if (o.train.precision == "int8")
+      throw attn::ArgumentError("--precision int8 is for inference (predict --precision int8); training takes fp32 or bf16");
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
     const attn::PrecisionScope precision(attn::parse_precision(o.train.precision, "--precision"));
     fmt::print("attn IMDb example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),

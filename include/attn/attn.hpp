@@ -18,6 +18,7 @@
 #include "optim.hpp"
 #include "io/safetensors.hpp"
 #include "io/checkpoint.hpp"
+#include "io/quantized.hpp"
 #include "data/utf8.hpp"
 #include "data/file_io.hpp"
 #include "data/tokenizer.hpp"

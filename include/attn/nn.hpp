@@ -11,3 +11,4 @@
 #include "nn/lstm.hpp"
 #include "nn/attention.hpp"
 #include "nn/encoder.hpp"
+#include "nn/quantize.hpp"

@@ -77,7 +77,7 @@ TEST_CASE("precision: fp32 by default, scopes nest and restore, names parse") {
   CHECK(attn::parse_precision("fp32") == Precision::fp32);
   CHECK(std::string(attn::precision_name(Precision::bf16)) == "bf16");
   CHECK_THROWS_WITH(attn::parse_precision("fp8", "--precision"),
-                    Catch::Contains("--precision") && Catch::Contains("fp8") && Catch::Contains("fp32 or bf16"));
+                    Catch::Contains("--precision") && Catch::Contains("fp8") && Catch::Contains("fp32, bf16 or int8"));
 }
 
 TEST_CASE("linear under bf16 at every level: y, dx, dW are the FP32 op on rounded x, W, dy, db the FP32 one, with and without a row map") {

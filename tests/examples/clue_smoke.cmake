@@ -79,6 +79,9 @@ smoke_expect_match("${pred_output}" "^news_[a-z]+\t1[0-9][0-9]\t[01]\\.[0-9]+\t[
 # The same in bf16 (the BiLSTM's and the linear layers' products), and an unknown precision refused.
 smoke_run(pred16 0 "${PROGRAM}" predict --model "${run}" "皇马的贝尔打进关键一球" --top 3 --precision bf16)
 smoke_expect_match("${pred16_output}" "^news_[a-z]+\t1[0-9][0-9]\t[01]\\.[0-9]+\t" "predict --precision bf16")
+# int8: the weights quantized per channel, activations per row (dynamic quantization).
+smoke_run(pred8 0 "${PROGRAM}" predict --model "${run}" "皇马的贝尔打进关键一球" --top 3 --precision int8)
+smoke_expect_match("${pred8_output}" "^news_[a-z]+\t1[0-9][0-9]\t[01]\\.[0-9]+\t" "predict --precision int8")
 smoke_run(pred_bad_precision fail "${PROGRAM}" predict --model "${run}" "x" --precision fp16)
 smoke_expect_match("${pred_bad_precision_output}" "--precision" "predict --precision fp16")
 
@@ -90,6 +93,21 @@ string(JSON sps GET "${CMAKE_MATCH_1}" batch64_samples_per_s)
 string(JSON p99 GET "${CMAKE_MATCH_1}" batch1_p99_ms)
 if(NOT sps GREATER 0 OR NOT p99 GREATER 0)
   message(FATAL_ERROR "BENCH: implausible figures ${CMAKE_MATCH_1}")
+endif()
+
+# --bench in int8: the record names the precision; training in int8 is refused before anything is written.
+smoke_run(bench8 0 "${PROGRAM}" --bench --model "${run}" --data "${DATA}" --threads 1 --bench-seconds 0.2 --bench-latency 5 --precision int8)
+string(REGEX MATCH "BENCH ([^\n]*)" _ "${bench8_output}")
+smoke_json_check("${CMAKE_MATCH_1}" "BENCH line (int8)")
+string(JSON prec GET "${CMAKE_MATCH_1}" precision)
+string(JSON sps GET "${CMAKE_MATCH_1}" batch64_samples_per_s)
+if(NOT prec STREQUAL "int8" OR NOT sps GREATER 0)
+  message(FATAL_ERROR "BENCH --precision int8: ${CMAKE_MATCH_1}")
+endif()
+smoke_run(train8 fail "${PROGRAM}" --data "${DATA}" --epochs 1 --precision int8 --out "${WORK}/int8_run")
+smoke_expect_match("${train8_output}" "--precision int8 is for inference" "training with --precision int8")
+if(EXISTS "${WORK}/int8_run")
+  message(FATAL_ERROR "training with --precision int8 wrote ${WORK}/int8_run")
 endif()
 
 # Unsupported head count: fails before reading data, listing the supported values.

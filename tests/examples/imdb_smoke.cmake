@@ -59,6 +59,14 @@ smoke_run(cls 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 
 smoke_expect_match("${cls_output}" "attention entropy of the \\[CLS\\] row \\(the classifier's input\\), last layer:( [01]\\.[0-9][0-9])+" "imdb --pool cls")
 smoke_run(cls_predict 0 "${PROGRAM}" predict --model "${WORK}/cls/h8" "not good, but brilliant")
 smoke_expect_match("${cls_predict_output}" "(positive|negative)\t[0-9.]+\t[a-z,]+\\([0-9.]+\\)" "imdb predict --pool cls")
+# The same model with dynamic int8 quantization; training in int8 is refused before anything is written.
+smoke_run(cls_predict8 0 "${PROGRAM}" predict --model "${WORK}/cls/h8" "not good, but brilliant" --precision int8)
+smoke_expect_match("${cls_predict8_output}" "(positive|negative)\t[0-9.]+\t[a-z,]+\\([0-9.]+\\)" "imdb predict --precision int8")
+smoke_run(train8 fail "${PROGRAM}" --data "${DATA}" --epochs 1 --precision int8 --out "${WORK}/int8_run")
+smoke_expect_match("${train8_output}" "--precision int8 is for inference" "imdb training with --precision int8")
+if(EXISTS "${WORK}/int8_run")
+  message(FATAL_ERROR "training with --precision int8 wrote ${WORK}/int8_run")
+endif()
 
 smoke_run(heads fail "${PROGRAM}" --data "${DATA}" --heads 3 --out "${WORK}/bad")
 smoke_expect_match("${heads_output}" "--heads: unsupported value 3 \\(supported: 1, 2, 4, 8, 16\\)" "imdb --heads 3")

@@ -738,6 +738,51 @@ def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
 
 # ----------------------------------------------------------------------------------------------
 
+# ----------------------------------------------------------------------------------------------
+# Dynamic int8 quantization (torch.ao.quantization.quantize_dynamic, per-channel weights)
+
+def case_quantized_dynamic(out_dir: Path, written: list[Path], seed: int) -> None:
+    """A Linear and a bidirectional LSTM, FP32 and quantized the way torch quantizes for serving.
+
+    torch quantizes each weight per output channel (symmetric, scale max|w| / 127.5) and each
+    activation per tensor at run time (uint8 with reduce_range: 7 bits); attn quantizes the weights
+    the same way and the activations per row. The test checks the int8 weights exactly and the
+    outputs within the bound the two activation steps give (the LSTM: within twice torch's own
+    error, its recurrence having no closed bound)."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    torch.manual_seed(seed)
+    lin = nn.Linear(64, 24)
+    lstm = nn.LSTM(16, 12, batch_first=True, bidirectional=True)
+    x = randn32(3, 10, 64) * torch.tensor([0.2, 1.0, 4.0]).view(3, 1, 1)  # rows of different ranges
+    x2 = randn32(3, 9, 16)
+    t = {"x": f32(x), "weight": f32(lin.weight), "bias": f32(lin.bias), "lstm.x": f32(x2)}
+    for n, p in lstm.named_parameters():
+        t["lstm." + n] = f32(p)
+
+    class Both(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.lstm = lin, lstm
+
+    q = quantize_dynamic(Both().eval(), {nn.Linear: per_channel_dynamic_qconfig, nn.LSTM: per_channel_dynamic_qconfig},
+                         dtype=torch.qint8)
+    qw = q.lin.weight()
+    assert qw.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric)
+    with torch.no_grad():
+        t["weight_q"] = i64(qw.int_repr())
+        t["weight_scale"] = f64(qw.q_per_channel_scales())
+        inv = 1 / (lin.weight.abs().amax(1, keepdim=True) / 127.5)
+        want_q = torch.clamp(torch.round(lin.weight * inv), -128, 127)
+        assert torch.equal(want_q.to(torch.int64), t["weight_q"]), "torch's per-channel int8 is not round(w / (max|w| / 127.5))"
+        t["out_q"] = f64(q.lin(x))
+        t["out"] = f64(lin.double()(x.double()))
+        t["lstm.out_q"] = f64(q.lstm(x2)[0])
+        t["lstm.out"] = f64(lstm.double()(x2.double())[0])
+    write(out_dir, "quantized_dynamic.safetensors", t,
+          meta("quantized_dynamic", seed, in_features=64, out_features=24, lstm_input=16, lstm_hidden=12,
+               bidirectional=True, qconfig="per_channel_dynamic_qconfig", engine=torch.backends.quantized.engine), written)
+
+
 def generate(out_dir: Path) -> list[Path]:
     written: list[Path] = []
     case_linear(out_dir, written)
@@ -759,6 +804,7 @@ def generate(out_dir: Path) -> list[Path]:
     case_encoder(out_dir, written, "encoder_layer_post_relu.safetensors", 0, False, "relu", False, seed=91)
     case_encoder(out_dir, written, "encoder_layer_pre_gelu.safetensors", 0, True, "gelu", False, seed=92)
     case_encoder(out_dir, written, "encoder_stack.safetensors", 2, True, "gelu", True, seed=93)
+    case_quantized_dynamic(out_dir, written, seed=101)
     return written
 
 

@@ -4,8 +4,11 @@
 // db += column sums of dy. nn::Linear and nn::Attention's projections both run it. With a row map
 // only the listed rows of x are computed, gathered into one packed GEMM (nn::PaddedRows::zero). Under
 // a PrecisionScope of Precision::bf16 (core/precision.hpp) the CPU op's three products take bfloat16
-// operands with float sums (kernels::gemm_bf16): the weight is packed to bf16 per call, x and dy are
-// rounded as they are packed; the bias, the output and every gradient stay float.
+// operands with float sums (kernels::gemm_bf16): the weight is packed to bf16, x and dy are
+// rounded as they are packed; the bias, the output and every gradient stay float. Under
+// Precision::int8 (inference only) the product takes the weight quantized to int8 per output
+// channel and x quantized per row (kernels::gemm_int8). Without a gradient to record, the weight's
+// int8 or bf16 pack is kept with it and reused until its value changes (autograd/packed_weights.hpp).
 //   auto y = attn::linear(ctx, x, w, b);                      // (..., In) x (Out, In)^T + (Out) -> (..., Out)
 //   attn::real_rows(mask, rows);  auto y = attn::linear(ctx, x, w, b, {.map = &rows});
 #pragma once
@@ -15,10 +18,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "../backend/cpu/gemm_bf16.hpp"
 #include "../core/instantiate.hpp"
 #include "../core/precision.hpp"
 #include "elementwise.hpp"
+#include "packed_weights.hpp"
 
 namespace attn {
 
@@ -126,14 +129,28 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
   }
   const bool has_bias = bias.defined();
   constexpr bool can_bf16 = std::is_same_v<T, float> && std::is_same_v<B, cpu>;
-  const bool bf16 = precision() == Precision::bf16 && can_bf16;  // (not a constant: the backward captures it)
-  if (bf16) {
+  const bool rg = needs_grad(tape, x, w, bias);
+  const Precision prec = can_bf16 ? precision() : Precision::fp32;
+  const bool bf16 = prec == Precision::bf16;  // (not a constant: the backward captures it)
+  if (prec == Precision::int8 && rg)
+    throw ArgumentError("linear: Precision::int8 is for inference (dynamic quantization); this call would record a gradient "
+                        "(run it under attn::NoGrad, or train in fp32 or bf16)");
+  if (prec != Precision::fp32) {
     if constexpr (can_bf16) {
-      kernels::PackedBf16 pw;
-      pw.pack(Trans::yes, int(in), int(out_w), w.raw().data(), int(in));
       if (has_bias)
         for (std::size_t r = 0; r < rows; ++r) std::copy_n(bias.raw().data(), out_w, Y + r * out_w);
-      kernels::gemm_bf16(Trans::no, int(rows), int(out_w), int(in), 1.f, X, int(in), pw, has_bias ? 1.f : 0.f, Y, int(out_w));
+      const float beta = has_bias ? 1.f : 0.f;
+      if (prec == Precision::int8) {  // the weight's int8 pack, kept with it while it is unchanged
+        const auto pw = detail::int8_weight(*w.data());
+        kernels::gemm_int8(int(rows), int(out_w), int(in), X, int(in), *pw, beta, Y, int(out_w));
+      } else if (!rg) {  // inference: the bf16 pack kept with the weight
+        const auto pw = detail::bf16_weight(*w.data());
+        kernels::gemm_bf16(Trans::no, int(rows), int(out_w), int(in), 1.f, X, int(in), *pw, beta, Y, int(out_w));
+      } else {  // training: the weight changes every step, packed per call
+        kernels::PackedBf16 pw;
+        pw.pack(Trans::yes, int(in), int(out_w), w.raw().data(), int(in));
+        kernels::gemm_bf16(Trans::no, int(rows), int(out_w), int(in), 1.f, X, int(in), pw, beta, Y, int(out_w));
+      }
     }
   } else if constexpr (B::host_accessible) {  // each thread writes the bias into its rows just before its GEMM
     kernels::gemm_rows(B{}, Trans::yes, rows, out_w, in, X, w.raw().data(), int(in), T(0), Y, has_bias ? bias.raw().data() : nullptr);
@@ -145,7 +162,6 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
   if (idx) kernels::copy_rows(B{}, rows, out_w, Y, out_w, nullptr, y.data(), out_w, idx, false);
   xp = {};
   yp = {};
-  const bool rg = needs_grad(tape, x, w, bias);
   auto o = make_out<AnyShape>(tape, std::move(y), rg);
   if (rg) {
     tape->push(o.data(), {x.data().get(), w.data().get(), has_bias ? bias.data().get() : nullptr},

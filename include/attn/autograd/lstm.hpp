@@ -4,6 +4,10 @@
 // backend/cuda/lstm.cuh), and a hand-written backward through time. Under a PrecisionScope of
 // Precision::bf16 the CPU op's products (input projections, the recurrent products, and their
 // backward) take bf16 operands with float sums; the cell, the states and the gradients stay float.
+// Under Precision::int8 (inference only) the forward products take the weights quantized to int8
+// per output channel and the inputs and hidden states quantized per row (kernels::gemm_int8),
+// torch.ao.nn.quantized.dynamic.LSTM's model; without a gradient to record, the weights' int8 or
+// bf16 packs are kept with them (autograd/packed_weights.hpp).
 //   auto r = attn::lstm(tape, x, lengths, {w_ih, w_hh, b_ih, b_hh});   // r.out (B, T, H), r.h_n / r.c_n (1, B, H)
 #pragma once
 #include <algorithm>
@@ -15,9 +19,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "../backend/cpu/gemm_bf16.hpp"
 #include "../backend/kernels.hpp"
 #include "../core/precision.hpp"
+#include "packed_weights.hpp"
 #include "var.hpp"
 
 namespace attn {
@@ -162,24 +166,44 @@ void lstm_check_weights(const LstmWeights<T, B>& w, std::size_t in, std::size_t&
   if (!(w.b_hh.dims() == Dims{g})) shape_mismatch("lstm", who() + "bias_hh must be (4H)", w.b_hh.dims(), Dims{g});
 }
 
-/// Whether an LSTM op on T and B runs its products in bf16 now (Precision::bf16, float on the CPU).
+/// The precision an LSTM op on T and B runs its products in now (fp32 unless float on the CPU).
 template <class T, class B>
-bool lstm_bf16() {
-  if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>) return precision() == Precision::bf16;
-  else return false;
+Precision lstm_precision() {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>) return precision();
+  else return Precision::fp32;
 }
 
 /// One operand of the LSTM's products, op(W) (k, n) with W's rows ldw apart: packed in bf16 when
-/// `low` (once, for every product that reads it), else read as it is by the FP32 GEMM.
+/// `low` (once, for every product that reads it), else read as it is by the FP32 GEMM. A forward
+/// weight operand (weight()) may instead use the int8 or bf16 pack kept with its parameter.
 template <class T, class B>
 struct LstmOperand {
   LstmOperand(bool low, Trans tw, int k, int n, const T* w, int ldw) : low(low), tw(tw), w(w), ldw(ldw) {
     if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>)
       if (low) packed.pack(tw, k, n, w, ldw);
   }
+  /// W^T (k, n) of a weight parameter W (n, k), for the forward pass in precision prec: int8 from the
+  /// parameter's kept pack; bf16 from its kept pack when `keep` (inference), else packed here.
+  static LstmOperand weight(Precision prec, bool keep, VarData<T, B>& wd) {
+    const int n = int(wd.value.dims().v[0]), k = int(wd.value.dims().v[1]);
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>) {
+      if (prec == Precision::int8 || (prec == Precision::bf16 && keep)) {
+        LstmOperand o(false, Trans::yes, k, n, wd.value.data(), k);
+        if (prec == Precision::int8) o.int8 = detail::int8_weight(wd);
+        else o.kept = detail::bf16_weight(wd);
+        return o;
+      }
+    }
+    return LstmOperand(prec == Precision::bf16, Trans::yes, k, n, wd.value.data(), k);
+  }
   /// C (m, n) = op(A) op(W) + beta C.
   void gemm(Trans ta, int m, int n, int k, const T* a, int lda, T beta, T* c, int ldc) const {
     if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>) {
+      if (int8) {
+        if (ta != Trans::no) throw ArgumentError("lstm: an int8 product takes A untransposed");
+        return kernels::gemm_int8(m, n, k, a, lda, *int8, beta, c, ldc);
+      }
+      if (kept) return kernels::gemm_bf16(ta, m, n, k, 1.f, a, lda, *kept, beta, c, ldc);
       if (low) return kernels::gemm_bf16(ta, m, n, k, 1.f, a, lda, packed, beta, c, ldc);
     }
     B::template gemm<T>(ta, tw, m, n, k, T(1), a, lda, w, ldw, beta, c, ldc);
@@ -189,6 +213,8 @@ struct LstmOperand {
   const T* w;
   int ldw;
   kernels::PackedBf16 packed;
+  std::shared_ptr<const kernels::PackedInt8> int8;
+  std::shared_ptr<const kernels::PackedBf16> kept;
 };
 
 /// The forward pass of lstm_impl and lstm_from_table: the tensors it returns, and what backward keeps.
@@ -202,7 +228,7 @@ struct LstmForward {
 /// direction d's input projections of all packed rows, (N, 4H) without biases, into A.
 template <class T, class B, class Project>
 LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& maps, const LstmWeights<T, B>* w, int dirs, std::size_t bn,
-                                    std::size_t tn, std::size_t h, bool low, Project&& project) {
+                                    std::size_t tn, std::size_t h, Precision prec, bool keep, Project&& project) {
   using Ten = Tensor<T, AnyShape, B>;
   const std::size_t g = 4 * h, n_rows = plan.total;
   LstmForward<T, B> f{Ten::zeros({bn, tn, std::size_t(dirs) * h}), Ten::zeros({std::size_t(dirs), bn, h}),
@@ -221,8 +247,8 @@ LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& map
     T* Cc = f.cell[d].data();
     T* Hh = hid[d].data();
     project(d, A);
-    // W_hh^T (H, 4H), packed once for every step under bf16.
-    const LstmOperand<T, B> whh(low, Trans::yes, int(h), int(g), w[d].w_hh.raw().data(), int(h));
+    // W_hh^T (H, 4H), packed once for every step under bf16 or int8.
+    const LstmOperand<T, B> whh = LstmOperand<T, B>::weight(prec, keep, *w[d].w_hh.data());
     for (std::size_t s = 0; s < plan.steps; ++s) {
       const std::size_t n = plan.batch[s], r0 = plan.offset[s];
       const T* c_prev = nullptr;
@@ -252,17 +278,21 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   LstmMaps<B> maps = lstm_maps<B>(plan, dirs, tn);
   const std::size_t n_rows = plan.total;
   const T* X = x.raw().data();
-  const bool low = lstm_bf16<T, B>();  // bf16 products, forward and backward
-  LstmForward<T, B> f = lstm_forward_pass<T, B>(plan, maps, w, dirs, bn, tn, h, low, [&](int d, T* A) {
+  const Precision prec = lstm_precision<T, B>();
+  const bool low = prec == Precision::bf16;  // bf16 products, forward and backward
+  bool rg = tape != nullptr && x.requires_grad();
+  for (int d = 0; d < dirs; ++d) rg = rg || needs_grad(tape, w[d].w_ih, w[d].w_hh, w[d].b_ih, w[d].b_hh);
+  if (prec == Precision::int8 && rg)
+    throw ArgumentError("lstm: Precision::int8 is for inference (dynamic quantization); this call would record a gradient "
+                        "(run it under attn::NoGrad, or train in fp32 or bf16)");
+  LstmForward<T, B> f = lstm_forward_pass<T, B>(plan, maps, w, dirs, bn, tn, h, prec, !rg, [&](int d, T* A) {
     Ten xp({n_rows, in});  // the packed input (N, In)
     kernels::copy_rows(B{}, n_rows, in, X, in, maps.rows[d].data(), xp.data(), in, nullptr, false);
     // Input projections of every step at once: (N, In) x (4H, In)^T -> (N, 4H).
-    const LstmOperand<T, B> wih(low, Trans::yes, int(in), int(4 * h), w[d].w_ih.raw().data(), int(in));
+    const LstmOperand<T, B> wih = LstmOperand<T, B>::weight(prec, !rg, *w[d].w_ih.data());
     wih.gemm(Trans::no, int(n_rows), int(4 * h), int(in), xp.data(), int(in), T(0), A, int(4 * h));
   });
 
-  bool rg = tape != nullptr && x.requires_grad();
-  for (int d = 0; d < dirs; ++d) rg = rg || needs_grad(tape, w[d].w_ih, w[d].w_hh, w[d].b_ih, w[d].b_hh);
   LstmResult<T, B> res{make_out<AnyShape>(tape, std::move(f.out), rg), make_out<AnyShape>(tape, std::move(f.h_n), rg),
                        make_out<AnyShape>(tape, std::move(f.c_n), rg)};
   if (!rg) return res;
@@ -438,8 +468,8 @@ LstmResult<T, cpu> lstm_from_table(NoGrad&, std::span<const Tensor<T, AnyShape, 
       if (id[b * tn + t] < 0 || static_cast<std::size_t>(id[b * tn + t]) >= v)
         throw ArgumentError("lstm_from_table: ids(" + std::to_string(b) + ", " + std::to_string(t) + ") = " +
                             std::to_string(static_cast<long long>(id[b * tn + t])) + " is outside the table of " + std::to_string(v) + " rows");
-  detail::LstmForward<T, cpu> f = detail::lstm_forward_pass<T, cpu>(plan, maps, w.data(), dirs, bn, tn, h, detail::lstm_bf16<T, cpu>(),
-                                                                     [&](int d, T* A) {
+  detail::LstmForward<T, cpu> f = detail::lstm_forward_pass<T, cpu>(plan, maps, w.data(), dirs, bn, tn, h, detail::lstm_precision<T, cpu>(),
+                                                                     true, [&](int d, T* A) {
     const T* table = tables[std::size_t(d)].data();
     const std::int64_t* rows = maps.rows[std::size_t(d)].data();  // packed row -> b * T + t
     for (std::size_t r = 0; r < plan.total; ++r) std::copy_n(table + static_cast<std::size_t>(id[rows[r]]) * g, g, A + r * g);

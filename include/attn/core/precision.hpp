@@ -20,15 +20,18 @@
 
 namespace attn {
 
-enum class Precision { fp32, bf16 };
+enum class Precision { fp32, bf16, int8 };
 
-inline const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+inline const char* precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : p == Precision::int8 ? "int8" : "fp32";
+}
 
-/// "fp32" or "bf16"; ArgumentError naming `what` and the accepted values otherwise.
+/// "fp32", "bf16" or "int8"; ArgumentError naming `what` and the accepted values otherwise.
 inline Precision parse_precision(std::string_view s, std::string_view what = "precision") {
   if (s == "fp32" || s == "float32" || s == "float") return Precision::fp32;
   if (s == "bf16" || s == "bfloat16") return Precision::bf16;
-  throw ArgumentError(std::string(what) + ": unknown precision '" + std::string(s) + "' (expected fp32 or bf16)");
+  if (s == "int8" || s == "qint8") return Precision::int8;
+  throw ArgumentError(std::string(what) + ": unknown precision '" + std::string(s) + "' (expected fp32, bf16 or int8)");
 }
 
 namespace detail {

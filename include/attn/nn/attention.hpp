@@ -99,7 +99,7 @@ class Attention : public Module {
     if (opt.window && *opt.window < 1)
       throw ArgumentError("nn::Attention '" + this->name() + "': window must be >= 1 (keys within window positions on each side), got " +
                           std::to_string(*opt.window));
-    in_proj_weight = register_parameter<T, Shape<3 * Dim, Dim>, B>("in_proj_weight", {3 * Dim, Dim});
+    in_proj_weight = register_parameter<T, Shape<3 * Dim, Dim>, B>("in_proj_weight", {3 * Dim, Dim}, true);
     if (opt.bias) in_proj_bias = register_parameter<T, Shape<3 * Dim>, B>("in_proj_bias", {3 * Dim});
     Rng rng(name_seed(this->name()));
     reset_parameters(rng);

@@ -67,7 +67,7 @@ class RuntimeLinear : public Module {
  public:
   RuntimeLinear(Module* parent, std::string name, std::size_t in, std::size_t out, bool bias)
       : Module(parent, std::move(name)), in_(in) {
-    weight = register_parameter<T, AnyShape, B>("weight", {out, in});
+    weight = register_parameter<T, AnyShape, B>("weight", {out, in}, true);
     if (bias) this->bias = register_parameter<T, AnyShape, B>("bias", {out});
     Rng rng(name_seed(this->name()));
     reset_parameters(rng);

@@ -21,7 +21,7 @@ class Linear : public Module {
   static_assert(In > 0 && Out > 0 && In != dyn && Out != dyn, "nn::Linear: In and Out must be static, positive extents");
 
   Linear(Module* parent, std::string name, LinearOptions opt = {}) : Module(parent, std::move(name)), opt_(opt) {
-    weight = register_parameter<T, Shape<Out, In>, B>("weight", {Out, In});
+    weight = register_parameter<T, Shape<Out, In>, B>("weight", {Out, In}, true);
     if (opt_.bias) bias = register_parameter<T, Shape<Out>, B>("bias", {Out});
     Rng rng(name_seed(this->name()));
     reset_parameters(rng);

@@ -51,8 +51,8 @@ class LSTM : public Module {
   using Output = LstmOutput<T, 1, Hidden, B>;
 
   LSTM(Module* parent, std::string name) : Module(parent, std::move(name)) {
-    weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In});
-    weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden});
+    weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In}, true);
+    weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden}, true);
     bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
     bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
     Rng rng(name_seed(this->name()));
@@ -110,12 +110,12 @@ class BiLSTM : public Module {
   using Output = LstmOutput<T, 2, Hidden, B>;
 
   BiLSTM(Module* parent, std::string name) : Module(parent, std::move(name)) {
-    weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In});
-    weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden});
+    weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In}, true);
+    weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden}, true);
     bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
     bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
-    weight_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0_reverse", {4 * Hidden, In});
-    weight_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0_reverse", {4 * Hidden, Hidden});
+    weight_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0_reverse", {4 * Hidden, In}, true);
+    weight_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0_reverse", {4 * Hidden, Hidden}, true);
     bias_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0_reverse", {4 * Hidden});
     bias_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0_reverse", {4 * Hidden});
     Rng rng(name_seed(this->name()));

@@ -42,6 +42,10 @@ class ParameterSlot {
   virtual void copy_to_host(void* dst) const = 0;
   virtual void copy_from_host(const void* src) = 0;
   virtual void zero_grad() = 0;
+  /// Whether the value is a weight matrix (Out, In) that the linear op or the LSTM multiplies by
+  /// (nn::Linear's weight, nn::Attention's in_proj_weight, the LSTMs' weight_ih / weight_hh): the
+  /// parameters nn::quantize_dynamic quantizes.
+  bool product_weight = false;
 };
 
 template <class T, class B>
@@ -138,13 +142,16 @@ class Module {
 
  protected:
   /// Creates a parameter of dims, owned by this module, and returns a Var sharing its storage.
+  /// product_weight: see ParameterSlot::product_weight.
   template <class T, class S = AnyShape, class B = cpu>
-  Var<T, S, B> register_parameter(std::string name, const Dims& dims) {
+  Var<T, S, B> register_parameter(std::string name, const Dims& dims, bool product_weight = false) {
     auto d = std::allocate_shared<VarData<T, B>>(attn::detail::PoolAllocator<VarData<T, B>>{});
     d->value = Tensor<T, AnyShape, B>::zeros(dims);
     d->requires_grad = true;
     Var<T, AnyShape, B> v(d, nullptr);
-    params_.push_back({std::move(name), std::make_unique<TypedParameter<T, B>>(v)});
+    auto slot = std::make_unique<TypedParameter<T, B>>(v);
+    slot->product_weight = product_weight;
+    params_.push_back({std::move(name), std::move(slot)});
     return Var<T, S, B>(d, nullptr);
   }
 

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// A dynamically quantized model (nn::quantize_dynamic) as one safetensors file: each product weight
+// as its int8 values (I8, (Out, In), PyTorch's names) with its per-channel scales beside it
+// ("<name>.scale", F32, (Out)), every other parameter in F32 as io::save writes it. A quarter of
+// the float file for the weights, and the exact int8 values back on load.
+//   attn::io::save_quantized(model, "model.int8.safetensors");
+//   attn::io::load_quantized(model, "model.int8.safetensors");   // then run under Precision::int8
+// Loading sets each product weight's float value to its dequantized values (q scale), so the
+// model also runs fp32 on the file's weights, and keeps the file's int8 values for int8 runs.
+// torch reads the file with safetensors' load_file; dequantized, the weights load into the
+// float model's load_state_dict.
+#pragma once
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../nn/quantize.hpp"
+#include "checkpoint.hpp"
+
+namespace attn::io {
+
+/// The metadata key save_quantized writes and load_quantized requires, and its value.
+inline constexpr const char* kQuantizationKey = "attn.quantization";
+inline constexpr const char* kQuantizationValue = "int8 per-channel symmetric weights, dynamic activations";
+
+/// The parameters of `model` with its product weights in int8 (quantized now unless current).
+inline TensorMap quantized_state_dict(const nn::Module& model) {
+  TensorMap m;
+  for (auto& [name, p] : model.named_parameters()) {
+    VarData<float, cpu>* d = p->product_weight && p->dims().n == 2 ? nn::detail::float_cpu_data(p) : nullptr;
+    if (!d) {
+      TensorRecord r{detail::file_dtype(p->dtype()), detail::shape_of(p->dims()),
+                     std::vector<std::byte>(p->numel() * dtype_size(detail::file_dtype(p->dtype())))};
+      p->copy_to_host(r.bytes.data());
+      m.emplace(name, std::move(r));
+      continue;
+    }
+    std::shared_ptr<const kernels::PackedInt8> pack;
+    try {
+      pack = attn::detail::int8_weight(*d);
+    } catch (const ArgumentError& e) {
+      throw ArgumentError("save_quantized: '" + name + "': " + e.what());
+    }
+    const std::vector<std::int8_t> q = pack->values();
+    m.emplace(name, TensorRecord::from_values(DType::I8, detail::shape_of(p->dims()), q));
+    m.emplace(name + ".scale", TensorRecord::from_values(DType::F32, {std::size_t(pack->n())},
+                                                          std::vector<float>(pack->scales(), pack->scales() + pack->n())));
+  }
+  return m;
+}
+
+/// Writes `model` with int8 product weights to `path` atomically (see the top of this file).
+inline void save_quantized(const nn::Module& model, const std::filesystem::path& path, MetadataMap metadata = {}) {
+  metadata[kQuantizationKey] = kQuantizationValue;
+  write_safetensors(path, quantized_state_dict(model), metadata);
+}
+
+/// Loads a file save_quantized wrote into `model`. Every name, shape and dtype must fit (product
+/// weights I8 with an F32 ".scale" of finite, positive values; everything else as io::load wants
+/// it), and every float value must be finite; otherwise nothing changes and a FormatError lists
+/// every difference. Returns the file's metadata.
+inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path& path) {
+  const SafetensorsFile file = read_safetensors(path);
+  std::vector<std::string> problems;
+  if (!file.metadata.count(kQuantizationKey))
+    problems.push_back(std::string("no '") + kQuantizationKey + "' entry in the metadata: not a file io::save_quantized wrote");
+  std::set<std::string> used;
+  auto params = model.named_parameters();
+  auto require = [&](const std::string& name, DType dtype, const std::vector<std::size_t>& shape) -> const TensorRecord* {
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) {
+      problems.push_back("missing tensor '" + name + "' " + detail::shape_str(shape));
+      return nullptr;
+    }
+    used.insert(name);
+    bool ok = true;
+    if (it->second.shape != shape) {
+      problems.push_back("'" + name + "': shape " + detail::shape_str(it->second.shape) + " in the file, the model needs " +
+                         detail::shape_str(shape));
+      ok = false;
+    }
+    if (it->second.dtype != dtype) {
+      problems.push_back("'" + name + "': dtype " + std::string(dtype_name(it->second.dtype)) + " in the file, the model needs " +
+                         std::string(dtype_name(dtype)));
+      ok = false;
+    }
+    if (ok) detail::non_finite_problem(problems, name, it->second);
+    return ok ? &it->second : nullptr;
+  };
+  for (auto& [name, p] : params) {
+    const auto shape = detail::shape_of(p->dims());
+    if (p->product_weight && p->dims().n == 2 && nn::detail::float_cpu_data(p)) {
+      require(name, DType::I8, shape);
+      if (const TensorRecord* s = require(name + ".scale", DType::F32, {shape[0]})) {
+        const auto v = s->to_vector<float>();
+        for (std::size_t j = 0; j < v.size(); ++j)
+          if (!(v[j] > 0.f) || !std::isfinite(v[j] * 128.f)) {
+            problems.push_back("'" + name + ".scale': element " + std::to_string(j) + " is " + std::to_string(v[j]) +
+                               " (a scale must be positive, and 128 times it finite)");
+            break;
+          }
+      }
+    } else {
+      require(name, detail::file_dtype(p->dtype()), shape);
+    }
+  }
+  for (auto& [name, r] : file.tensors)
+    if (!used.count(name)) problems.push_back("unexpected tensor '" + name + "' " + detail::shape_str(r.shape));
+  if (!problems.empty()) {
+    std::string msg = "does not fit the model as a quantized file (" + std::to_string(problems.size()) + " difference" +
+                      (problems.size() > 1 ? "s" : "") + "):";
+    for (auto& p : problems) msg += "\n  " + p;
+    throw FormatError::at_offset(file.source, 0, msg);
+  }
+  // Everything checked: nothing below can fail on the file's content.
+  for (auto& [name, p] : params) {
+    VarData<float, cpu>* d = p->product_weight && p->dims().n == 2 ? nn::detail::float_cpu_data(p) : nullptr;
+    if (!d) {
+      p->copy_from_host(file.tensors.at(name).bytes.data());
+      continue;
+    }
+    const auto q = file.tensors.at(name).to_vector<std::int8_t>();
+    const auto s = file.tensors.at(name + ".scale").to_vector<float>();
+    const std::size_t out = p->dims().v[0], in = p->dims().v[1];
+    std::vector<float> w(out * in);
+    for (std::size_t j = 0; j < out; ++j)
+      for (std::size_t k = 0; k < in; ++k) w[j * in + k] = float(q[j * in + k]) * s[j];
+    p->copy_from_host(w.data());  // advances value_writes; the pack below is kept against the new count
+    auto pack = std::make_shared<kernels::PackedInt8>();
+    pack->assign(int(in), int(out), q, s);
+    attn::detail::keep_pack<kernels::PackedInt8>(*d, attn::detail::PackKind::int8_wt, std::shared_ptr<const kernels::PackedInt8>(pack));
+  }
+  return file.metadata;
+}
+
+}  // namespace attn::io

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: MIT
+// Dynamic int8 quantization of a model for inference, torch.ao.quantization.quantize_dynamic with
+// per-channel weights: every product weight (ParameterSlot::product_weight: nn::Linear's weight,
+// nn::Attention's fused in_proj_weight and out_proj, the LSTMs' weight_ih / weight_hh, the encoder's
+// feed-forward) is quantized to int8 per output channel (symmetric, scale max|w| / 127.5) and kept
+// with its parameter. The model itself is unchanged: its float values stay, it runs fp32 or bf16
+// as before, and under a PrecisionScope of Precision::int8 its products take the int8 weights with
+// activations quantized per row at run time (kernels::gemm_int8). Embeddings, biases, layer norm,
+// softmax and the attention core stay float.
+//   attn::nn::quantize_dynamic(model);                 // once, after training or loading
+//   attn::PrecisionScope int8(attn::Precision::int8);
+//   attn::NoGrad ctx;  auto logits = model.forward(ctx, batch);
+// A weight written later (an optimizer step, io::load) is quantized again on its next int8 use.
+// io::save_quantized / io::load_quantized keep the int8 values in a safetensors file.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "../autograd/packed_weights.hpp"
+#include "module.hpp"
+
+namespace attn::nn {
+
+/// What quantize_dynamic did: how many weights, and their bytes in float and in int8 (values,
+/// scales and the column sums the kernels use).
+struct QuantizeReport {
+  std::size_t weights = 0;
+  std::size_t float_bytes = 0;
+  std::size_t int8_bytes = 0;
+};
+
+namespace detail {
+/// The float CPU parameter behind a slot, or nullptr for another element type or backend.
+inline VarData<float, cpu>* float_cpu_data(ParameterSlot* p) {
+  auto* tp = dynamic_cast<TypedParameter<float, cpu>*>(p);
+  return tp ? tp->var.data().get() : nullptr;
+}
+}  // namespace detail
+
+/// Quantizes every float CPU product weight of `model` to int8 (see the top of this file).
+/// Throws ArgumentError naming the parameter and channel when a weight holds a NaN or an infinity.
+inline QuantizeReport quantize_dynamic(const Module& model) {
+  QuantizeReport r;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (!p->product_weight || p->dims().n != 2) continue;
+    VarData<float, cpu>* d = detail::float_cpu_data(p);
+    if (!d) continue;
+    try {
+      const auto pack = attn::detail::int8_weight(*d);
+      r.int8_bytes += pack->bytes();
+    } catch (const ArgumentError& e) {
+      throw ArgumentError("quantize_dynamic: '" + name + "': " + e.what());
+    }
+    ++r.weights;
+    r.float_bytes += p->numel() * sizeof(float);
+  }
+  return r;
+}
+
+}  // namespace attn::nn

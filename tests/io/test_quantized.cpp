@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// nn::quantize_dynamic and the int8 file (io::save_quantized / io::load_quantized): which weights
+// are quantized, int8 inference before and after a round trip (identical), the dequantized float
+// model, and bad files refused with nothing changed.
+#include <attn/attn.hpp>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+namespace nn = attn::nn;
+namespace fs = std::filesystem;
+using attn::Precision;
+
+namespace {
+
+/// Embedding, BiLSTM, attention and a classifier: every kind of product weight.
+struct Net : nn::Module {
+  nn::Embedding<16> emb{this, "emb", 50};
+  nn::BiLSTM<16, 12> lstm{this, "lstm"};
+  nn::Attention<2, 24> attention{this, "attn"};
+  nn::Linear<24, 5> head{this, "head"};
+  attn::Tensor<float> forward(const attn::Tensor<std::int32_t>& ids, const std::vector<int>& lengths) const {
+    attn::NoGrad ctx;
+    auto x = emb(ctx, ids);
+    auto h = lstm(ctx, attn::Var<float, attn::Shape<attn::dyn, attn::dyn, 16>>(x), lengths).out;
+    auto y = attention(ctx, h, attn::Lengths(lengths));
+    return attn::Tensor<float>(head(ctx, nn::masked_mean(ctx, y, attn::Lengths(lengths))).value());
+  }
+};
+
+attn::Tensor<std::int32_t> ids_of(std::size_t b, std::size_t t) {
+  auto ids = attn::Tensor<std::int32_t>::zeros({b, t});
+  for (std::size_t i = 0; i < b * t; ++i) ids.data()[i] = std::int32_t(1 + (i * 7) % 49);
+  return ids;
+}
+
+double max_diff(const attn::Tensor<float>& a, const attn::Tensor<float>& b) {
+  REQUIRE(a.numel() == b.numel());
+  double d = 0;
+  for (std::size_t i = 0; i < a.numel(); ++i) d = std::max(d, double(std::abs(a.data()[i] - b.data()[i])));
+  return d;
+}
+
+std::vector<float> all_values(const nn::Module& m) {
+  std::vector<float> v;
+  for (auto& p : m.parameters<float>()) v.insert(v.end(), p.raw().data(), p.raw().data() + p.numel());
+  return v;
+}
+
+fs::path tmpdir() {
+  auto d = fs::temp_directory_path() / ("attn-quant-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("quantize_dynamic: the product weights, int8 inference within a quantization step of fp32, an exact file round trip") {
+  Net a;
+  a.init(3);
+  a.eval();
+  const std::vector<int> lengths = {7, 3, 5};
+  const auto ids = ids_of(3, 7);
+  const auto fp32 = a.forward(ids, lengths);
+  const auto report = nn::quantize_dynamic(a);
+  // lstm: weight_ih, weight_hh per direction (4); attn: in_proj_weight, out_proj.weight; head.weight.
+  CHECK(report.weights == 7);
+  CHECK(report.int8_bytes < report.float_bytes);  // (padded to 32 columns: small layers gain less than 4x)
+  attn::Tensor<float> int8;
+  {
+    const attn::PrecisionScope scope(Precision::int8);
+    int8 = a.forward(ids, lengths);
+  }
+  INFO("int8 vs fp32 " << max_diff(int8, fp32));
+  CHECK(max_diff(int8, fp32) > 0);
+  CHECK(max_diff(int8, fp32) < 0.05);
+
+  const auto dir = tmpdir();
+  attn::io::save_quantized(a, dir / "q.safetensors", {{"note", "n"}});
+  attn::io::save(a, dir / "f.safetensors");
+  CHECK(fs::file_size(dir / "q.safetensors") * 2 < fs::file_size(dir / "f.safetensors") + 4 * 50 * 16 * 2);
+  const auto file = attn::io::read_safetensors(dir / "q.safetensors");
+  CHECK(file.at("head.weight").dtype == attn::io::DType::I8);
+  CHECK(file.at("head.weight.scale").dtype == attn::io::DType::F32);
+  CHECK(file.at("lstm.weight_hh_l0_reverse").dtype == attn::io::DType::I8);
+  CHECK(file.at("emb.weight").dtype == attn::io::DType::F32);
+  CHECK(file.at("head.bias").dtype == attn::io::DType::F32);
+
+  Net b;
+  b.init(9);
+  b.eval();
+  const auto meta = attn::io::load_quantized(b, dir / "q.safetensors");
+  CHECK(meta.at("note") == "n");
+  {
+    const attn::PrecisionScope scope(Precision::int8);
+    CHECK(max_diff(b.forward(ids, lengths), int8) == 0);  // the file's int8 values, exactly
+  }
+  // In fp32 the loaded model runs on the dequantized weights: near the original, not equal.
+  const auto deq = b.forward(ids, lengths);
+  CHECK(max_diff(deq, fp32) > 0);
+  CHECK(max_diff(deq, fp32) < 0.05);
+  // Quantizing the loaded model again keeps the file's values (the packs are current).
+  nn::quantize_dynamic(b);
+  {
+    const attn::PrecisionScope scope(Precision::int8);
+    CHECK(max_diff(b.forward(ids, lengths), int8) == 0);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("load_quantized: a float file, a bad scale, a missing or extra tensor are refused, naming them, with the model unchanged") {
+  Net a, b;
+  a.init(1);
+  b.init(2);
+  const auto dir = tmpdir();
+  attn::io::save(a, dir / "float.safetensors");
+  attn::io::save_quantized(a, dir / "q.safetensors");
+  const auto before = all_values(b);
+  CHECK_THROWS_WITH(attn::io::load_quantized(b, dir / "float.safetensors"),
+                    Catch::Contains("float.safetensors") && Catch::Contains("save_quantized") && Catch::Contains("head.weight") &&
+                        Catch::Contains("I8"));
+  // io::load refuses a quantized file too: the weights are I8.
+  CHECK_THROWS_WITH(attn::io::load(b, dir / "q.safetensors"), Catch::Contains("head.weight") && Catch::Contains("I8"));
+  auto t = attn::io::read_safetensors(dir / "q.safetensors");
+  auto bad = t.tensors;
+  auto scale = bad.at("attn.in_proj_weight.scale").to_vector<float>();
+  scale[5] = -1.f;
+  bad.at("attn.in_proj_weight.scale") = attn::io::TensorRecord::from_values(attn::io::DType::F32, {scale.size()}, scale);
+  bad.erase("head.bias");
+  bad.emplace("stray", attn::io::TensorRecord::from_values(attn::io::DType::F32, {1}, std::vector<float>{1.f}));
+  attn::io::write_safetensors(dir / "bad.safetensors", bad, t.metadata);
+  CHECK_THROWS_WITH(attn::io::load_quantized(b, dir / "bad.safetensors"),
+                    Catch::Contains("attn.in_proj_weight.scale") && Catch::Contains("element 5") && Catch::Contains("head.bias") &&
+                        Catch::Contains("stray"));
+  CHECK(all_values(b) == before);
+  fs::remove_all(dir);
+}
