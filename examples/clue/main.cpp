@@ -248,6 +248,7 @@ int main(int argc, char** argv) {
     json sj = json::array();
     for (auto& r : runs)
       sj.push_back({{"heads", r.heads}, {"valid_accuracy", r.valid_acc}, {"valid_macro_f1", r.valid_f1},
+                    {"valid_accuracy_int8", r.valid_acc_int8}, {"valid_macro_f1_int8", r.valid_f1_int8},
                     {"dev_accuracy", r.dev_acc < 0 ? json(nullptr) : json(r.dev_acc)},
                     {"dev_macro_f1", r.dev_f1 < 0 ? json(nullptr) : json(r.dev_f1)}, {"train_seconds", r.train_seconds},
                     {"inference_samples_per_s", r.speed.samples_per_s}, {"parameters", r.params}});

@@ -40,6 +40,7 @@ inline std::vector<std::string> class_names(const data::ClueLabels& l) {
 struct RunResult {
   std::size_t heads = 0, params = 0;
   double valid_acc = 0, valid_f1 = 0, dev_acc = -1, dev_f1 = -1, train_seconds = 0;
+  double valid_acc_int8 = -1, valid_f1_int8 = -1;  // the best model under dynamic int8 quantization
   BenchResult speed;
   std::vector<examples::EpochRecord> history;
   std::string valid_report, valid_confusion, dev_report, heatmaps;

@@ -167,6 +167,17 @@ RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel&
   json evj = {{"valid", eval_json(ev, p.labels)}};
   fmt::print("\nvalidation ({} titles): accuracy {:.2f}%, macro-F1 {:.2f}%\n{}\nconfusion matrix (rows: true label, columns: predicted)\n{}",
              p.valid.size(), 100 * res.valid_acc, 100 * res.valid_f1, res.valid_report, res.valid_confusion);
+  {  // the same model served with dynamic int8 quantization (predict and --bench --precision int8)
+    const auto q = attn::nn::quantize_dynamic(model);
+    const attn::PrecisionScope int8(attn::Precision::int8);
+    const auto e8 = evaluate(model, p.valid);
+    res.valid_acc_int8 = e8.cm.accuracy();
+    res.valid_f1_int8 = e8.cm.macro_f1();
+    evj["valid_int8"] = eval_json(e8, p.labels);
+    fmt::print("\nint8 inference (nn::quantize_dynamic, {} weights): validation accuracy {:.2f}% ({:+.2f} points), macro-F1 {:.2f}% ({:+.2f})\n",
+               q.weights, 100 * res.valid_acc_int8, 100 * (res.valid_acc_int8 - res.valid_acc), 100 * res.valid_f1_int8,
+               100 * (res.valid_f1_int8 - res.valid_f1));
+  }
   if (p.dev.size()) {
     auto dv = evaluate(model, p.dev);
     res.dev_acc = dv.cm.accuracy();

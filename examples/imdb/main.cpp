@@ -376,7 +376,7 @@ int main(int argc, char** argv) {
     json sj = json::array();
     for (auto& r : runs)
       sj.push_back({{"run", r.spec.name()}, {"model", r.spec.label()}, {"heads", r.heads}, {"valid_accuracy", r.best_valid},
-                    {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds}, {"parameters", r.params},
+                    {"valid_accuracy_int8", r.valid_int8}, {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds}, {"parameters", r.params},
                     {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}, {"attention_entropy", r.entropy.per_head}});
     if (p.nblr_valid_acc >= 0)
       sj.push_back({{"run", "nblr"}, {"model", "NB-LR alone (baseline)"}, {"valid_accuracy", p.nblr_valid_acc},

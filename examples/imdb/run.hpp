@@ -116,6 +116,7 @@ struct RunResult {
   RunSpec spec;
   std::size_t heads = 0, params = 0;
   double best_valid = 0, test_acc = -1, train_seconds = 0;
+  double valid_int8 = -1;  // validation accuracy of the best model under dynamic int8 quantization
   std::vector<examples::EpochRecord> history;
   std::vector<double> bucket_acc;
   std::vector<std::string> bucket_labels;

@@ -216,6 +216,14 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
     res.bucket_counts.push_back(ev.buckets.count(k));
   }
   fmt::print("best validation accuracy {:.2f}%\n{}", 100 * ev.accuracy, ev.buckets.table());
+  {  // the same model served with dynamic int8 quantization (predict --precision int8)
+    const auto q = attn::nn::quantize_dynamic(model);
+    const attn::PrecisionScope int8(attn::Precision::int8);
+    const auto e8 = evaluate(model, p.valid, p.valid_y, nb_of(p.valid_nb), p.valid_words, 64);
+    res.valid_int8 = e8.accuracy;
+    fmt::print("int8 inference (nn::quantize_dynamic, {} weights): validation accuracy {:.2f}% ({:+.2f} points)\n", q.weights,
+               100 * e8.accuracy, 100 * (e8.accuracy - ev.accuracy));
+  }
   if (!p.test.empty()) {
     auto te = evaluate(model, p.test, p.test_y, nb_of(p.test_nb), p.test_words, 64);
     res.test_acc = te.accuracy;
