@@ -130,8 +130,11 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
   const bool has_bias = bias.defined();
   constexpr bool can_bf16 = std::is_same_v<T, float> && std::is_same_v<B, cpu>;
   const bool rg = needs_grad(tape, x, w, bias);
-  const Precision prec = can_bf16 ? precision() : Precision::fp32;
-  const bool bf16 = prec == Precision::bf16;  // (not a constant: the backward captures it)
+  // Not constants in any instantiation (precision() is read first): the backward captures bf16, and
+  // Clang warns of a capture of a constant.
+  const Precision asked = precision();
+  const Precision prec = asked != Precision::fp32 && can_bf16 ? asked : Precision::fp32;
+  const bool bf16 = prec == Precision::bf16;
   if (prec == Precision::int8 && rg)
     throw ArgumentError("linear: Precision::int8 is for inference (dynamic quantization); this call would record a gradient "
                         "(run it under attn::NoGrad, or train in fp32 or bf16)");
