@@ -4,7 +4,8 @@
 // float. At the avx512_bf16 level (cpu::isa()) the products run on vdpbf16ps, two bf16 products per
 // float lane and instruction, twice the FP32 FMA's rate; below it the same rounded operands are
 // multiplied by the FP32 GEMM (cpu::gemm), so every level computes the same rounded product up to
-// float summation order.
+// float summation order. Packed below avx512_bf16, B is kept as rounded floats (the FP32 route's
+// operand, ready for every call) instead of in panels.
 //   attn::kernels::PackedBf16 w;
 //   w.pack(Trans::yes, in, out, weight, in);   // B = W^T (in, out) of a Linear's W (out, in)
 //   attn::kernels::gemm_bf16(Trans::no, rows, out, in, 1.f, x, in, w, 0.f, y, out);   // y = x W^T
@@ -104,6 +105,17 @@ class PackedBf16 {
     n_ = n;
     kp_ = (k + 1) / 2;
     panels_ = (n + kPanel - 1) / kPanel;
+    if (cpu::isa() < Isa::avx512_bf16) {
+      // The FP32 route multiplies B as floats: B rounded, row-major (k, n), and no panels.
+      data_.clear();
+      rounded_.resize(std::size_t(k) * std::size_t(n));
+      // Rounded in B's own layout ((k, n), or (n, k) under Trans::yes), read by the GEMM as stored.
+      rounded_trans_ = tb;
+      const int rows = tb == Trans::no ? k : n, cols = tb == Trans::no ? n : k;
+      for (int r = 0; r < rows; ++r) round_row(b + std::size_t(r) * ldb, cols, rounded_.data() + std::size_t(r) * cols);
+      return;
+    }
+    rounded_.clear();
     data_.assign(std::size_t(panels_) * std::size_t(kp_) * 2 * kPanel, 0);
     if (data_.empty()) return;  // k or n is 0
 #if defined(ATTN_GEMM_BF16_AVX512)
@@ -127,15 +139,28 @@ class PackedBf16 {
     }
   }
 
+  /// out[0, n) = x[0, n) rounded to bf16.
+  static void round_row(const float* x, int n, float* out) {
+    for (int j = 0; j < n; ++j) out[j] = bf16_round(x[j]);
+  }
+
   int k() const { return k_; }
   int n() const { return n_; }
-  bool empty() const { return data_.empty(); }
+  bool empty() const { return k_ == 0 || n_ == 0; }
+  /// Whether B is in vdpbf16ps's panels (packed at avx512_bf16), rather than as rounded floats.
+  bool has_panels() const { return !data_.empty(); }
+  /// B rounded to bf16 values as floats in the layout it was packed from, when packed below
+  /// avx512_bf16 (the FP32 route's operand): (k, n) row-major, or (n, k) when rounded_trans() is
+  /// Trans::yes; nullptr otherwise.
+  const float* rounded() const { return rounded_.empty() ? nullptr : rounded_.data(); }
+  Trans rounded_trans() const { return rounded_trans_; }
   /// Panel jp (columns [32 jp, 32 jp + 32)) from row pair p on.
   const std::uint16_t* panel(int jp, int p = 0) const {
     return data_.data() + (std::size_t(jp) * std::size_t(kp_) + std::size_t(p)) * 2 * kPanel;
   }
   /// Element (r, j) of the packed B, as a float.
   float at(int r, int j) const {
+    if (!rounded_.empty()) return rounded_trans_ == Trans::no ? rounded_[std::size_t(r) * n_ + j] : rounded_[std::size_t(j) * k_ + r];
     const std::uint16_t* row = panel(j / kPanel, r / 2);
     const int jj = j % kPanel;
     return bf16_value(row[(jj / 16) * 32 + (jj % 16) * 2 + (r % 2)]);
@@ -149,6 +174,8 @@ class PackedBf16 {
  private:
   int k_ = 0, n_ = 0, kp_ = 0, panels_ = 0;
   std::vector<std::uint16_t, attn::detail::PoolAllocator<std::uint16_t>> data_;
+  std::vector<float, attn::detail::PoolAllocator<float>> rounded_;
+  Trans rounded_trans_ = Trans::no;
 };
 
 namespace bf16_detail {
@@ -166,13 +193,19 @@ T* bf16_scratch(std::vector<T, PoolAllocator<T>>& v, std::size_t n) {
 inline void gemm_bf16_fp32(Trans ta, int m, int n, int k, float alpha, const float* a, int lda, const PackedBf16& b,
                            float beta, float* c, int ldc) {
   thread_local std::vector<float, PoolAllocator<float>> ar, br;
+  // A rounded in its own layout ((m, k), or (k, m) under Trans::yes), the GEMM reading it as stored.
+  const int rows = ta == Trans::no ? m : k, cols = ta == Trans::no ? k : m;
   float* ra = bf16_scratch(ar, std::size_t(m) * std::size_t(k));
-  float* rb = bf16_scratch(br, std::size_t(k) * std::size_t(n));
-  for (int i = 0; i < m; ++i)
-    for (int p = 0; p < k; ++p)
-      ra[std::size_t(i) * k + p] = bf16_round(ta == Trans::no ? a[std::size_t(i) * lda + p] : a[std::size_t(p) * lda + i]);
-  b.unpack(rb, n);
-  cpu::gemm<float>(Trans::no, Trans::no, m, n, k, alpha, ra, k, rb, n, beta, c, ldc);
+  for (int r = 0; r < rows; ++r) PackedBf16::round_row(a + std::size_t(r) * lda, cols, ra + std::size_t(r) * cols);
+  const float* rb = b.rounded();
+  Trans tb = b.rounded_trans();
+  if (!rb) {  // packed at avx512_bf16, run below it (a lowered level): unpack the panels
+    float* u = bf16_scratch(br, std::size_t(k) * std::size_t(n));
+    b.unpack(u, n);
+    rb = u;
+    tb = Trans::no;
+  }
+  cpu::gemm<float>(ta, tb, m, n, k, alpha, ra, cols, rb, tb == Trans::no ? n : k, beta, c, ldc);
 }
 
 #if defined(ATTN_GEMM_BF16_AVX512)
@@ -352,7 +385,8 @@ inline void gemm_bf16(Trans ta, int m, int n, int k, float alpha, const float* a
     return;
   }
 #if defined(ATTN_GEMM_BF16_AVX512)
-  if (cpu::isa() >= Isa::avx512_bf16) return bf16_detail::gemm_bf16_avx512(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
+  if (cpu::isa() >= Isa::avx512_bf16 && b.has_panels())
+    return bf16_detail::gemm_bf16_avx512(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
 #endif
   bf16_detail::gemm_bf16_fp32(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
 }

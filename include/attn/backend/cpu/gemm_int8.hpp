@@ -46,6 +46,15 @@
 
 namespace attn::kernels {
 
+/// Whether gemm_int8 runs its sums on vpdpbusd now (see int8_native below).
+inline bool int8_native_now() {
+#if defined(ATTN_GEMM_INT8_AVX512)
+  return cpu::isa() >= Isa::avx512 && ::attn::detail::cpu_features().avx512_vnni;
+#else
+  return false;
+#endif
+}
+
 /// PyTorch's per-channel symmetric int8 scale for a channel whose largest magnitude is amax.
 inline float int8_weight_scale(float amax) { return std::max(amax / 127.5f, FLT_EPSILON); }
 
@@ -113,6 +122,13 @@ class PackedInt8 {
       }
       colsum_[std::size_t(j)] = sum;
     }
+    // Without vpdpbusd the FP32 route multiplies the values as floats: kept ready, row-major (k, n).
+    wf_.clear();
+    if (!int8_native_now()) {
+      wf_.resize(std::size_t(k) * std::size_t(n));
+      for (int j = 0; j < n; ++j)
+        for (int p = 0; p < k; ++p) wf_[std::size_t(p) * n + j] = float(q[std::size_t(j) * k + p]);
+    }
   }
 
   int k() const { return k_; }
@@ -121,6 +137,9 @@ class PackedInt8 {
   /// The quantized value of W(p, j) (row p of the (k, n) operand, column j).
   std::int8_t at(int p, int j) const { return data_[offset(p, j)]; }
   const float* scales() const { return scale_.data(); }
+  /// The values as floats, row-major (k, n), when packed on a CPU level without vpdpbusd (the FP32
+  /// route's operand); nullptr otherwise.
+  const float* float_values() const { return wf_.empty() ? nullptr : wf_.data(); }
   const std::int32_t* column_sums() const { return colsum_.data(); }
   /// Panel jp (columns [32 jp, 32 jp + 32)).
   const std::int8_t* panel(int jp) const { return data_.data() + std::size_t(jp) * std::size_t(kq_) * 4 * kPanel; }
@@ -147,6 +166,7 @@ class PackedInt8 {
   std::vector<std::int8_t, attn::detail::PoolAllocator<std::int8_t>> data_;
   std::vector<float> scale_;
   std::vector<std::int32_t> colsum_;
+  std::vector<float, attn::detail::PoolAllocator<float>> wf_;
 };
 
 namespace int8_detail {
@@ -212,12 +232,16 @@ inline void gemm_int8_fp32(int m, int n, int k, const float* a, int lda, const P
   RowQuant* r = scratch(rq, std::size_t(m));
   quantize_rows_scalar(0, m, k, a, lda, k, q, r);
   float* fa = scratch(af, std::size_t(m) * std::size_t(k));
-  float* fw = scratch(wf, std::size_t(k) * std::size_t(n));
   float* fc = scratch(cf, std::size_t(m) * std::size_t(n));
   for (int i = 0; i < m; ++i)
     for (int p = 0; p < k; ++p) fa[std::size_t(i) * k + p] = float(std::int32_t(q[std::size_t(i) * k + p]) - r[i].zero);
-  for (int p = 0; p < k; ++p)
-    for (int j = 0; j < n; ++j) fw[std::size_t(p) * n + j] = float(w.at(p, j));
+  const float* fw = w.float_values();
+  if (!fw) {  // packed where vpdpbusd ran, run below it (a lowered level)
+    float* u = scratch(wf, std::size_t(k) * std::size_t(n));
+    for (int p = 0; p < k; ++p)
+      for (int j = 0; j < n; ++j) u[std::size_t(p) * n + j] = float(w.at(p, j));
+    fw = u;
+  }
   cpu::gemm<float>(Trans::no, Trans::no, m, n, k, 1.f, fa, k, fw, n, 0.f, fc, n);
   const float* s = w.scales();
   for (int i = 0; i < m; ++i)
@@ -398,13 +422,7 @@ ATTN_TARGET_AVX512_VNNI inline void gemm_int8_vnni(int m, int n, int k, const fl
 
 /// Whether gemm_int8 runs its sums on vpdpbusd now (AVX512-VNNI at cpu::isa() >= avx512), rather
 /// than through the FP32 GEMM.
-inline bool int8_native() {
-#if defined(ATTN_GEMM_INT8_AVX512)
-  return cpu::isa() >= Isa::avx512 && ::attn::detail::cpu_features().avx512_vnni;
-#else
-  return false;
-#endif
-}
+inline bool int8_native() { return int8_native_now(); }
 
 /// C (m, n) = A W + beta C: A (m, k) float with row stride lda, quantized per row; W (k, n) packed
 /// int8. beta == 0 leaves C unread. See the top of this file for the arithmetic.
