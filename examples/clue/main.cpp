@@ -164,7 +164,7 @@ void run_bench(const Options& o) {
   }
   fmt::print("bench: {} head{}, {}{}, {} products{} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
              tr ? "trained model " + o.model_dir : std::string("untrained model"), o.fold ? "" : ", embedding not folded",
-             attn::precision_name(attn::precision()), quantized, attn::cpu::threads());
+             attn::precision_route(attn::precision()), quantized, attn::cpu::threads());
   auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true, attn::cpu_gemm_ceiling_gflops(2048, 5, 3.0));
   fmt::print("{}\n", r.str());
   fmt::print("BENCH {}\n", json{{"heads", Heads}, {"threads", attn::cpu::threads()}, {"titles", r.titles}, {"mean_len", r.mean_len},
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
     const attn::PrecisionScope precision(attn::parse_precision(o.train.precision, "--precision"));
     fmt::print("attn CLUE TNEWS example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),
-               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), o.train.precision,
+               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), attn::precision_route(attn::precision()),
                par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     if (attn::cpu::threads() > 1 && !std::getenv("OMP_WAIT_POLICY"))
       fmt::print("hint: on a machine shared with other jobs, OMP_WAIT_POLICY=PASSIVE keeps idle threads from spinning\n");

@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
     const attn::PrecisionScope precision(attn::parse_precision(o.train.precision, "--precision"));
     fmt::print("attn IMDb example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),
-               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), o.train.precision,
+               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), attn::precision_route(attn::precision()),
                par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     // Everything is checked before anything is written: the run directories (options against
     // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.

@@ -19,6 +19,19 @@
 #include "../autograd/packed_weights.hpp"
 #include "module.hpp"
 
+namespace attn {
+
+/// How the CPU's products run in precision p at the current kernel level, for a program's start-up
+/// line: "fp32", "bf16 (vdpbf16ps)", "bf16 (through the FP32 GEMM)", "int8 (vpdpbusd)", "int8 (through
+/// the FP32 GEMM)".
+inline std::string precision_route(Precision p) {
+  if (p == Precision::bf16) return kernels::bf16_native() ? "bf16 (vdpbf16ps)" : "bf16 (through the FP32 GEMM)";
+  if (p == Precision::int8) return kernels::int8_native() ? "int8 (vpdpbusd)" : "int8 (through the FP32 GEMM)";
+  return "fp32";
+}
+
+}  // namespace attn
+
 namespace attn::nn {
 
 /// What quantize_dynamic did: how many weights, and their bytes in float and in int8 (values,

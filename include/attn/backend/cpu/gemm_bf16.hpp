@@ -17,6 +17,8 @@
 // (a[i][2p], a[i][2p+1]) pair of A per row.
 #pragma once
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -189,9 +191,17 @@ T* bf16_scratch(std::vector<T, PoolAllocator<T>>& v, std::size_t n) {
   return v.data();
 }
 
+/// Prints `what` to stderr the first time it is called with this flag (the process's one notice).
+inline void notice_once(std::atomic<bool>& said, const char* what) {
+  if (!said.exchange(true, std::memory_order_relaxed)) std::fprintf(stderr, "attn: %s\n", what);
+}
+
 /// The reference path: op(A) and B rounded to bf16, multiplied by the FP32 GEMM.
 inline void gemm_bf16_fp32(Trans ta, int m, int n, int k, float alpha, const float* a, int lda, const PackedBf16& b,
                            float beta, float* c, int ldc) {
+  static std::atomic<bool> said{false};
+  notice_once(said, "bf16 products below the avx512_bf16 level (no AVX512-BF16, or ATTN_ISA): bf16-rounded operands through "
+                    "the FP32 GEMM, at FP32's speed");
   thread_local std::vector<float, PoolAllocator<float>> ar, br;
   // A rounded in its own layout ((m, k), or (k, m) under Trans::yes), the GEMM reading it as stored.
   const int rows = ta == Trans::no ? m : k, cols = ta == Trans::no ? k : m;
@@ -369,6 +379,15 @@ ATTN_TARGET_AVX512_BF16 inline void gemm_bf16_avx512(Trans ta, int m, int n, int
 #endif
 
 }  // namespace bf16_detail
+
+/// Whether gemm_bf16 runs on vdpbf16ps now (cpu::isa() >= avx512_bf16), rather than through the FP32 GEMM.
+inline bool bf16_native() {
+#if defined(ATTN_GEMM_BF16_AVX512)
+  return cpu::isa() >= Isa::avx512_bf16;
+#else
+  return false;
+#endif
+}
 
 /// C (m, n) = alpha op(A) B + beta C, op(A) (m, k) rounded to bf16 (A stored (m, k) with row stride
 /// lda, or (k, m) under Trans::yes), B (k, n) packed; products summed in float. beta == 0 leaves C

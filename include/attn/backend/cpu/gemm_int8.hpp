@@ -23,6 +23,8 @@
 // column's four values adjacent: the operand vpdpbusd takes, one 64-byte vector per 16 columns.
 #pragma once
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
@@ -225,6 +227,10 @@ inline void quantize_rows_scalar(int i0, int i1, int k, const float* a, int lda,
 
 /// The reference path: the integers as floats through the FP32 GEMM, then the scales.
 inline void gemm_int8_fp32(int m, int n, int k, const float* a, int lda, const PackedInt8& w, float beta, float* c, int ldc) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed))
+    std::fprintf(stderr, "attn: int8 products without AVX512-VNNI at this level (or ATTN_ISA below avx512): the int8 values "
+                         "through the FP32 GEMM, at FP32's speed\n");
   thread_local std::vector<float, PoolAllocator<float>> af, wf, cf;
   thread_local std::vector<std::uint8_t, PoolAllocator<std::uint8_t>> aq;
   thread_local std::vector<RowQuant, PoolAllocator<RowQuant>> rq;
