@@ -140,8 +140,7 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
                         "(run it under attn::NoGrad, or train in fp32 or bf16)");
   if (prec != Precision::fp32) {
     if constexpr (can_bf16) {
-      if (has_bias)
-        for (std::size_t r = 0; r < rows; ++r) std::copy_n(bias.raw().data(), out_w, Y + r * out_w);
+      if (has_bias) kernels::copy_rows(B{}, rows, out_w, bias.raw().data(), 0, nullptr, Y, out_w, nullptr, false);
       const float beta = has_bias ? 1.f : 0.f;
       if (prec == Precision::int8) {  // the weight's int8 pack, kept with it while it is unchanged
         const auto pw = detail::int8_weight(*w.data());

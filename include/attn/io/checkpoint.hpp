@@ -64,14 +64,19 @@ TensorRecord record_of(const Tensor<T, S, B>& t) {
 }
 }  // namespace detail
 
+namespace detail {
+/// A parameter's value as a safetensors record in its own dtype.
+inline TensorRecord record_of(const nn::ParameterSlot& p) {
+  TensorRecord r{file_dtype(p.dtype()), shape_of(p.dims()), std::vector<std::byte>(p.numel() * dtype_size(file_dtype(p.dtype())))};
+  p.copy_to_host(r.bytes.data());
+  return r;
+}
+}  // namespace detail
+
 /// The parameters of `model` as safetensors records, by their dotted names.
 inline TensorMap state_dict(const nn::Module& model) {
   TensorMap m;
-  for (auto& [name, p] : model.named_parameters()) {
-    TensorRecord r{detail::file_dtype(p->dtype()), detail::shape_of(p->dims()), std::vector<std::byte>(p->numel() * dtype_size(detail::file_dtype(p->dtype())))};
-    p->copy_to_host(r.bytes.data());
-    m.emplace(name, std::move(r));
-  }
+  for (auto& [name, p] : model.named_parameters()) m.emplace(name, detail::record_of(*p));
   return m;
 }
 

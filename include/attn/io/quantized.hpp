@@ -32,10 +32,7 @@ inline TensorMap quantized_state_dict(const nn::Module& model) {
   for (auto& [name, p] : model.named_parameters()) {
     VarData<float, cpu>* d = p->product_weight && p->dims().n == 2 ? nn::detail::float_cpu_data(p) : nullptr;
     if (!d) {
-      TensorRecord r{detail::file_dtype(p->dtype()), detail::shape_of(p->dims()),
-                     std::vector<std::byte>(p->numel() * dtype_size(detail::file_dtype(p->dtype())))};
-      p->copy_to_host(r.bytes.data());
-      m.emplace(name, std::move(r));
+      m.emplace(name, detail::record_of(*p));
       continue;
     }
     std::shared_ptr<const kernels::PackedInt8> pack;

@@ -18,7 +18,6 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -32,6 +31,7 @@
 #include "../cpu.hpp"
 #include "gemm.hpp"
 #include "isa.hpp"
+#include "packed_gemm_util.hpp"
 
 #if defined(ATTN_CPU_X86)
 #include <immintrin.h>
@@ -184,17 +184,9 @@ namespace bf16_detail {
 
 using detail::PoolAllocator;
 
-/// Per-thread scratch of at least n elements, kept between calls.
-template <class T>
-T* bf16_scratch(std::vector<T, PoolAllocator<T>>& v, std::size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-/// Prints `what` to stderr the first time it is called with this flag (the process's one notice).
-inline void notice_once(std::atomic<bool>& said, const char* what) {
-  if (!said.exchange(true, std::memory_order_relaxed)) std::fprintf(stderr, "attn: %s\n", what);
-}
+using packed_detail::notice_once;
+using packed_detail::panel_masks;
+using packed_detail::scratch;
 
 /// The reference path: op(A) and B rounded to bf16, multiplied by the FP32 GEMM.
 inline void gemm_bf16_fp32(Trans ta, int m, int n, int k, float alpha, const float* a, int lda, const PackedBf16& b,
@@ -205,12 +197,12 @@ inline void gemm_bf16_fp32(Trans ta, int m, int n, int k, float alpha, const flo
   thread_local std::vector<float, PoolAllocator<float>> ar, br;
   // A rounded in its own layout ((m, k), or (k, m) under Trans::yes), the GEMM reading it as stored.
   const int rows = ta == Trans::no ? m : k, cols = ta == Trans::no ? k : m;
-  float* ra = bf16_scratch(ar, std::size_t(m) * std::size_t(k));
+  float* ra = scratch(ar, std::size_t(m) * std::size_t(k));
   for (int r = 0; r < rows; ++r) PackedBf16::round_row(a + std::size_t(r) * lda, cols, ra + std::size_t(r) * cols);
   const float* rb = b.rounded();
   Trans tb = b.rounded_trans();
   if (!rb) {  // packed at avx512_bf16, run below it (a lowered level): unpack the panels
-    float* u = bf16_scratch(br, std::size_t(k) * std::size_t(n));
+    float* u = scratch(br, std::size_t(k) * std::size_t(n));
     b.unpack(u, n);
     rb = u;
     tb = Trans::no;
@@ -339,7 +331,7 @@ ATTN_TARGET_AVX512_BF16 inline void gemm_bf16_avx512(Trans ta, int m, int n, int
   const double flops = 2.0 * m * n * k;
   for (int p0 = 0; p0 < kp; p0 += kBf16SlabPairs) {
     const int kpb = std::min(kBf16SlabPairs, kp - p0);
-    std::uint32_t* packed = bf16_scratch(slab, std::size_t(m) * kpb);
+    std::uint32_t* packed = scratch(slab, std::size_t(m) * kpb);
     const float slab_beta = p0 == 0 ? beta : 1.f;
 #if defined(_OPENMP)
 #pragma omp parallel if (flops > 2.0e6)
@@ -365,11 +357,10 @@ ATTN_TARGET_AVX512_BF16 inline void gemm_bf16_avx512(Trans ta, int m, int n, int
             if (jp >= panels) continue;
             const int i0 = blk * kBf16RowBlock, rows = std::min(m, i0 + kBf16RowBlock) - i0;
             const int j0 = jp * PackedBf16::kPanel, cols = std::min(PackedBf16::kPanel, n - j0);
-            const __mmask16 m0 = __mmask16(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
-            const __mmask16 m1 = __mmask16(cols >= 32 ? 0xffffu : cols > 16 ? (1u << (cols - 16)) - 1u : 0u);
+            const auto mk = panel_masks(cols);
             const std::size_t ai = ta == Trans::no ? std::size_t(kpb) : 1, ap = ta == Trans::no ? 1 : std::size_t(rows);
             rows_bf16<kBf16Rows>(rows, kpb, packed + std::size_t(i0) * kpb, ai, ap, b.panel(jp, p0), alpha, slab_beta,
-                                 c + std::size_t(i0) * ldc + j0, std::size_t(ldc), m0, m1);
+                                 c + std::size_t(i0) * ldc + j0, std::size_t(ldc), mk.lo, mk.hi);
           }
         }
       }

@@ -24,7 +24,6 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
@@ -40,6 +39,7 @@
 #include "../cpu.hpp"
 #include "gemm.hpp"
 #include "isa.hpp"
+#include "packed_gemm_util.hpp"
 
 #if defined(ATTN_CPU_X86)
 #include <immintrin.h>
@@ -175,12 +175,9 @@ namespace int8_detail {
 
 using detail::PoolAllocator;
 
-/// Per-thread scratch of at least n elements, kept between calls.
-template <class T>
-T* scratch(std::vector<T, PoolAllocator<T>>& v, std::size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
+using packed_detail::notice_once;
+using packed_detail::panel_masks;
+using packed_detail::scratch;
 
 /// Row i's quantization: scale (NaN for a row holding a non-finite value) and zero point.
 struct RowQuant {
@@ -228,9 +225,8 @@ inline void quantize_rows_scalar(int i0, int i1, int k, const float* a, int lda,
 /// The reference path: the integers as floats through the FP32 GEMM, then the scales.
 inline void gemm_int8_fp32(int m, int n, int k, const float* a, int lda, const PackedInt8& w, float beta, float* c, int ldc) {
   static std::atomic<bool> said{false};
-  if (!said.exchange(true, std::memory_order_relaxed))
-    std::fprintf(stderr, "attn: int8 products without AVX512-VNNI at this level (or ATTN_ISA below avx512): the int8 values "
-                         "through the FP32 GEMM, at FP32's speed\n");
+  notice_once(said, "int8 products without AVX512-VNNI at this level (or ATTN_ISA below avx512): the int8 values through the "
+                    "FP32 GEMM, at FP32's speed");
   thread_local std::vector<float, PoolAllocator<float>> af, wf, cf;
   thread_local std::vector<std::uint8_t, PoolAllocator<std::uint8_t>> aq;
   thread_local std::vector<RowQuant, PoolAllocator<RowQuant>> rq;
@@ -413,10 +409,9 @@ ATTN_TARGET_AVX512_VNNI inline void gemm_int8_vnni(int m, int n, int k, const fl
           if (jp >= panels) continue;
           const int i0 = blk * kInt8RowBlock, rows = std::min(m, i0 + kInt8RowBlock) - i0;
           const int j0 = jp * PackedInt8::kPanel, cols = std::min(PackedInt8::kPanel, n - j0);
-          const __mmask16 m0 = __mmask16(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
-          const __mmask16 m1 = __mmask16(cols >= 32 ? 0xffffu : cols > 16 ? (1u << (cols - 16)) - 1u : 0u);
+          const auto mk = panel_masks(cols);
           rows_int8(rows, kq, q + std::size_t(i0) * ldq, std::size_t(ldq), w.panel(jp), rq + i0, w.scales() + j0, w.column_sums() + j0,
-                    beta, c + std::size_t(i0) * ldc + j0, std::size_t(ldc), m0, m1);
+                    beta, c + std::size_t(i0) * ldc + j0, std::size_t(ldc), mk.lo, mk.hi);
         }
       }
     }
