@@ -41,7 +41,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   pred->add_option("--keywords", pr.keywords, "comma-separated keywords (used when the model was trained with --keywords)");
   pred->add_option("--top", pr.top, "characters shown, by attention received")->check(examples::count(0, 1000000));
   pred->add_option("--precision", pr.precision,
-                   "bf16: the linear layers' and the BiLSTM's products on bfloat16 operands with float sums; int8: their weights "
+                   "bf16: the products of the linear layers, the BiLSTM and the attention on bfloat16 operands with float sums; int8: the weights "
                    "quantized to int8 per output channel, activations per row (dynamic quantization)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   pred->add_option("--dump", pr.dump, "also write the titles as one batch (its inputs) and the logits to this safetensors file, for a PyTorch model to reproduce");

@@ -88,7 +88,7 @@ inline void add_training_flags(CLI::App& app, TrainOptions& t) {
   app.add_option("--on-nonfinite", t.on_non_finite, "on a NaN/infinite loss or gradient: stop (naming the parameter) or skip the step and count it")
       ->check(CLI::IsMember({"stop", "skip"}));
   app.add_option("--precision", t.precision,
-                 "bf16: the linear layers' and the LSTM's products take bfloat16 operands with float sums, in training and "
+                 "bf16: the products of the linear layers, the LSTM and the attention take bfloat16 operands with float sums, in training and "
                  "evaluation (weights, gradients, optimizer, softmax and norms stay float); int8: dynamic quantization, "
                  "for inference only (--bench, predict)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));

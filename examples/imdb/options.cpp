@@ -58,7 +58,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   auto* pred = app.add_subcommand("predict", "classify text with a trained model");
   pred->add_option("--model", pr.model_dir, "a run directory, e.g. runs/imdb/h8")->required();
   pred->add_option("--precision", pr.precision,
-                   "bf16: the linear layers' products on bfloat16 operands with float sums; int8: their weights quantized to int8 "
+                   "bf16: the products of the linear layers and the attention on bfloat16 operands with float sums; int8: the linear weights quantized to int8 "
                    "per output channel, activations per row (dynamic quantization)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   pred->add_option("--dump", pr.dump, "also write the texts as one batch (its inputs) and the logits to this safetensors file, for a PyTorch model to reproduce");

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The ops under Precision::bf16 (core/precision.hpp) at every kernel level the machine runs: the linear op:
 // its output and gradients equal the FP32 op's on bf16-rounded operands (x, W and dy rounded; the bias
-// and the sums float), with and without a row map; a small model's training step and a BiLSTM's
-// output and gradients within bf16's step of FP32's.
+// and the sums float), with and without a row map; a small model's training step, a BiLSTM's and the
+// flash attention's output and gradients within bf16's step of FP32's.
 #include <attn/attn.hpp>
 
 #include <catch2/catch.hpp>
@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 using attn::Dims;
@@ -215,4 +216,60 @@ TEST_CASE("bilstm under bf16: within bf16's step of FP32, and the vdpbf16ps kern
     CHECK(max_diff(low.gx, r16.gx) <= 1e-4 * max_abs(r16.gx));
     for (std::size_t i = 0; i < r16.gw.size(); ++i) CHECK(max_diff(low.gw[i], r16.gw[i]) <= 1e-4 * max_abs(r16.gw[i]));
   }
+}
+
+namespace {
+
+struct AttnRun {
+  Tensor<float> out, gqkv;
+};
+
+/// Flash (or naive) self-attention over (2, 150, 3 * 32), 2 heads, the second sample padded after
+/// 97 tokens, forward and backward under precision p.
+AttnRun run_attention(Precision p, attn::AttentionKernel kernel, std::optional<std::int64_t> window) {
+  const std::size_t bn = 2, tn = 150, d = 32;
+  Tensor<float> km(Dims{bn, tn});
+  for (std::size_t t = 0; t < tn; ++t) km.data()[t] = 1.f, km.data()[tn + t] = t < 97 ? 1.f : 0.f;
+  Tensor<float> q = values({bn, tn, 3 * d}, 51);
+  for (std::size_t i = 0; i < q.numel(); ++i) q.data()[i] *= 2.f;  // sharper weights than [-1, 1] gives
+  Tape tape;
+  attn::Var<float> x(q, true);
+  attn::Var<float> out;
+  Tensor<float> w;
+  {
+    const attn::PrecisionScope scope(p);
+    out = attn::self_attention(tape, x, {.heads = 2, .key_mask = km, .window = window, .kernel = kernel,
+                                         .weights = kernel == attn::AttentionKernel::naive ? &w : nullptr});
+  }
+  tape.backward(out, values(out.dims(), 52));
+  return {out.value().erased().clone(), x.grad().erased().clone()};
+}
+
+}  // namespace
+
+TEST_CASE("flash attention under bf16: within bf16's step of FP32 at avx512_bf16 (dense and windowed), FP32 itself below it, the naive kernel FP32") {
+  for (std::optional<std::int64_t> window : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{20}}) {
+    INFO((window ? "window 20" : "dense"));
+    for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+      const attn::ScopedIsa scoped{attn::Isa(level)};
+      INFO("level " << attn::isa_name(attn::cpu::isa()));
+      const AttnRun r32 = run_attention(Precision::fp32, attn::AttentionKernel::flash, window);
+      const AttnRun r16 = run_attention(Precision::bf16, attn::AttentionKernel::flash, window);
+      if (level >= int(attn::Isa::avx512_bf16)) {  // the tiles on vdpbf16ps
+        CHECK(max_diff(r16.out, r32.out) > 1e-5);
+        CHECK(max_diff(r16.out, r32.out) <= 2e-2 * max_abs(r32.out));
+        CHECK(max_diff(r16.gqkv, r32.gqkv) <= 3e-2 * max_abs(r32.gqkv));
+      } else {  // below it the attention core stays FP32 (attention.hpp: bf16_tiles)
+        CHECK(max_diff(r16.out, r32.out) == 0);
+        CHECK(max_diff(r16.gqkv, r32.gqkv) == 0);
+      }
+    }
+  }
+  if (attn::cpu::isa_supported() < attn::Isa::avx512_bf16)
+    WARN("this machine runs at most " << attn::isa_name(attn::cpu::isa_supported()) << ": the bf16 attention tiles were not run");
+  // The naive kernel (the one that returns the weights) keeps float products under bf16.
+  const AttnRun n32 = run_attention(Precision::fp32, attn::AttentionKernel::naive, {});
+  const AttnRun n16 = run_attention(Precision::bf16, attn::AttentionKernel::naive, {});
+  CHECK(max_diff(n16.out, n32.out) == 0);
+  CHECK(max_diff(n16.gqkv, n32.gqkv) == 0);
 }

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
-// kernels::tile::gemm, the attention kernels' register-tiled GEMM, against a plain triple loop, at
-// every instruction-set level this machine runs (cpu::set_isa).
+// kernels::tile::gemm, the attention kernels' register-tiled GEMM, and tile::gemm_bf16, its
+// bfloat16 twin, against a plain triple loop, at every instruction-set level this machine runs
+// (cpu::set_isa).
 #include <attn/backend/cpu/tile_gemm.hpp>
+#include <attn/backend/cpu/tile_gemm_bf16.hpp>
 
 #include "fill_util.hpp"
 
 #include <catch2/catch.hpp>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -104,6 +108,78 @@ TEST_CASE("tile::transpose at every level the machine runs: every row and column
           for (std::size_t r = 0; r < ldd; ++r) ok = ok && dst[c * ldd + r] == (r < rows ? src[r * ld + c] : -99.0f);
         CHECK(ok);
       }
+    }
+  }
+}
+
+TEST_CASE("tile::gemm_bf16 at every level the machine runs: the float sum of the bf16-rounded products, every row, column and pair tail, A and A^T, nothing outside C written") {
+  for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+    const attn::ScopedIsa scoped{attn::Isa(level)};
+    INFO("level " << attn::isa_name(attn::cpu::isa()));
+    CHECK(tile::bf16_tiles_native() == (level >= int(attn::Isa::avx512_bf16)));
+    for (std::size_t m : {1, 3, 7, 8, 9, 16, 17, 64}) {
+      for (std::size_t n : {1, 7, 15, 16, 17, 31, 32, 33, 48, 128, 130}) {
+        for (std::size_t k : {0, 1, 2, 3, 16, 17, 31, 32, 33, 64, 129}) {
+          for (bool transposed : {false, true}) {
+            for (bool acc : {false, true}) {
+              INFO("m " << m << " n " << n << " k " << k << (transposed ? " A^T" : " A") << (acc ? " accumulate" : ""));
+              const std::size_t ai = transposed ? 1 : k + 3, ak = transposed ? m + 2 : 1;
+              const std::size_t ldb = n + 5, ldc = n + 4;
+              const auto a = filled<float>((transposed ? k * ak + m : m * ai + k) + 1, 11);
+              const auto b = filled<float>(k * ldb + n + 1, 12);
+              auto c = filled<float>(m * ldc, 13);
+              const auto c0 = c;
+              const float alpha = 0.75f;
+              tile::gemm_bf16(m, n, k, alpha, a.data(), ai, ak, b.data(), ldb, acc, c.data(), ldc);
+              bool ok = true, rounded_differs = false;
+              for (std::size_t i = 0; i < m; ++i)
+                for (std::size_t j = 0; j < ldc; ++j) {
+                  const float got = c[i * ldc + j];
+                  if (j >= n) {
+                    ok = ok && got == c0[i * ldc + j];
+                    continue;
+                  }
+                  double ref = 0, exact = 0, mag = 0;
+                  for (std::size_t p = 0; p < k; ++p) {
+                    const double x = a[i * ai + p * ak], y = b[p * ldb + j];
+                    ref += double(attn::bf16_round(float(x))) * double(attn::bf16_round(float(y)));
+                    exact += x * y;
+                    mag += std::abs(x * y);
+                  }
+                  const double base = acc ? double(c0[i * ldc + j]) : 0.0;
+                  ok = ok && std::abs(double(got) - (alpha * ref + base)) <= 1e-6 * (alpha * mag + std::abs(base) + 1);
+                  rounded_differs = rounded_differs || std::abs(ref - exact) > 1e-5 * (mag + 1);
+                }
+              CHECK(ok);
+              // The operands are not bf16 values: from a few products on, the rounding shows (beyond the
+              // tolerance above, so the check tells rounded operands from float ones).
+              if (k >= 16 && m * n >= 16) CHECK(rounded_differs);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (attn::cpu::isa_supported() < attn::Isa::avx512_bf16)
+    WARN("this machine runs at most " << attn::isa_name(attn::cpu::isa_supported()) << ": the vdpbf16ps tile kernel was not run");
+}
+
+TEST_CASE("tile::bf16_detail::round_row at every level is bf16_round: ties to even, NaN quieted, infinities and zeros kept, every length") {
+  std::vector<float> x = filled<float>(37, 21);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.f, -0.f, 1.f + 0x1p-8f, 1.f + 3 * 0x1p-8f, inf, -inf, std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0xff800001u)})
+    x.push_back(v);
+  for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+    const attn::ScopedIsa scoped{attn::Isa(level)};
+    for (std::size_t n = 0; n <= x.size(); ++n) {
+      INFO("level " << attn::isa_name(attn::Isa(level)) << " n " << n);
+      std::vector<float> out(n + 1, -7.f);
+      tile::bf16_detail::round_row(x.data(), n, out.data());
+      bool ok = out[n] == -7.f;
+      for (std::size_t j = 0; j < n; ++j)
+        ok = ok && std::bit_cast<std::uint32_t>(out[j]) == std::bit_cast<std::uint32_t>(attn::bf16_round(x[j]));
+      CHECK(ok);
     }
   }
 }

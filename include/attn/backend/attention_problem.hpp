@@ -93,6 +93,7 @@ struct MhaProblem {
   std::uint64_t seed = 0;        // of the dropout mask, a pure function of (seed, b, h, i, j)
   bool skip_padded_queries = false;  // flash: rows from key_end(b) on are zero (lse +inf) and get no gradient
   AttentionPattern pattern = {};     // sparse pattern; the default hides nothing
+  bool bf16 = false;                 // CPU flash kernels, float, at avx512_bf16: tile products on bfloat16 operands
   std::size_t dim() const { return heads * head_dim; }
   std::size_t ld() const { return 3 * dim(); }
 };

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: MIT
 // The precision attn's products run in, as a scope on the calling thread (torch.autocast's model):
-// under Precision::bf16 the linear op (nn::Linear, the attention projections) multiplies bfloat16
-// operands with float sums on the CPU, while parameters, their gradients, optimizer state, softmax,
-// layer norm and losses stay float. The same module runs either way; the choice is made where the
-// model is called, and each op keeps it for its own backward.
+// under Precision::bf16 the linear op (nn::Linear, the attention projections), the LSTM's products
+// and the flash attention's score and value tiles multiply bfloat16 operands with float sums on the
+// CPU, while parameters, their gradients, optimizer state, softmax, layer norm and losses stay float.
+// The same module runs either way; the choice is made where the model is called, and each op keeps
+// it for its own backward.
 //   attn::Tape tape;
 //   {
 //     attn::PrecisionScope bf16(attn::Precision::bf16);
 //     loss = attn::cross_entropy(tape, model.forward(tape, ids, lengths), labels);   // products in bf16
 //   }
 //   tape.backward(loss);                               // each op's backward in the precision it ran in
-// On a CPU without AVX512-BF16 the rounded operands are multiplied by the FP32 GEMM (the same
-// numbers, FP32's speed); CUDA ops run FP32 under either.
+// On a CPU without AVX512-BF16 the linear and LSTM products multiply the rounded operands with the
+// FP32 GEMM (the same numbers, FP32's speed) and the attention tiles stay FP32; CUDA ops run FP32
+// under either.
 #pragma once
 #include <string>
 #include <string_view>

@@ -3,13 +3,17 @@
 // ("flash") kernel with O(T) memory on the register-tiled GEMM of tile_gemm.hpp, and a naive kernel
 // that keeps the (B, H, T, T) weights. Twin of cuda/attention.cuh; the op is autograd/attention.hpp.
 // With a sparse pattern (MhaProblem::pattern: sliding window, causal, global tokens) the flash
-// kernels compute only the tiles the pattern reaches: O(T w) work, no T x T buffer.
+// kernels compute only the tiles the pattern reaches: O(T w) work, no T x T buffer. With
+// MhaProblem::bf16 (float) at cpu::isa() >= avx512_bf16 their score and value products take
+// bfloat16 operands with float sums (tile_gemm_bf16.hpp); the softmax statistics and accumulators
+// stay float.
 //   attn::kernels::mha_flash_forward(attn::cpu{}, problem, out, lse, stats);   // problem: kernels::MhaProblem<T>
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "../../core/instantiate.hpp"
@@ -18,6 +22,7 @@
 #include "../element_math.hpp"
 #include "exp.hpp"
 #include "tile_gemm.hpp"
+#include "tile_gemm_bf16.hpp"
 
 #if defined(_OPENMP)
 #define ATTN_MHA_OMP(x) _Pragma(x)
@@ -259,6 +264,26 @@ void transpose_tile(const T* src, std::size_t ld, std::size_t bc, std::size_t hd
   tile::transpose(src, ld, bc, hd, dst, bc);
 }
 
+/// A tile product of the flash kernels: tile::gemm, or tile::gemm_bf16 (bfloat16 operands, float
+/// sums) when the problem asks for bf16 products (MhaProblem::bf16; float only).
+template <class T>
+void product(bool bf16, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t ai, std::size_t ak, const T* b,
+             std::size_t ldb, bool accumulate, T* c, std::size_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) return tile::gemm_bf16(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
+  tile::gemm<T>(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
+}
+
+/// Whether a problem's tile products run in bf16: asked for (MhaProblem::bf16, float) and the CPU has
+/// vdpbf16ps (cpu::isa() >= avx512_bf16). Below that level they stay FP32: rounding P and dS costs a
+/// pass over every tile, which no bf16 instruction pays back there (at ATTN_ISA=avx2 on a Zen 5 it
+/// made R1 training in bf16 12-16% slower than in FP32, with qkv and dO rounded once up front).
+template <class T>
+bool bf16_tiles(const MhaProblem<T>& p) {
+  if constexpr (std::is_same_v<T, float>) return p.bf16 && tile::bf16_tiles_native();
+  else return (void)p, false;
+}
+
 inline int threads_for(std::size_t tasks) {
 #if defined(_OPENMP)
   return static_cast<int>(std::clamp<std::size_t>(tasks, 1, static_cast<std::size_t>(omp_get_max_threads())));
@@ -284,6 +309,7 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   const DropMask<T> drop(p.dropout, p.seed);
   const std::size_t per_thread = block_q * block_k + 2 * block_q + hd * block_k;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
+  const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
@@ -310,7 +336,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         ++tiles;
         // s (br, bc) = scale * Q_i K_j^T + masks
         transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
-        tile::gemm<T>(br, bc, hd, p.scale, Q, ld, 1, kt.data(), bc, false, s.data(), bc);
+        product<T>(bf16, br, bc, hd, p.scale, Q, ld, 1, kt.data(), bc, false, s.data(), bc);
         masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
         for (std::size_t r = 0; r < br; ++r) {
           T* row = s.data() + r * bc;
@@ -329,7 +355,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           }
         }
         // O_i += P V_j: (br, bc) x (bc, hd)
-        tile::gemm<T>(br, hd, bc, T(1), s.data(), bc, 1, V + j0 * ld, ld, true, O, D);
+        product<T>(bf16, br, hd, bc, T(1), s.data(), bc, 1, V + j0 * ld, ld, true, O, D);
       }
       for (std::size_t r = 0; r < br; ++r) {
         T* o = O + r * D;
@@ -361,6 +387,7 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   const DropMask<T> drop(p.dropout, p.seed);
   const std::size_t per_thread = 2 * block_q * block_k + n + 2 * hd * block_k;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
+  const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
@@ -393,11 +420,11 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           if (!masks.alive(qb, kb)) continue;
           const std::size_t br = std::min(block_q, qend - i0);
           ++tiles;
-          tile::gemm<T>(br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
+          product<T>(bf16, br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
           masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
           for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
           // dP (br, bc) = dO_i V_j^T
-          tile::gemm<T>(br, bc, hd, T(1), dO + i0 * D, D, 1, vt.data(), bc, false, dp.data(), bc);
+          product<T>(bf16, br, bc, hd, T(1), dO + i0 * D, D, 1, vt.data(), bc, false, dp.data(), bc);
           for (std::size_t r = 0; r < br; ++r) {
             T* pr = pt.data() + r * bc;
             T* gr = dp.data() + r * bc;
@@ -415,9 +442,9 @@ ATTN_MHA_OMP("omp simd")
             }
           }
           // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
-          tile::gemm<T>(bc, hd, br, T(1), pt.data(), 1, bc, dO + i0 * D, D, true, dV + j0 * ld, ld);
-          tile::gemm<T>(br, hd, bc, p.scale, dp.data(), bc, 1, K + j0 * ld, ld, true, dQ + i0 * ld, ld);
-          tile::gemm<T>(bc, hd, br, p.scale, dp.data(), 1, bc, Q + i0 * ld, ld, true, dK + j0 * ld, ld);
+          product<T>(bf16, bc, hd, br, T(1), pt.data(), 1, bc, dO + i0 * D, D, true, dV + j0 * ld, ld);
+          product<T>(bf16, br, hd, bc, p.scale, dp.data(), bc, 1, K + j0 * ld, ld, true, dQ + i0 * ld, ld);
+          product<T>(bf16, bc, hd, br, p.scale, dp.data(), 1, bc, Q + i0 * ld, ld, true, dK + j0 * ld, ld);
         }
       }
     }
