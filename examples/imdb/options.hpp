@@ -52,7 +52,7 @@ struct Options {
   std::size_t nblr_buckets = std::size_t(1) << 22, nblr_order = 3, nblr_folds = 5;
   double nblr_c = 1.0;
   double dropout = 0.3, attn_dropout = 0.1, ngram_dropout = 0.0;
-  double label_smoothing = 0.0;  // of the training loss (validation and test losses are plain)
+  double label_smoothing = 0.2;  // of the training loss (validation and test losses are plain)
   double valid_fraction = 0.1;
   std::string truncate = "head+tail";
   std::vector<std::string> explain;
