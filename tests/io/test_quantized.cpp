@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <vector>
 
 namespace nn = attn::nn;
@@ -134,6 +135,16 @@ TEST_CASE("load_quantized: a float file, a bad scale, a missing or extra tensor 
   CHECK_THROWS_WITH(attn::io::load_quantized(b, dir / "bad.safetensors"),
                     Catch::Contains("attn.in_proj_weight.scale") && Catch::Contains("element 5") && Catch::Contains("head.bias") &&
                         Catch::Contains("stray"));
+  // A scale of the wrong length and a NaN in a float tensor.
+  auto bad2 = t.tensors;
+  bad2.at("head.weight.scale") = attn::io::TensorRecord::from_values(attn::io::DType::F32, {1}, std::vector<float>{1.f});
+  auto bias = bad2.at("head.bias").to_vector<float>();
+  bias[0] = std::numeric_limits<float>::quiet_NaN();
+  bad2.at("head.bias") = attn::io::TensorRecord::from_values(attn::io::DType::F32, {bias.size()}, bias);
+  attn::io::write_safetensors(dir / "bad2.safetensors", bad2, t.metadata);
+  CHECK_THROWS_WITH(attn::io::load_quantized(b, dir / "bad2.safetensors"),
+                    Catch::Contains("2 differences") && Catch::Contains("'head.weight.scale': shape [1]") &&
+                        Catch::Contains("'head.bias': non-finite value"));
   CHECK(all_values(b) == before);
   fs::remove_all(dir);
 }

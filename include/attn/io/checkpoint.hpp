@@ -85,44 +85,73 @@ inline void save(const nn::Module& model, const std::filesystem::path& path, con
   write_safetensors(path, state_dict(model), metadata);
 }
 
+namespace detail {
+
+/// A strict match of a file's tensors against what a model expects: require() each expected
+/// tensor, then unexpected() for what is left over; every difference becomes one line of
+/// `problems` (nothing thrown), in the order found. io::load_state_dict and io::load_quantized.
+class FileMatch {
+ public:
+  explicit FileMatch(const SafetensorsFile& file) : file_(file) {}
+  /// The record `name` when it is present with `shape` and `dtype` and finite values; else nullptr
+  /// and the problems noted.
+  const TensorRecord* require(const std::string& name, DType dtype, const std::vector<std::size_t>& shape) {
+    auto it = file_.tensors.find(name);
+    if (it == file_.tensors.end()) {
+      problems.push_back("missing tensor '" + name + "' " + shape_str(shape));
+      return nullptr;
+    }
+    used_.insert(name);
+    bool ok = true;
+    if (it->second.shape != shape) {
+      problems.push_back("'" + name + "': shape " + shape_str(it->second.shape) + " in the file, model has " + shape_str(shape));
+      ok = false;
+    }
+    if (it->second.dtype != dtype) {
+      problems.push_back("'" + name + "': dtype " + std::string(dtype_name(it->second.dtype)) + " in the file, model has " +
+                         std::string(dtype_name(dtype)));
+      ok = false;
+    }
+    const std::size_t before = problems.size();
+    if (ok) non_finite_problem(problems, name, it->second);
+    return ok && problems.size() == before ? &it->second : nullptr;
+  }
+  /// Notes every tensor no require() asked for, unless its name starts with one of `ignore_prefixes`.
+  void unexpected(const std::vector<std::string>& ignore_prefixes = {}) {
+    for (auto& [name, r] : file_.tensors) {
+      if (used_.count(name)) continue;
+      bool ignored = false;
+      for (auto& pre : ignore_prefixes) ignored = ignored || name.rfind(pre, 0) == 0;
+      if (!ignored) problems.push_back("unexpected tensor '" + name + "' " + shape_str(r.shape));
+    }
+  }
+  /// Throws FormatError "<what> (N differences):" and the list, if there is any problem.
+  void throw_if_any(const std::string& what) const {
+    if (problems.empty()) return;
+    std::string msg = what + " (" + std::to_string(problems.size()) + " difference" + (problems.size() > 1 ? "s" : "") + "):";
+    for (auto& p : problems) msg += "\n  " + p;
+    throw FormatError::at_offset(file_.source, 0, msg);
+  }
+
+  std::vector<std::string> problems;
+
+ private:
+  const SafetensorsFile& file_;
+  std::set<std::string> used_;
+};
+
+}  // namespace detail
+
 /// Copies tensors into `model`'s parameters. Every name, shape and dtype must match exactly
 /// (strict, like torch's load_state_dict) and every floating-point value must be finite;
 /// otherwise nothing is changed and a FormatError lists every difference and names every tensor
 /// holding NaN or infinity. Tensors whose names start with a prefix in `ignore_prefixes` are skipped.
 inline void load_state_dict(nn::Module& model, const SafetensorsFile& file, const std::vector<std::string>& ignore_prefixes = {}) {
-  std::vector<std::string> problems;
-  std::set<std::string> used;
+  detail::FileMatch match(file);
   auto params = model.named_parameters();
-  for (auto& [name, p] : params) {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end()) {
-      problems.push_back("missing tensor '" + name + "' " + p->dims().str());
-      continue;
-    }
-    used.insert(name);
-    const auto want_shape = detail::shape_of(p->dims());
-    const auto want_dtype = detail::file_dtype(p->dtype());
-    if (it->second.shape != want_shape)
-      problems.push_back("'" + name + "': shape " + attn::io::detail::shape_str(it->second.shape) + " in the file, model has " +
-                         attn::io::detail::shape_str(want_shape));
-    if (it->second.dtype != want_dtype)
-      problems.push_back("'" + name + "': dtype " + std::string(dtype_name(it->second.dtype)) + " in the file, model has " +
-                         std::string(dtype_name(want_dtype)));
-    else if (it->second.shape == want_shape)
-      detail::non_finite_problem(problems, name, it->second);
-  }
-  for (auto& [name, r] : file.tensors) {
-    if (used.count(name)) continue;
-    bool ignored = false;
-    for (auto& pre : ignore_prefixes) ignored = ignored || name.rfind(pre, 0) == 0;
-    if (!ignored) problems.push_back("unexpected tensor '" + name + "' " + attn::io::detail::shape_str(r.shape));
-  }
-  if (!problems.empty()) {
-    std::string msg = "does not fit the model (" + std::to_string(problems.size()) + " difference" +
-                      (problems.size() > 1 ? "s" : "") + "):";
-    for (auto& p : problems) msg += "\n  " + p;
-    throw FormatError::at_offset(file.source, 0, msg);
-  }
+  for (auto& [name, p] : params) match.require(name, detail::file_dtype(p->dtype()), detail::shape_of(p->dims()));
+  match.unexpected(ignore_prefixes);
+  match.throw_if_any("does not fit the model");
   for (auto& [name, p] : params) p->copy_from_host(file.tensors.at(name).bytes.data());
 }
 

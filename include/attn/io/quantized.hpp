@@ -13,7 +13,6 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -61,37 +60,16 @@ inline void save_quantized(const nn::Module& model, const std::filesystem::path&
 /// every difference. Returns the file's metadata.
 inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path& path) {
   const SafetensorsFile file = read_safetensors(path);
-  std::vector<std::string> problems;
+  detail::FileMatch match(file);
+  auto& problems = match.problems;
   if (!file.metadata.count(kQuantizationKey))
     problems.push_back(std::string("no '") + kQuantizationKey + "' entry in the metadata: not a file io::save_quantized wrote");
-  std::set<std::string> used;
   auto params = model.named_parameters();
-  auto require = [&](const std::string& name, DType dtype, const std::vector<std::size_t>& shape) -> const TensorRecord* {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end()) {
-      problems.push_back("missing tensor '" + name + "' " + detail::shape_str(shape));
-      return nullptr;
-    }
-    used.insert(name);
-    bool ok = true;
-    if (it->second.shape != shape) {
-      problems.push_back("'" + name + "': shape " + detail::shape_str(it->second.shape) + " in the file, the model needs " +
-                         detail::shape_str(shape));
-      ok = false;
-    }
-    if (it->second.dtype != dtype) {
-      problems.push_back("'" + name + "': dtype " + std::string(dtype_name(it->second.dtype)) + " in the file, the model needs " +
-                         std::string(dtype_name(dtype)));
-      ok = false;
-    }
-    if (ok) detail::non_finite_problem(problems, name, it->second);
-    return ok ? &it->second : nullptr;
-  };
   for (auto& [name, p] : params) {
     const auto shape = detail::shape_of(p->dims());
     if (p->product_weight && p->dims().n == 2 && nn::detail::float_cpu_data(p)) {
-      require(name, DType::I8, shape);
-      if (const TensorRecord* s = require(name + ".scale", DType::F32, {shape[0]})) {
+      match.require(name, DType::I8, shape);
+      if (const TensorRecord* s = match.require(name + ".scale", DType::F32, {shape[0]})) {
         const auto v = s->to_vector<float>();
         for (std::size_t j = 0; j < v.size(); ++j)
           if (!(v[j] > 0.f) || !std::isfinite(v[j] * 128.f)) {
@@ -101,17 +79,11 @@ inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path
           }
       }
     } else {
-      require(name, detail::file_dtype(p->dtype()), shape);
+      match.require(name, detail::file_dtype(p->dtype()), shape);
     }
   }
-  for (auto& [name, r] : file.tensors)
-    if (!used.count(name)) problems.push_back("unexpected tensor '" + name + "' " + detail::shape_str(r.shape));
-  if (!problems.empty()) {
-    std::string msg = "does not fit the model as a quantized file (" + std::to_string(problems.size()) + " difference" +
-                      (problems.size() > 1 ? "s" : "") + "):";
-    for (auto& p : problems) msg += "\n  " + p;
-    throw FormatError::at_offset(file.source, 0, msg);
-  }
+  match.unexpected();
+  match.throw_if_any("does not fit the model as a quantized file");
   // Everything checked: nothing below can fail on the file's content.
   for (auto& [name, p] : params) {
     VarData<float, cpu>* d = p->product_weight && p->dims().n == 2 ? nn::detail::float_cpu_data(p) : nullptr;
