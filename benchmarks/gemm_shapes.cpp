@@ -3,15 +3,23 @@
 // bf16 through kernels::gemm_bf16 at the level cpu::isa() names (ATTN_ISA lowers it): GFLOP/s, the
 // median of --reps runs after one warm-up, B packed once beforehand (a layer's weights), A rounded
 // to bf16 inside each timed call; and int8 through kernels::gemm_int8 (the forward shapes: W
-// quantized once beforehand, A quantized per row inside each timed call). One JSON line per shape
-// with --json.
+// quantized once beforehand, A quantized per row inside each timed call). Where libdnnl.so.2 (Debian's
+// libdnnl2, oneDNN 2.6) loads, the same products through oneDNN's GEMM functions beside them, doing
+// what attn's kernels do in their timed calls: dnnl_sgemm (FP32); dnnl_gemm_bf16bf16f32 with A
+// converted to bf16 in the call (B, the weight, beforehand); dnnl_gemm_u8s8s32 with A quantized
+// per row in the call (attn's own quantizer, the same values) and the int32 sums scaled back to
+// float (W quantized beforehand). One JSON line per shape with --json.
 //   OMP_NUM_THREADS=2 gemm_shapes [--reps 9] [--json]
 #include <attn/attn.hpp>
 #include <attn/backend/cpu/gemm_bf16.hpp>
 #include <attn/backend/cpu/gemm_int8.hpp>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +70,78 @@ std::string cpu_name() {
   return name + " (family " + family + ", model " + model + ")";
 }
 
+/// oneDNN's BLAS-like GEMMs (row-major), from libdnnl.so.2 when it loads.
+struct OneDnn {
+  using Sgemm = int (*)(char, char, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
+                        std::int64_t, float, float*, std::int64_t);
+  using GemmBf16 = int (*)(char, char, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*, std::int64_t,
+                           const std::uint16_t*, std::int64_t, float, float*, std::int64_t);
+  using GemmU8s8 = int (*)(char, char, char, std::int64_t, std::int64_t, std::int64_t, float, const std::uint8_t*, std::int64_t,
+                           std::uint8_t, const std::int8_t*, std::int64_t, std::int8_t, float, std::int32_t*, std::int64_t,
+                           const std::int32_t*);
+  struct Version {
+    int major, minor, patch;
+    const char *hash, *cpu_runtime, *gpu_runtime;
+  };
+  Sgemm sgemm = nullptr;
+  GemmBf16 bf16 = nullptr;
+  GemmU8s8 u8s8 = nullptr;
+  std::string name;
+  OneDnn() {
+    void* h = ::dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return;
+    sgemm = reinterpret_cast<Sgemm>(::dlsym(h, "dnnl_sgemm"));
+    bf16 = reinterpret_cast<GemmBf16>(::dlsym(h, "dnnl_gemm_bf16bf16f32"));
+    u8s8 = reinterpret_cast<GemmU8s8>(::dlsym(h, "dnnl_gemm_u8s8s32"));
+    auto version = reinterpret_cast<const Version* (*)()>(::dlsym(h, "dnnl_version"));
+    if (!sgemm || !bf16 || !u8s8 || !version) {
+      sgemm = nullptr;
+      return;
+    }
+    const Version* v = version();
+    name = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  }
+  bool loaded() const { return sgemm != nullptr; }
+};
+
+/// out[i] = a[i] as bf16 bits, in parallel (what attn's bf16 GEMM does to A inside its call).
+void to_bf16(const float* a, std::size_t n, std::uint16_t* out) {
+#pragma omp parallel for schedule(static)
+  for (long long i = 0; i < static_cast<long long>(n); ++i) out[i] = attn::bf16_bits(a[i]);
+}
+
+/// Dynamic int8 through oneDNN: A (m, k) quantized per row by attn's quantizer, the u8 x s8 sums by
+/// dnnl_gemm_u8s8s32, then C = scale_a(i) scale_w(j) (sum - zero_a(i) colsum_w(j)) as attn's kernel.
+struct DnnlInt8 {
+  std::vector<std::uint8_t> aq;
+  std::vector<attn::kernels::int8_detail::RowQuant> rq;
+  std::vector<std::int32_t> c32;
+  void operator()(const OneDnn& d, int m, int n, int k, const float* a, int lda, const std::int8_t* w, const float* ws,
+                  const std::int32_t* colsum, float* c) {
+    aq.resize(std::size_t(m) * k);
+    rq.resize(std::size_t(m));
+    c32.resize(std::size_t(m) * n);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < m; i += 64) {
+      const int i1 = std::min(m, i + 64);
+#if defined(ATTN_GEMM_INT8_AVX512)
+      if (attn::kernels::int8_native()) {
+        attn::kernels::int8_detail::quantize_rows_avx512(i, i1, k, a, lda, k, aq.data() + std::size_t(i) * k, rq.data() + i);
+        continue;
+      }
+#endif
+      attn::kernels::int8_detail::quantize_rows_scalar(i, i1, k, a, lda, k, aq.data() + std::size_t(i) * k, rq.data() + i);
+    }
+    const std::int32_t co = 0;
+    d.u8s8('N', 'N', 'F', m, n, k, 1.f, aq.data(), k, 0, w, n, 0, 0.f, c32.data(), n, &co);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j)
+        c[std::size_t(i) * n + j] =
+            rq[i].scale * ws[j] * float(c32[std::size_t(i) * n + j] - rq[i].zero * colsum[j]);
+  }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -98,10 +178,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemm_shapes: --reps must be at least 1\n");
     return 2;
   }
-  std::printf("%s, %d threads, attn kernels %s, FP32 GEMM %s, int8 sums %s\n", cpu_name().c_str(), attn::cpu::threads(),
+  const OneDnn dnnl;
+  std::printf("%s, %d threads, attn kernels %s, FP32 GEMM %s, int8 sums %s; %s\n", cpu_name().c_str(), attn::cpu::threads(),
               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description().c_str(),
-              attn::kernels::int8_native() ? "vpdpbusd" : "FP32 GEMM");
-  std::printf("%-36s %10s %10s %7s %10s %7s\n", "shape (m x k -> n)", "fp32 GF/s", "bf16 GF/s", "ratio", "int8 GOP/s", "ratio");
+              attn::kernels::int8_native() ? "vpdpbusd" : "FP32 GEMM",
+              dnnl.loaded() ? (dnnl.name + " beside them (ONEDNN_VERBOSE=1 names its kernels)").c_str() : "oneDNN not found (libdnnl.so.2)");
+  std::printf("%-36s %10s %10s %7s %10s %7s", "shape (m x k -> n)", "fp32 GF/s", "bf16 GF/s", "ratio", "int8 GOP/s", "ratio");
+  if (dnnl.loaded()) std::printf(" | %10s %10s %10s", "dnnl fp32", "dnnl bf16", "dnnl u8s8");
+  std::printf("\n");
   for (const Shape& s : kShapes) {
     const int lda = s.ta == attn::Trans::no ? s.k : s.m;
     std::vector<float> a(std::size_t(s.m) * s.k), b(std::size_t(s.k) * s.n), c(std::size_t(s.m) * s.n);
@@ -117,22 +201,58 @@ int main(int argc, char** argv) {
       attn::kernels::gemm_bf16(s.ta, s.m, s.n, s.k, 1.f, a.data(), lda, pb, 0.f, c.data(), s.n);
     });
     double t8 = 0;
+    attn::kernels::PackedInt8 pw;
     if (s.ta == attn::Trans::no) {
       std::vector<float> wt(std::size_t(s.k) * s.n);  // B^T: the (n, k) weight PackedInt8 quantizes
       for (int p = 0; p < s.k; ++p)
         for (int j = 0; j < s.n; ++j) wt[std::size_t(j) * s.k + p] = b[std::size_t(p) * s.n + j];
-      attn::kernels::PackedInt8 pw;
       pw.quantize(s.k, s.n, wt.data(), s.k);
       t8 = time_median(reps, [&] { attn::kernels::gemm_int8(s.m, s.n, s.k, a.data(), lda, pw, 0.f, c.data(), s.n); });
     }
+    // oneDNN: the weight converted beforehand, A in each call, as attn's kernels do.
+    double d32 = 0, d16 = 0, d8 = 0;
+    if (dnnl.loaded()) {
+      const char ta = s.ta == attn::Trans::no ? 'N' : 'T';
+      d32 = time_median(reps, [&] { dnnl.sgemm(ta, 'N', s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), s.n, 0.f, c.data(), s.n); });
+      std::vector<std::uint16_t> ah(a.size()), bh(b.size());
+      to_bf16(b.data(), b.size(), bh.data());
+      d16 = time_median(reps, [&] {
+        to_bf16(a.data(), a.size(), ah.data());
+        dnnl.bf16(ta, 'N', s.m, s.n, s.k, 1.f, ah.data(), lda, bh.data(), s.n, 0.f, c.data(), s.n);
+      });
+      if (s.ta == attn::Trans::no) {
+        std::vector<std::int8_t> w8(b.size());  // the same int8 weight, (k, n) row-major
+        for (int p = 0; p < s.k; ++p)
+          for (int j = 0; j < s.n; ++j) w8[std::size_t(p) * s.n + j] = pw.at(p, j);
+        DnnlInt8 run;
+        d8 = time_median(reps, [&] { run(dnnl, s.m, s.n, s.k, a.data(), lda, w8.data(), pw.scales(), pw.column_sums(), c.data()); });
+        // Both routes compute the same quantized product: say so if they do not.
+        std::vector<float> mine(c.size());
+        attn::kernels::gemm_int8(s.m, s.n, s.k, a.data(), lda, pw, 0.f, mine.data(), s.n);
+        double diff = 0, mag = 0;
+        for (std::size_t i = 0; i < c.size(); ++i) {
+          diff = std::max(diff, double(std::abs(c[i] - mine[i])));
+          mag = std::max(mag, double(std::abs(mine[i])));
+        }
+        if (diff > 1e-5 * mag) std::fprintf(stderr, "gemm_shapes: %s: oneDNN's int8 route differs from attn's by %g (of %g)\n", s.name, diff, mag);
+      }
+    }
     if (t8 > 0)
-      std::printf("%-36s %10.1f %10.1f %6.2fx %10.1f %6.2fx\n", s.name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16, flops / t8 / 1e9,
+      std::printf("%-36s %10.1f %10.1f %6.2fx %10.1f %6.2fx", s.name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16, flops / t8 / 1e9,
                   t32 / t8);
     else
-      std::printf("%-36s %10.1f %10.1f %6.2fx %10s %7s\n", s.name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16, "-", "-");
+      std::printf("%-36s %10.1f %10.1f %6.2fx %10s %7s", s.name, flops / t32 / 1e9, flops / t16 / 1e9, t32 / t16, "-", "-");
+    if (dnnl.loaded()) {
+      std::printf(" | %10.1f %10.1f", flops / d32 / 1e9, flops / d16 / 1e9);
+      if (d8 > 0) std::printf(" %10.1f", flops / d8 / 1e9);
+      else std::printf(" %10s", "-");
+    }
+    std::printf("\n");
     if (json)
-      std::printf("{\"shape\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"fp32_gflops\":%.2f,\"bf16_gflops\":%.2f,\"int8_gops\":%.2f,\"isa\":\"%s\"}\n",
+      std::printf("{\"shape\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"fp32_gflops\":%.2f,\"bf16_gflops\":%.2f,\"int8_gops\":%.2f,"
+                  "\"dnnl_fp32_gflops\":%.2f,\"dnnl_bf16_gflops\":%.2f,\"dnnl_u8s8_gops\":%.2f,\"isa\":\"%s\"}\n",
                   s.name, s.m, s.n, s.k, flops / t32 / 1e9, flops / t16 / 1e9, t8 > 0 ? flops / t8 / 1e9 : 0.0,
+                  d32 > 0 ? flops / d32 / 1e9 : 0.0, d16 > 0 ? flops / d16 / 1e9 : 0.0, d8 > 0 ? flops / d8 / 1e9 : 0.0,
                   attn::isa_name(attn::cpu::isa()));
   }
   return 0;
