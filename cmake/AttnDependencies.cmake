@@ -40,3 +40,23 @@ if(ATTN_BLAS_LIBRARY)
 else()
   message(STATUS "attn: cpu::gemm uses Eigen's product (ATTN_BLAS=${ATTN_BLAS}; no BLIS or OpenBLAS OpenMP build found)")
 endif()
+
+# oneDNN's FP32 GEMM for cpu::gemm<float> (include/attn/backend/cpu/dnnl.hpp): Debian's libdnnl2 (its
+# OpenMP build, sharing attn's runtime), ahead of BLIS on every FP32 shape of the reference models
+# (benchmarks/README.md). Double stays with the BLAS above. The package ships the library only
+# (libdnnl-dev adds headers attn does not need), so it is found by its file name.
+set(ATTN_DNNL auto CACHE STRING "oneDNN's dnnl_sgemm for float GEMMs: auto (when libdnnl.so.2 is found), on or off")
+set_property(CACHE ATTN_DNNL PROPERTY STRINGS auto on off)
+if(NOT ATTN_DNNL MATCHES "^(auto|on|off)$")
+  message(FATAL_ERROR "ATTN_DNNL is '${ATTN_DNNL}'; it must be auto, on or off")
+endif()
+set(ATTN_DNNL_FOUND "")
+if(NOT ATTN_DNNL STREQUAL "off")
+  find_library(ATTN_DNNL_LIBRARY NAMES dnnl libdnnl.so.2 DOC "oneDNN (libdnnl.so.2)")
+  if(ATTN_DNNL_LIBRARY)
+    set(ATTN_DNNL_FOUND ${ATTN_DNNL_LIBRARY})
+    message(STATUS "attn: cpu::gemm<float> uses oneDNN (${ATTN_DNNL_LIBRARY})")
+  elseif(ATTN_DNNL STREQUAL "on")
+    message(FATAL_ERROR "ATTN_DNNL=on: libdnnl.so.2 was not found (apt-get install libdnnl2, or set ATTN_DNNL_LIBRARY)")
+  endif()
+endif()

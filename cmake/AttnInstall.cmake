@@ -23,13 +23,17 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attnConfig.cmake ${CMAKE_CURRENT_BINAR
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/attn)
 
 # pkg-config (share/pkgconfig/attn.pc) for builds without CMake: Eigen through eigen3.pc, OpenMP, and
-# the BLAS this build chose (its macro and the library's absolute path).
+# the BLAS and oneDNN this build chose (their macros and the libraries' absolute paths).
 set(ATTN_PC_CFLAGS "")
 set(ATTN_PC_LIBS "")
 if(ATTN_BLAS_LIBRARY)
   string(TOUPPER ${ATTN_BLAS_VENDOR} _attn_pc_blas)
   set(ATTN_PC_CFLAGS " -DATTN_BLAS_${_attn_pc_blas}")
   set(ATTN_PC_LIBS " ${ATTN_BLAS_LIBRARY}")
+endif()
+if(ATTN_DNNL_FOUND)
+  string(APPEND ATTN_PC_CFLAGS " -DATTN_GEMM_DNNL")
+  string(APPEND ATTN_PC_LIBS " ${ATTN_DNNL_FOUND}")
 endif()
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/attn.pc.in ${CMAKE_CURRENT_BINARY_DIR}/attn.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attn.pc DESTINATION ${CMAKE_INSTALL_DATADIR}/pkgconfig)

@@ -3,14 +3,14 @@
 # Installs attn's build and test dependencies from Debian 12 packages, only those missing.
 # Usage: scripts/install-deps.sh [--mpi] [--sanitize] [--fuzz] [--bench]   (run as root, or with sudo available)
 #   --sanitize, --fuzz: Clang with its sanitizer runtimes and OpenMP (scripts/sanitize.sh, scripts/fuzz.sh)
-#   --bench: the libraries `bench --ceiling` compares (OpenBLAS, oneDNN; loaded at run time)
+#   --bench: the libraries `bench --ceiling` compares (OpenBLAS; oneDNN is a default package: the FP32 GEMM)
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build libeigen3-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblinear-dev libblis-openmp-dev pkgconf)
+pkgs=(build-essential cmake ninja-build libeigen3-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev liblinear-dev libblis-openmp-dev libdnnl2 pkgconf)
 for a in "$@"; do
   case "$a" in
     --mpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;
     --sanitize | --fuzz) pkgs+=(clang libclang-rt-dev libomp-dev) ;;
-    --bench) pkgs+=(libbenchmark-dev libjemalloc2 libopenblas0-openmp libdnnl2) ;;
+    --bench) pkgs+=(libbenchmark-dev libjemalloc2 libopenblas0-openmp) ;;
     *) echo "install-deps.sh: unknown option '$a' (known: --mpi --sanitize --fuzz --bench)" >&2; exit 2 ;;
   esac
 done

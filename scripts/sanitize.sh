@@ -21,10 +21,11 @@ if [ -z "${CXX:-}" ]; then
   export CXX
 fi
 
-# ATTN_BLAS=none: the sanitizers cannot see inside BLIS or OpenBLAS, so this build keeps every GEMM
-# in Eigen's (instrumented) product; scripts/test.sh runs the same tests through the BLAS.
+# ATTN_BLAS=none, ATTN_DNNL=off: the sanitizers cannot see inside BLIS, OpenBLAS or oneDNN, so this
+# build keeps every GEMM in Eigen's (instrumented) product; scripts/test.sh runs the same tests
+# through them.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1 -O1" -DATTN_SANITIZE=ON -DATTN_WERROR=ON \
-  -DATTN_BUILD_TESTS=ON -DATTN_BUILD_EXAMPLES=ON -DATTN_CUDA=OFF -DATTN_BLAS=none
+  -DATTN_BUILD_TESTS=ON -DATTN_BUILD_EXAMPLES=ON -DATTN_CUDA=OFF -DATTN_BLAS=none -DATTN_DNNL=off
 
 # Sanitizers only see compiled test programs; the compile-fail, installed-consumer and
 # separate-compilation tests run the compiler, not attn code, and are left to scripts/test.sh. So are

@@ -96,12 +96,13 @@ static long long blas_threads() { return openblas_get_num_threads(); }
 TEST_CASE("cpu::gemm gives the BLAS attn's thread count (cpu::set_threads) before each call") {
   const int before = attn::cpu::threads();
   const int n = 96;
-  const auto a = filled<float>(std::size_t(n) * n, 1);
-  const auto b = filled<float>(std::size_t(n) * n, 2);
-  std::vector<float> c(std::size_t(n) * n);
+  // double: the BLAS's in every configuration (with oneDNN, float goes there instead).
+  const auto a = filled<double>(std::size_t(n) * n, 1);
+  const auto b = filled<double>(std::size_t(n) * n, 2);
+  std::vector<double> c(std::size_t(n) * n);
   for (int t : {1, 3, 2}) {
     attn::cpu::set_threads(t);
-    attn::cpu::gemm<float>(Trans::no, Trans::no, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    attn::cpu::gemm<double>(Trans::no, Trans::no, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
     CHECK(blas_threads() == t);
   }
   attn::cpu::set_threads(before);
@@ -133,9 +134,9 @@ static const char* const user_blis_arch = [] {
 
 TEST_CASE("BLIS runs the sub-configuration attn chose, or attn leaves the user's BLIS_ARCH_TYPE alone (run again with it set, and with ATTN_ISA=avx2)", "[blis_arch]") {
   const int n = 96;
-  const auto a = filled<float>(std::size_t(n) * n, 1);
-  std::vector<float> c(std::size_t(n) * n);
-  attn::cpu::gemm<float>(Trans::no, Trans::no, n, n, n, 1.f, a.data(), n, a.data(), n, 0.f, c.data(), n);
+  const auto a = filled<double>(std::size_t(n) * n, 1);  // double: the BLAS's in every configuration
+  std::vector<double> c(std::size_t(n) * n);
+  attn::cpu::gemm<double>(Trans::no, Trans::no, n, n, n, 1.0, a.data(), n, a.data(), n, 0.0, c.data(), n);
   const std::string running = attn::detail::bli_arch_string(attn::detail::bli_arch_query_id());
   const auto& f = attn::cpu::features();
   INFO("BLIS_ARCH_TYPE at start: " << (user_blis_arch ? user_blis_arch : "(unset)") << ", BLIS runs " << running);
@@ -145,5 +146,19 @@ TEST_CASE("BLIS runs the sub-configuration attn chose, or attn leaves the user's
   else if (f.avx512 && attn::cpu::isa() == attn::Isa::avx2) CHECK(running == "haswell");  // ATTN_ISA=avx2
   else if (f.avx512 && attn::cpu::isa() >= attn::Isa::avx512) CHECK(running == "skx");  // Intel and AMD
   else SUCCEED("BLIS's own choice on this CPU: " << running);
+}
+#endif
+
+#if defined(ATTN_GEMM_DNNL)
+TEST_CASE("oneDNN: float GEMMs from 64^3 on run dnnl_sgemm, named by cpu_gemm_description, its ISA following ATTN_ISA below avx512 unless the user set DNNL_MAX_CPU_ISA") {
+  using attn::Isa;
+  using attn::detail::dnnl_isa_choice;
+  CHECK(std::string(dnnl_isa_choice(nullptr, Isa::avx2)) == "AVX2");
+  CHECK(std::string(dnnl_isa_choice(nullptr, Isa::generic)) == "SSE41");
+  CHECK(dnnl_isa_choice(nullptr, Isa::avx512) == nullptr);
+  CHECK(dnnl_isa_choice(nullptr, Isa::avx512_bf16) == nullptr);
+  CHECK(dnnl_isa_choice("AVX2", Isa::generic) == nullptr);  // the user's value wins
+  const std::string d = attn::cpu_gemm_description();
+  CHECK_THAT(d, Catch::StartsWith("oneDNN ") && Catch::Contains("(dnnl_sgemm) for float") && Catch::Contains("for double"));
 }
 #endif

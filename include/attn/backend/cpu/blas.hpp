@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../../core/eigen.hpp"
+#include "dnnl.hpp"
 #include "isa.hpp"
 
 #if defined(ATTN_BLAS_BLIS) || defined(ATTN_BLAS_OPENBLAS)
@@ -140,13 +141,18 @@ inline std::string eigen_gemm_description() {
 }
 
 /// What runs cpu::gemm's large products, and at which kernels: "BLIS 0.9.0 (skx)", "OpenBLAS (...)",
-/// or eigen_gemm_description() (Eigen's kernels are fixed when attn is compiled).
+/// or eigen_gemm_description() (Eigen's kernels are fixed when attn is compiled); with oneDNN,
+/// "oneDNN 2.6.3 (dnnl_sgemm) for float, <the BLAS or Eigen> for double".
 inline std::string cpu_gemm_description() {
 #if defined(ATTN_HAVE_BLAS)
-  return detail::blas_description();
+  std::string d = detail::blas_description();
 #else
-  return eigen_gemm_description();
+  std::string d = eigen_gemm_description();
 #endif
+#if defined(ATTN_GEMM_DNNL)
+  d = detail::dnnl_description() + " for float, " + d + " for double";
+#endif
+  return d;
 }
 
 }  // namespace attn

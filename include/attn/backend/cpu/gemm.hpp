@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Row-major GEMM of the CPU backend: products of m n k >= 64^3 go to BLIS or OpenBLAS when attn was
-// configured with one (cpu/blas.hpp), the rest (and all without a BLAS) to Eigen's product. The
+// Row-major GEMM of the CPU backend: products of m n k >= 64^3 go, in float, to oneDNN's dnnl_sgemm
+// when attn was configured with it (cpu/dnnl.hpp), else (and in double) to BLIS or OpenBLAS when
+// attn was configured with one (cpu/blas.hpp); the rest (and all without either) to Eigen's product. The
 // linear op's GEMMs (kernels::gemm_rows, kernels::gemm_tn_accumulate) split their rows over the
 // threads, one serial GEMM each.
 //   attn::cpu::gemm<float>(Trans::no, Trans::yes, m, n, k, 1.f, a, k, b, k, 0.f, c, n);   // C (m,n) = A (m,k) B^T
@@ -14,6 +15,7 @@
 #include "../../core/tensor.hpp"
 #include "../cpu.hpp"
 #include "blas.hpp"
+#include "dnnl.hpp"
 
 namespace attn {
 
@@ -32,6 +34,11 @@ void cpu::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int
     else c *= beta;
     return;
   }
+#if defined(ATTN_GEMM_DNNL)
+  if constexpr (std::is_same_v<T, float>)
+    if (static_cast<long long>(m) * n * k >= detail::kBlasMinVolume)
+      return detail::dnnl_gemm(ta == Trans::yes, tb == Trans::yes, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
 #if defined(ATTN_HAVE_BLAS)
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
     if (static_cast<long long>(m) * n * k >= detail::kBlasMinVolume)
