@@ -38,6 +38,9 @@ const attn_dnnl_version_t* dnnl_version(void);
 
 namespace attn::detail {
 
+/// Smallest m n k that goes to oneDNN: the BLAS's threshold (blas.hpp), for the same reason.
+inline constexpr long long kDnnlMinVolume = 64LL * 64 * 64;
+
 /// oneDNN's ISA cap (DNNL_MAX_CPU_ISA's value) for attn's level, so that ATTN_ISA lowers oneDNN's
 /// kernels with attn's own: AVX2 at avx2, SSE41 at generic, none (its own choice) from avx512 on. A
 /// value the user set wins. oneDNN reads the variable once, at its first call.

@@ -36,7 +36,7 @@ void cpu::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int
   }
 #if defined(ATTN_GEMM_DNNL)
   if constexpr (std::is_same_v<T, float>)
-    if (static_cast<long long>(m) * n * k >= detail::kBlasMinVolume)
+    if (static_cast<long long>(m) * n * k >= detail::kDnnlMinVolume)
       return detail::dnnl_gemm(ta == Trans::yes, tb == Trans::yes, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
 #if defined(ATTN_HAVE_BLAS)
