@@ -81,7 +81,8 @@ struct OneDnn {
                            const std::int32_t*);
   struct Version {
     int major, minor, patch;
-    const char *hash, *cpu_runtime, *gpu_runtime;
+    const char* hash;
+    unsigned cpu_runtime, gpu_runtime;  // dnnl_version_t's runtime flags
   };
   Sgemm sgemm = nullptr;
   GemmBf16 bf16 = nullptr;

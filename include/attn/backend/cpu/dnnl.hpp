@@ -31,7 +31,8 @@ int dnnl_sgemm(char transa, char transb, std::int64_t m, std::int64_t n, std::in
                std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
 struct attn_dnnl_version_t {
   int major, minor, patch;
-  const char *hash, *cpu_runtime, *gpu_runtime;
+  const char* hash;
+  unsigned cpu_runtime, gpu_runtime;  // dnnl_version_t's runtime flags
 };
 const attn_dnnl_version_t* dnnl_version(void);
 }
