@@ -31,6 +31,7 @@
 #include <attn/backend/cpu/ceiling.hpp>
 
 #include "models.hpp"
+#include "onednn.hpp"
 
 using nlohmann::json;
 using clk = std::chrono::steady_clock;
@@ -81,6 +82,11 @@ Timing train_case(Model& model, const Batch& b, int iters) {
 /// number of (query, key) pairs the scores cover (t * t when dense).
 inline double attention_flops(double b, double t, double d, double pairs) { return b * (2 * t * d * 3 * d + 2 * t * d * d + 4 * pairs * d); }
 inline double attention_flops(double b, double t, double d) { return attention_flops(b, t, d, t * t); }
+
+/// FLOPs of a bidirectional LSTM's products, forward only: per token and direction, the input
+/// projection (in -> 4 hidden) and the recurrent one (hidden -> 4 hidden); the gates' element-wise
+/// work is not counted.
+inline double bilstm_flops(double b, double t, double in, double hidden) { return b * t * 2 * (2 * in * 4 * hidden + 2 * hidden * 4 * hidden); }
 
 /// The (query, key) pairs of a sliding window: i sees j iff |i - j| <= w, 0 <= i, j < t. Only these
 /// count for R5: t (2w + 1) less the w (w + 1) cut off at the two ends.
@@ -146,6 +152,7 @@ inline json run_case(const std::string& name, int iters, attn::Precision precisi
       R2<8> m;
       t = train_case(m, b, iters);
     }
+    flops = 3 * (bilstm_flops(1, 48, 128, 128) + attention_flops(1, 48, 256) + 2.0 * 256 * 15);
     j["mode"] = "train";
   } else if (name.rfind("R3-T", 0) == 0) {
     const std::size_t T = std::stoul(name.substr(4));
@@ -247,20 +254,9 @@ inline GemmImpl load_gemm(const std::string& impl) {
             }};
   }
   if (impl == "onednn") {
-    void* h = ::dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!h) throw std::runtime_error(std::string("cannot load libdnnl.so.2: ") + ::dlerror());
-    using Sgemm = int (*)(char, char, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
-                          std::int64_t, float, float*, std::int64_t);
-    struct Version {
-      int major, minor, patch;
-      const char* hash;
-      unsigned cpu_runtime, gpu_runtime;
-    };
-    auto sgemm = reinterpret_cast<Sgemm>(::dlsym(h, "dnnl_sgemm"));
-    auto version = reinterpret_cast<const Version* (*)()>(::dlsym(h, "dnnl_version"));
-    if (!sgemm || !version) throw std::runtime_error("libdnnl.so.2 lacks dnnl_sgemm or dnnl_version");
-    const Version* v = version();
-    return {fmt::format("oneDNN {}.{}.{} (dnnl_sgemm)", v->major, v->minor, v->patch), [sgemm](int n, const float* a, const float* b, float* c) {
+    const OneDnn dnnl;
+    if (!dnnl.loaded()) throw std::runtime_error(dnnl.error);
+    return {dnnl.name + " (dnnl_sgemm)", [sgemm = dnnl.sgemm](int n, const float* a, const float* b, float* c) {
               if (sgemm('N', 'N', n, n, n, 1.f, a, n, b, n, 0.f, c, n) != 0) throw std::runtime_error("dnnl_sgemm failed");
             }};
   }
@@ -272,13 +268,13 @@ struct GemmCandidate {
   std::string impl, env;
 };
 
-/// The GEMMs worth trying on this machine: attn's as configured; with BLIS, each x86-64
-/// sub-configuration the CPU runs (BLIS 0.9's numbering: 0 skx, 3 haswell, 6 zen3); Eigen; OpenBLAS
-/// at its own choice and with the core type of the widest ISA named; oneDNN.
+/// The GEMMs worth trying on this machine: attn's as configured; where BLIS runs attn's float GEMMs
+/// (not oneDNN), each x86-64 sub-configuration the CPU runs (BLIS 0.9's numbering: 0 skx, 3 haswell,
+/// 6 zen3); Eigen; OpenBLAS at its own choice and with the core type of the widest ISA named; oneDNN.
 inline std::vector<GemmCandidate> gemm_candidates() {
   const auto& f = attn::cpu::features();
   std::vector<GemmCandidate> c = {{"attn", ""}};
-#if defined(ATTN_BLAS_BLIS)
+#if defined(ATTN_BLAS_BLIS) && !defined(ATTN_GEMM_DNNL)
   if (f.avx512) c.push_back({"attn", "BLIS_ARCH_TYPE=0"});
   if (f.avx2_fma) c.push_back({"attn", "BLIS_ARCH_TYPE=3"});
   if (f.amd && f.avx2_fma) c.push_back({"attn", "BLIS_ARCH_TYPE=6"});

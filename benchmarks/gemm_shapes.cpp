@@ -14,8 +14,6 @@
 #include <attn/backend/cpu/gemm_bf16.hpp>
 #include <attn/backend/cpu/gemm_int8.hpp>
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,6 +23,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "onednn.hpp"
 
 namespace {
 
@@ -70,40 +70,7 @@ std::string cpu_name() {
   return name + " (family " + family + ", model " + model + ")";
 }
 
-/// oneDNN's BLAS-like GEMMs (row-major), from libdnnl.so.2 when it loads.
-struct OneDnn {
-  using Sgemm = int (*)(char, char, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*,
-                        std::int64_t, float, float*, std::int64_t);
-  using GemmBf16 = int (*)(char, char, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*, std::int64_t,
-                           const std::uint16_t*, std::int64_t, float, float*, std::int64_t);
-  using GemmU8s8 = int (*)(char, char, char, std::int64_t, std::int64_t, std::int64_t, float, const std::uint8_t*, std::int64_t,
-                           std::uint8_t, const std::int8_t*, std::int64_t, std::int8_t, float, std::int32_t*, std::int64_t,
-                           const std::int32_t*);
-  struct Version {
-    int major, minor, patch;
-    const char* hash;
-    unsigned cpu_runtime, gpu_runtime;  // dnnl_version_t's runtime flags
-  };
-  Sgemm sgemm = nullptr;
-  GemmBf16 bf16 = nullptr;
-  GemmU8s8 u8s8 = nullptr;
-  std::string name;
-  OneDnn() {
-    void* h = ::dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return;
-    sgemm = reinterpret_cast<Sgemm>(::dlsym(h, "dnnl_sgemm"));
-    bf16 = reinterpret_cast<GemmBf16>(::dlsym(h, "dnnl_gemm_bf16bf16f32"));
-    u8s8 = reinterpret_cast<GemmU8s8>(::dlsym(h, "dnnl_gemm_u8s8s32"));
-    auto version = reinterpret_cast<const Version* (*)()>(::dlsym(h, "dnnl_version"));
-    if (!sgemm || !bf16 || !u8s8 || !version) {
-      sgemm = nullptr;
-      return;
-    }
-    const Version* v = version();
-    name = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
-  }
-  bool loaded() const { return sgemm != nullptr; }
-};
+using bench::OneDnn;
 
 /// out[i] = a[i] as bf16 bits, in parallel (what attn's bf16 GEMM does to A inside its call).
 void to_bf16(const float* a, std::size_t n, std::uint16_t* out) {

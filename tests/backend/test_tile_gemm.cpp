@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -21,11 +22,18 @@ using testutil::filled;
 
 namespace {
 
-template <class T>
-void check_tile_gemm(double tol) {
-  for (std::size_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 128}) {
-    for (std::size_t n : {1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 48, 64, 130}) {
-      for (std::size_t k : {0, 1, 5, 16, 129}) {
+/// Checks a tile product `call(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc)` over every
+/// shape of ms x ns x ks, A row-major and stored transposed, with and without accumulation: each
+/// entry of C against the double sum of round(a) round(b) (round: what the kernel does to its
+/// operands), within tol of the sum of the magnitudes, and the gap between C's rows unwritten. With
+/// `rounding`, also that rounding shows beyond tol once k and m n are not tiny (so that the check
+/// tells rounded operands from exact ones).
+template <class T, class Call, class Round>
+void check_tile_product(std::initializer_list<std::size_t> ms, std::initializer_list<std::size_t> ns, std::initializer_list<std::size_t> ks,
+                        std::uint32_t seed, double tol, Call call, Round round, bool rounding) {
+  for (std::size_t m : ms) {
+    for (std::size_t n : ns) {
+      for (std::size_t k : ks) {
         for (bool transposed : {false, true}) {
           for (bool acc : {false, true}) {
             INFO("m " << m << " n " << n << " k " << k << (transposed ? " A^T" : " A") << (acc ? " accumulate" : ""));
@@ -33,13 +41,13 @@ void check_tile_gemm(double tol) {
             // transposed (k, m) with a row stride of m + 2.
             const std::size_t ai = transposed ? 1 : k + 3, ak = transposed ? m + 2 : 1;
             const std::size_t ldb = n + 5, ldc = n + 4;
-            const auto a = filled<T>((transposed ? k * ak + m : m * ai + k) + 1, 1);
-            const auto b = filled<T>(k * ldb + n + 1, 2);
-            auto c = filled<T>(m * ldc, 3);
+            const auto a = filled<T>((transposed ? k * ak + m : m * ai + k) + 1, seed);
+            const auto b = filled<T>(k * ldb + n + 1, seed + 1);
+            auto c = filled<T>(m * ldc, seed + 2);
             const auto c0 = c;
             const T alpha = T(0.75);
-            tile::gemm<T>(m, n, k, alpha, a.data(), ai, ak, b.data(), ldb, acc, c.data(), ldc);
-            bool ok = true;
+            call(m, n, k, alpha, a.data(), ai, ak, b.data(), ldb, acc, c.data(), ldc);
+            bool ok = true, rounded_differs = false;
             for (std::size_t i = 0; i < m; ++i)
               for (std::size_t j = 0; j < ldc; ++j) {
                 const T got = c[i * ldc + j];
@@ -47,21 +55,30 @@ void check_tile_gemm(double tol) {
                   ok = ok && got == c0[i * ldc + j];
                   continue;
                 }
-                double ref = 0, mag = 0;
+                double ref = 0, exact = 0, mag = 0;
                 for (std::size_t p = 0; p < k; ++p) {
-                  ref += double(a[i * ai + p * ak]) * double(b[p * ldb + j]);
-                  mag += std::abs(double(a[i * ai + p * ak]) * double(b[p * ldb + j]));
+                  const T x = a[i * ai + p * ak], y = b[p * ldb + j];
+                  ref += double(round(x)) * double(round(y));
+                  exact += double(x) * double(y);
+                  mag += std::abs(double(x) * double(y));
                 }
-                ref = alpha * ref + (acc ? double(c0[i * ldc + j]) : 0.0);
-                mag = alpha * mag + (acc ? std::abs(double(c0[i * ldc + j])) : 0.0);
-                ok = ok && std::abs(double(got) - ref) <= tol * (mag + 1);
+                const double base = acc ? double(c0[i * ldc + j]) : 0.0;
+                ok = ok && std::abs(double(got) - (double(alpha) * ref + base)) <= tol * (double(alpha) * mag + std::abs(base) + 1);
+                rounded_differs = rounded_differs || std::abs(ref - exact) > 10 * tol * (mag + 1);
               }
             CHECK(ok);
+            if (rounding && k >= 16 && m * n >= 16) CHECK(rounded_differs);
           }
         }
       }
     }
   }
+}
+
+template <class T>
+void check_tile_gemm(double tol) {
+  check_tile_product<T>({1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 128}, {1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 48, 64, 130},
+                        {0, 1, 5, 16, 129}, 1, tol, [](auto... args) { tile::gemm<T>(args...); }, [](T x) { return x; }, false);
 }
 
 }  // namespace
@@ -117,48 +134,11 @@ TEST_CASE("tile::gemm_bf16 at every level the machine runs: the float sum of the
     const attn::ScopedIsa scoped{attn::Isa(level)};
     INFO("level " << attn::isa_name(attn::cpu::isa()));
     CHECK(tile::bf16_tiles_native() == (level >= int(attn::Isa::avx512_bf16)));
-    for (std::size_t m : {1, 3, 7, 8, 9, 16, 17, 64}) {
-      for (std::size_t n : {1, 7, 15, 16, 17, 31, 32, 33, 48, 128, 130}) {
-        for (std::size_t k : {0, 1, 2, 3, 16, 17, 31, 32, 33, 64, 129}) {
-          for (bool transposed : {false, true}) {
-            for (bool acc : {false, true}) {
-              INFO("m " << m << " n " << n << " k " << k << (transposed ? " A^T" : " A") << (acc ? " accumulate" : ""));
-              const std::size_t ai = transposed ? 1 : k + 3, ak = transposed ? m + 2 : 1;
-              const std::size_t ldb = n + 5, ldc = n + 4;
-              const auto a = filled<float>((transposed ? k * ak + m : m * ai + k) + 1, 11);
-              const auto b = filled<float>(k * ldb + n + 1, 12);
-              auto c = filled<float>(m * ldc, 13);
-              const auto c0 = c;
-              const float alpha = 0.75f;
-              tile::gemm_bf16(m, n, k, alpha, a.data(), ai, ak, b.data(), ldb, acc, c.data(), ldc);
-              bool ok = true, rounded_differs = false;
-              for (std::size_t i = 0; i < m; ++i)
-                for (std::size_t j = 0; j < ldc; ++j) {
-                  const float got = c[i * ldc + j];
-                  if (j >= n) {
-                    ok = ok && got == c0[i * ldc + j];
-                    continue;
-                  }
-                  double ref = 0, exact = 0, mag = 0;
-                  for (std::size_t p = 0; p < k; ++p) {
-                    const double x = a[i * ai + p * ak], y = b[p * ldb + j];
-                    ref += double(attn::bf16_round(float(x))) * double(attn::bf16_round(float(y)));
-                    exact += x * y;
-                    mag += std::abs(x * y);
-                  }
-                  const double base = acc ? double(c0[i * ldc + j]) : 0.0;
-                  ok = ok && std::abs(double(got) - (alpha * ref + base)) <= 1e-6 * (alpha * mag + std::abs(base) + 1);
-                  rounded_differs = rounded_differs || std::abs(ref - exact) > 1e-5 * (mag + 1);
-                }
-              CHECK(ok);
-              // The operands are not bf16 values: from a few products on, the rounding shows (beyond the
-              // tolerance above, so the check tells rounded operands from float ones).
-              if (k >= 16 && m * n >= 16) CHECK(rounded_differs);
-            }
-          }
-        }
-      }
-    }
+    // The operands are not bf16 values: from a few products on, the rounding shows beyond the
+    // tolerance, so the check tells rounded operands from float ones.
+    check_tile_product<float>({1, 3, 7, 8, 9, 16, 17, 64}, {1, 7, 15, 16, 17, 31, 32, 33, 48, 128, 130},
+                              {0, 1, 2, 3, 16, 17, 31, 32, 33, 64, 129}, 11, 1e-6, [](auto... args) { tile::gemm_bf16(args...); },
+                              [](float x) { return attn::bf16_round(x); }, true);
   }
   if (attn::cpu::isa_supported() < attn::Isa::avx512_bf16)
     WARN("this machine runs at most " << attn::isa_name(attn::cpu::isa_supported()) << ": the vdpbf16ps tile kernel was not run");
