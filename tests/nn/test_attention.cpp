@@ -539,3 +539,42 @@ TEST_CASE("flash attention keeps O(T) memory: no T x T buffer at T = 2048") {
     CHECK(naive.largest_bytes >= 4 * m * m * sizeof(float));
   }
 }
+
+TEST_CASE("a first gradient is written over an uninitialised buffer (flash backward, linear's dx), later ones are added") {
+  // x -> linear -> qkv -> flash attention: both backward steps receive a gradient buffer that nothing
+  // has written yet (VarData::grad_to_write) and must store every element of it, padding rows too.
+  constexpr std::size_t B = 2, T = 37, D = 32, H = 2;
+  const auto xv = random<float>({B, T, D});
+  const auto w = random<float>({3 * D, D}, -0.3, 0.3), bias = random<float>({3 * D});
+  const auto dout = random<float>({B, T, D});
+  const Tensor<float> keep = lengths_mask<float>({T, 20}, T);
+  const auto run = [&](attn::Var<float>& x, attn::Var<float>& qkv_out, AttentionKernel kernel) {
+    Tape tape;
+    attn::Var<float> wv(w, true), bv(bias, true);
+    auto qkv = attn::linear(tape, x, wv, bv);
+    auto y = attn::self_attention(tape, qkv, {.heads = H, .key_mask = keep, .kernel = kernel});
+    tape.backward(y, dout);
+    qkv_out = qkv;
+  };
+  // The pool hands out blocks it has cached: leave several blocks of both gradients' sizes full
+  // of NaN (the forward's values take some of them).
+  {
+    std::vector<Tensor<float>> junk;
+    for (int k = 0; k < 4; ++k)
+      for (const Dims& d : {Dims{B, T, 3 * D}, Dims{B, T, D}}) {
+        junk.emplace_back(d);
+        for (std::size_t i = 0; i < junk.back().numel(); ++i) junk.back()[i] = std::numeric_limits<float>::quiet_NaN();
+      }
+  }
+  attn::Var<float> x(xv, true), qkv, x_ref(xv, true), qkv_ref;
+  run(x, qkv, AttentionKernel::flash);
+  run(x_ref, qkv_ref, AttentionKernel::naive);  // naive: gradients added to zeros
+  CHECK(all_finite(x.grad()));
+  CHECK(rel_diff(x.grad(), x_ref.grad()) < 1e-5);
+  // A second backward into the same leaf adds: twice the first gradient, exactly.
+  const Tensor<float> first = x.grad().clone();
+  run(x, qkv, AttentionKernel::flash);
+  bool doubled = true;
+  for (std::size_t i = 0; i < first.numel(); ++i) doubled = doubled && x.grad()[i] == 2 * first[i];
+  CHECK(doubled);
+}

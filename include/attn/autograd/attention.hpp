@@ -132,9 +132,16 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
       q.key_mask = km.empty() ? nullptr : km.data();
       q.attn_mask = am.empty() ? nullptr : am.data();
       q.global_mask = gm.empty() ? nullptr : gm.data();
-      T* g = qd->grad_ref().data();
-      if (naive) kernels::mha_naive_backward(B{}, q, saved.data(), od->grad.data(), g, stats);
-      else kernels::mha_flash_backward(B{}, q, od->value.data(), od->grad.data(), saved.data(), g, stats);
+      if (naive) {
+        kernels::mha_naive_backward(B{}, q, saved.data(), od->grad.data(), qd->grad_ref().data(), stats);
+      } else if constexpr (std::is_same_v<B, cpu>) {
+        // A first gradient is written, not added: the kernel clears each (b, h) slice as it starts
+        // on it, instead of a pass over the whole buffer beforehand.
+        T* g = qd->grad_to_write(q.clear_grad).data();
+        kernels::mha_flash_backward(B{}, q, od->value.data(), od->grad.data(), saved.data(), g, stats);
+      } else {
+        kernels::mha_flash_backward(B{}, q, od->value.data(), od->grad.data(), saved.data(), qd->grad_ref().data(), stats);
+      }
     });
   }
   return o;

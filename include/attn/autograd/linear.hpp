@@ -183,14 +183,16 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
           if (xd->requires_grad) {
             kernels::PackedBf16 pw;
             pw.pack(Trans::no, int(out_w), int(in), wd->value.data(), int(in));
-            T* dx = xd->grad_ref().data();
             if (idx) {
+              T* dx = xd->grad_ref().data();
               dxp = Ten({rows, in});
               kernels::gemm_bf16(Trans::no, int(rows), int(in), int(out_w), 1.f, g, int(out_w), pw, 0.f, dxp.data(), int(in));
               kernels::copy_rows(B{}, rows, in, dxp.data(), in, nullptr, dx, in, idx, true);
               dxp = {};
             } else {
-              kernels::gemm_bf16(Trans::no, int(rows), int(in), int(out_w), 1.f, g, int(out_w), pw, 1.f, dx, int(in));
+              bool overwrite = false;
+              T* dx = xd->grad_to_write(overwrite).data();
+              kernels::gemm_bf16(Trans::no, int(rows), int(in), int(out_w), 1.f, g, int(out_w), pw, overwrite ? 0.f : 1.f, dx, int(in));
             }
           }
           if (wd->requires_grad) {
@@ -210,14 +212,17 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
         }
       }
       if (xd->requires_grad) {
-        T* dx = xd->grad_ref().data();
         if (idx) {
+          T* dx = xd->grad_ref().data();
           dxp = Ten({rows, in});
           kernels::gemm_rows(B{}, Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(0), dxp.data(), static_cast<const T*>(nullptr));
           kernels::copy_rows(B{}, rows, in, dxp.data(), in, nullptr, dx, in, idx, true);
           dxp = {};
         } else {
-          kernels::gemm_rows(B{}, Trans::no, rows, in, out_w, g, wd->value.data(), int(in), T(1), dx, static_cast<const T*>(nullptr));
+          bool overwrite = false;
+          T* dx = xd->grad_to_write(overwrite).data();
+          kernels::gemm_rows(B{}, Trans::no, rows, in, out_w, g, wd->value.data(), int(in), overwrite ? T(0) : T(1), dx,
+                             static_cast<const T*>(nullptr));
         }
       }
       if (wd->requires_grad) {

@@ -59,6 +59,21 @@ struct VarData {
     return grad;
   }
 
+  /// The gradient for a step that writes every element of it: when there is none yet it is
+  /// allocated without clearing and `overwrite` is set, and the caller must then store (not add)
+  /// every element; otherwise it is grad_ref() and the caller adds to it. Saves clearing a buffer
+  /// that a product with beta = 0 fills anyway.
+  Tensor<T, AnyShape, B>& grad_to_write(bool& overwrite) {
+    overwrite = grad.empty();
+    if (overwrite) {
+      grad = Tensor<T, AnyShape, B>(value.dims());
+      grad_dense = true;
+      ++grad_writes;
+      return grad;
+    }
+    return grad_ref();
+  }
+
   /// The gradient for a scatter into the rows named by ids (padding_idx excluded); with
   /// sparse_rows, records them.
   template <class I>

@@ -94,6 +94,7 @@ struct MhaProblem {
   bool skip_padded_queries = false;  // flash: rows from key_end(b) on are zero (lse +inf) and get no gradient
   AttentionPattern pattern = {};     // sparse pattern; the default hides nothing
   bool bf16 = false;                 // CPU flash kernels, float, at avx512_bf16: tile products on bfloat16 operands
+  bool clear_grad = false;           // CPU flash backward: dqkv is uninitialised, each (b, h) clears its slices first
   std::size_t dim() const { return heads * head_dim; }
   std::size_t ld() const { return 3 * dim(); }
 };

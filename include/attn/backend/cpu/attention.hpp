@@ -375,7 +375,8 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
 /// Flash backward (FlashAttention-2, Dao 2023): per head, D_i = rowsum(dO_i * O_i); for each key
 /// tile j and query tile i, P = exp(S - L) recomputed, dV_j += (P*Z)^T dO_i, dP = (dO_i V_j^T)*Z,
 /// dS = P * (dP - D_i), dQ_i += scale dS K_j, dK_j += scale dS^T Q_i (Z: dropout factors).
-/// Accumulates into dqkv (B, T, 3D).
+/// Accumulates into dqkv (B, T, 3D); with p.clear_grad, dqkv's contents are ignored (it may be
+/// uninitialised) and it receives the gradient alone.
 template <class T>
 void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout, const T* lse, T* dqkv, AttentionStats* stats) {
   using namespace mha;
@@ -401,6 +402,12 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
       T *dQ = dqkv + qoff, *dK = dQ + D, *dV = dK + D;
       const T* L = lse + (b * H + h) * n;
       const std::size_t kend = masks.kend[b], qend = masks.qend(p, b);
+      if (p.clear_grad)  // this task's slices of dQ, dK and dV, every row, cleared where they are about to be used
+        for (std::size_t i = 0; i < n; ++i) {
+          std::fill_n(dQ + i * ld, hd, T(0));
+          std::fill_n(dK + i * ld, hd, T(0));
+          std::fill_n(dV + i * ld, hd, T(0));
+        }
       for (std::size_t i = 0; i < qend; ++i) {
         T acc = 0;
         for (std::size_t c = 0; c < hd; ++c) acc += dO[i * D + c] * O[i * D + c];
