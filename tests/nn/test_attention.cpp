@@ -578,3 +578,38 @@ TEST_CASE("a first gradient is written over an uninitialised buffer (flash backw
   for (std::size_t i = 0; i < first.numel(); ++i) doubled = doubled && x.grad()[i] == 2 * first[i];
   CHECK(doubled);
 }
+
+TEST_CASE("flash, scores kept by forward: backward reads them and gives the recomputing backward's gradient, bit for bit") {
+  // Kept scores (MhaProblem::scores) against the O(T) path on the same problem: key padding with a
+  // fully padded sample, an additive mask, dropout, several tiles per side; FP32 and bf16 tiles.
+  constexpr std::size_t B = 3, T = 150, H = 2, hd = 24, D = H * hd;
+  const auto qkv = random<float>({B, T, 3 * D});
+  const auto dout = random<float>({B, T, D});
+  const Tensor<float> keep = lengths_mask<float>({T, 70, 0}, T);
+  Tensor<float> am = random<float>({T, T});
+  for (std::size_t i = 0; i < T; ++i) am(i, (i * 7) % T) = -std::numeric_limits<float>::infinity();
+  for (bool bf16 : {false, true}) {
+    INFO((bf16 ? "bf16 tiles" : "FP32 tiles"));
+    attn::kernels::MhaProblem<float> p;
+    p.batch = B, p.time = T, p.heads = H, p.head_dim = hd;
+    p.qkv = qkv.data(), p.key_mask = keep.data(), p.attn_mask = am.data();
+    p.scale = 1.f / std::sqrt(float(hd));
+    p.dropout = 0.2, p.seed = 99;
+    p.bf16 = bf16;
+    Tensor<float> out0({B, T, D}), lse0({B, H, T}), out1({B, T, D}), lse1({B, H, T}), scores({B, H, T, T});
+    auto g0 = Tensor<float>::zeros({B, T, 3 * D}), g1 = Tensor<float>::zeros({B, T, 3 * D});
+    attn::kernels::mha_flash_forward(attn::cpu{}, p, out0.data(), lse0.data(), nullptr);
+    attn::kernels::mha_flash_backward(attn::cpu{}, p, out0.data(), dout.data(), lse0.data(), g0.data(), nullptr);
+    p.scores = scores.data();
+    attn::kernels::mha_flash_forward(attn::cpu{}, p, out1.data(), lse1.data(), nullptr);
+    attn::kernels::mha_flash_backward(attn::cpu{}, p, out1.data(), dout.data(), lse1.data(), g1.data(), nullptr);
+    bool same = true, nonzero = false;
+    for (std::size_t i = 0; i < out0.numel(); ++i) same = same && out0[i] == out1[i];
+    for (std::size_t i = 0; i < g0.numel(); ++i) {
+      same = same && g0[i] == g1[i];
+      nonzero = nonzero || g1[i] != 0.f;
+    }
+    CHECK(same);
+    CHECK(nonzero);
+  }
+}

@@ -106,7 +106,16 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   // keeps the forward's choice. The naive kernel, double and CUDA stay in T.
   if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>) p.bf16 = !naive && precision() == Precision::bf16;
 
-  Tensor<T, AnyShape, B> out(Dims{nb, n, D}), saved;
+  Tape* tape = detail::tape_of(ctx);
+  const bool rg = detail::needs_grad(tape, qkv);
+  // On the CPU, a dense flash problem whose scores take no more memory than qkv itself (H T <= 3 D,
+  // short sequences) keeps them for backward, which then skips one tile product in five.
+  Tensor<T, AnyShape, B> out(Dims{nb, n, D}), saved, scores;
+  if constexpr (std::is_same_v<B, cpu>)
+    if (rg && !naive && !p.pattern.active() && p.pattern.global == 0 && a.global_mask.empty() && a.heads * n <= 3 * D) {
+      scores = Tensor<T, AnyShape, B>(Dims{nb, a.heads, n, n});
+      p.scores = scores.data();
+    }
   if (a.stats) a.stats->note(out.numel() * sizeof(T));
   if (naive) {
     saved = Tensor<T, AnyShape, B>(Dims{nb, a.heads, n, n});
@@ -117,21 +126,20 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
     kernels::mha_flash_forward(B{}, p, out.data(), saved.data(), a.stats);
   }
   if (a.stats) {
-    a.stats->saved_bytes += saved.numel() * sizeof(T);
-    a.stats->note(saved.numel() * sizeof(T));
+    a.stats->saved_bytes += (saved.numel() + scores.numel()) * sizeof(T);
+    a.stats->note((saved.numel() + scores.numel()) * sizeof(T));
   }
 
-  Tape* tape = detail::tape_of(ctx);
-  const bool rg = detail::needs_grad(tape, qkv);
   auto o = detail::make_out<SO>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), {qkv.data().get()}, [qd = qkv.data(), od = o.data(), p, naive, saved, km = a.key_mask, am = a.attn_mask, gm = a.global_mask, stats = a.stats] {
+    tape->push(o.data(), {qkv.data().get()}, [qd = qkv.data(), od = o.data(), p, naive, saved, scores, km = a.key_mask, am = a.attn_mask, gm = a.global_mask, stats = a.stats] {
       if (od->grad.empty() || !qd->requires_grad) return;
       auto q = p;  // the pointers of the problem, re-read from the captured tensors
       q.qkv = qd->value.data();
       q.key_mask = km.empty() ? nullptr : km.data();
       q.attn_mask = am.empty() ? nullptr : am.data();
       q.global_mask = gm.empty() ? nullptr : gm.data();
+      q.scores = scores.empty() ? nullptr : const_cast<T*>(scores.data());
       if (naive) {
         kernels::mha_naive_backward(B{}, q, saved.data(), od->grad.data(), qd->grad_ref().data(), stats);
       } else if constexpr (std::is_same_v<B, cpu>) {

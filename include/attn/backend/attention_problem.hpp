@@ -95,6 +95,10 @@ struct MhaProblem {
   AttentionPattern pattern = {};     // sparse pattern; the default hides nothing
   bool bf16 = false;                 // CPU flash kernels, float, at avx512_bf16: tile products on bfloat16 operands
   bool clear_grad = false;           // CPU flash backward: dqkv is uninitialised, each (b, h) clears its slices first
+  /// CPU flash kernels, dense pattern only: (B, H, T, T) where forward stores the scaled, masked
+  /// scores of every tile it computes and backward reads them instead of recomputing Q K^T (the
+  /// same values, bit for bit). Null: backward recomputes them (the O(T) memory of flash).
+  T* scores = nullptr;
   std::size_t dim() const { return heads * head_dim; }
   std::size_t ld() const { return 3 * dim(); }
 };

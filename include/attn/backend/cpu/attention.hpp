@@ -338,6 +338,10 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
         product<T>(bf16, br, bc, hd, p.scale, Q, ld, 1, kt.data(), bc, false, s.data(), bc);
         masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
+        if (p.scores) {  // kept for backward
+          T* keep = p.scores + ((b * H + h) * n + i0) * n + j0;
+          for (std::size_t r = 0; r < br; ++r) std::copy_n(s.data() + r * bc, bc, keep + r * n);
+        }
         for (std::size_t r = 0; r < br; ++r) {
           T* row = s.data() + r * bc;
           const auto step = elem::online_softmax_step(m[r], row_max(row, bc));
@@ -376,7 +380,8 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
 /// tile j and query tile i, P = exp(S - L) recomputed, dV_j += (P*Z)^T dO_i, dP = (dO_i V_j^T)*Z,
 /// dS = P * (dP - D_i), dQ_i += scale dS K_j, dK_j += scale dS^T Q_i (Z: dropout factors).
 /// Accumulates into dqkv (B, T, 3D); with p.clear_grad, dqkv's contents are ignored (it may be
-/// uninitialised) and it receives the gradient alone.
+/// uninitialised) and it receives the gradient alone. With p.scores (filled by the forward), S is
+/// read rather than recomputed: one tile product in five fewer.
 template <class T>
 void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout, const T* lse, T* dqkv, AttentionStats* stats) {
   using namespace mha;
@@ -427,8 +432,13 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           if (!masks.alive(qb, kb)) continue;
           const std::size_t br = std::min(block_q, qend - i0);
           ++tiles;
-          product<T>(bf16, br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
-          masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
+          if (p.scores) {  // the forward's scores of this tile
+            const T* kept = p.scores + ((b * H + h) * n + i0) * n + j0;
+            for (std::size_t r = 0; r < br; ++r) std::copy_n(kept + r * n, bc, pt.data() + r * bc);
+          } else {
+            product<T>(bf16, br, bc, hd, p.scale, Q + i0 * ld, ld, 1, kt.data(), bc, false, pt.data(), bc);
+            masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
+          }
           for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
           // dP (br, bc) = dO_i V_j^T
           product<T>(bf16, br, bc, hd, T(1), dO + i0 * D, D, 1, vt.data(), bc, false, dp.data(), bc);
