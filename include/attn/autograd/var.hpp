@@ -65,12 +65,7 @@ struct VarData {
   /// that a product with beta = 0 fills anyway.
   Tensor<T, AnyShape, B>& grad_to_write(bool& overwrite) {
     overwrite = grad.empty();
-    if (overwrite) {
-      grad = Tensor<T, AnyShape, B>(value.dims());
-      grad_dense = true;
-      ++grad_writes;
-      return grad;
-    }
+    if (overwrite) grad = Tensor<T, AnyShape, B>(value.dims());
     return grad_ref();
   }
 
