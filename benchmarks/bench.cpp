@@ -38,9 +38,15 @@ using clk = std::chrono::steady_clock;
 
 namespace bench {
 
-inline const std::vector<int> kR4Lengths = {38, 45, 23, 26, 15, 22, 15, 10, 21, 22, 22, 22, 19, 18, 9,  19, 9,  11, 13, 12, 27, 11,
-                                            17, 32, 30, 16, 28, 14, 19, 23, 19, 28, 13, 26, 31, 45, 19, 18, 17, 20, 13, 11, 14, 20,
-                                            9,  21, 11, 9,  21, 32, 17, 72, 29, 25, 14, 25, 30, 29, 16, 13, 12, 16, 18, 30};
+#if defined(ATTN_BENCH_CUDA)
+/// bench_cuda.cu: one case with its model on attn::cuda, and why CUDA cannot run here ("" if it can).
+json run_case_cuda(const std::string& name, int iters);
+std::string cuda_unavailable_reason();
+#endif
+
+/// --device cuda: the cases on a GPU, each in a fresh process, as a table of samples/s, GFLOP/s and
+/// the GPU memory attn's pool held (no peer: the PyTorch peer runs on the CPU).
+inline int run_all_cuda(const std::string& self, const std::vector<std::string>& cases, int iters);
 
 struct Timing {
   double median_ms;
@@ -77,20 +83,6 @@ Timing train_case(Model& model, const Batch& b, int iters) {
       },
       b.lengths.size(), iters);
 }
-
-/// FLOPs of one attention layer (projections + scores + weighted sum), forward only; `pairs` is the
-/// number of (query, key) pairs the scores cover (t * t when dense).
-inline double attention_flops(double b, double t, double d, double pairs) { return b * (2 * t * d * 3 * d + 2 * t * d * d + 4 * pairs * d); }
-inline double attention_flops(double b, double t, double d) { return attention_flops(b, t, d, t * t); }
-
-/// FLOPs of a bidirectional LSTM's products, forward only: per token and direction, the input
-/// projection (in -> 4 hidden) and the recurrent one (hidden -> 4 hidden); the gates' element-wise
-/// work is not counted.
-inline double bilstm_flops(double b, double t, double in, double hidden) { return b * t * 2 * (2 * in * 4 * hidden + 2 * hidden * 4 * hidden); }
-
-/// The (query, key) pairs of a sliding window: i sees j iff |i - j| <= w, 0 <= i, j < t. Only these
-/// count for R5: t (2w + 1) less the w (w + 1) cut off at the two ends.
-inline double band_pairs(double t, double w) { return w < t ? t * (2 * w + 1) - w * (w + 1) : t * t; }
 
 /// Forward + backward of a layer (no optimizer): x (b, t, 256) with its gradient, a fixed output
 /// gradient `seed`; `f(tape, x)` runs the forward. R3, R5 and R6.
@@ -333,11 +325,34 @@ inline json run_json(const std::string& cmd) {
 
 }  // namespace bench
 
+namespace bench {
+inline int run_all_cuda(const std::string& self, const std::vector<std::string>& cases, int iters) {
+  fmt::print("attn on CUDA (FP32), {} timed iterations per case\n{:<10} {:>6} {:>12} {:>10} {:>12}\n", iters, "case", "mode",
+             "attn smp/s", "GFLOP/s", "peak GPU MB");
+  json rows = json::array();
+  int failed = 0;
+  for (auto& c : cases) {
+    json a = run_json(fmt::format("{} --device cuda --case {} --iters {}", self, c, iters));
+    if (!a.is_object()) {
+      fmt::print(stderr, "bench: case {} gave no result (its error is above)\n", c);
+      ++failed;
+      continue;
+    }
+    fmt::print("{:<10} {:>6} {:>12.1f} {:>10} {:>12.0f}\n", c, a.value("mode", "?"), a.value("samples_per_s", 0.0),
+               a.contains("gflops") ? fmt::format("{:.0f}", a.value("gflops", 0.0)) : "", a.value("peak_gpu_mb", 0.0));
+    std::fflush(stdout);
+    rows.push_back(a);
+  }
+  fmt::print("\n{}\n", json{{"device", "cuda"}, {"rows", rows}}.dump());
+  return failed ? 1 : 0;
+}
+}  // namespace bench
+
 int main(int argc, char** argv) {
   std::string one, peer;
   int iters = 20;
   bool all = false, gemm = false, ceiling_only = false;
-  std::string gemm_impl = "attn", precision_arg = "fp32";
+  std::string gemm_impl = "attn", precision_arg = "fp32", device = "cpu";
   // R6 and R6-ckpt (seconds per step on 2 cores) only when named in --cases.
   std::vector<std::string> cases = {"R1-h1", "R1-h8",  "R2-h4",    "R2-h8",    "R3-T512",  "R3-T1024", "R3-T2048",
                                     "R4-b1", "R4-b64", "R5-T1024", "R5-T4096", "R5-T16384"};
@@ -352,6 +367,8 @@ int main(int argc, char** argv) {
                  "fp32, bf16 or int8: the products of attn's linear ops and LSTMs in bf16 (attn::PrecisionScope; the peer runs "
                  "torch.autocast bf16), or int8 for the inference cases R4-b1 and R4-b64 (nn::quantize_dynamic; the peer "
                  "runs torch's quantize_dynamic)");
+  app.add_option("--device", device, "cpu, or cuda: the cases R1-R5 with their models on attn::cuda (a build with the CUDA backend, a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--gemm", gemm, "print one GEMM's FP32 2048^3 rate (--gemm-impl) as JSON and exit");
   app.add_option("--gemm-impl", gemm_impl, "the GEMM for --gemm: attn, eigen, openblas or onednn");
   app.add_flag("--ceiling", ceiling_only, "measure every GEMM at hand (each in its own process), print them and the best, and exit");
@@ -365,6 +382,23 @@ int main(int argc, char** argv) {
         if (c != "R4-b1" && c != "R4-b64")
           throw attn::ArgumentError("bench: --precision int8 runs the inference cases R4-b1 and R4-b64 only, not " + c);
       if (gemm) throw attn::ArgumentError("bench: --gemm measures the FP32 GEMM; gemm_shapes gives the int8 rates");
+    }
+    if (device == "cuda") {
+#if defined(ATTN_BENCH_CUDA)
+      if (const std::string why = bench::cuda_unavailable_reason(); !why.empty())
+        throw attn::Error("--device cuda: no CUDA device: " + why);
+      if (precision != attn::Precision::fp32) throw attn::ArgumentError("bench --device cuda: the CUDA backend computes in FP32");
+      if (!one.empty()) {
+        fmt::print("{}\n", bench::run_case_cuda(one, iters).dump());
+        return 0;
+      }
+      if (!all) throw attn::ArgumentError("bench --device cuda: give --case NAME or --all");
+      if (cases_opt->count() == 0)
+        cases = {"R1-h1", "R1-h8", "R2-h4", "R2-h8", "R3-T512", "R3-T1024", "R3-T2048", "R3-T4096", "R4-b1", "R4-b64", "R5-T4096", "R5-T16384"};
+      return bench::run_all_cuda(argv[0], cases, iters);
+#else
+      throw attn::Error("--device cuda: attn was built without CUDA (configure with -DATTN_CUDA=ON where nvcc is installed)");
+#endif
     }
     if (gemm) {
       const auto impl = bench::load_gemm(gemm_impl);

@@ -3,7 +3,8 @@
 // throughput at batch 64 (consecutive titles padded to the longest in their batch, as the R4
 // reference case does; and again with the titles sorted by length first, as an offline job
 // would batch them) and single-title latency (median and p99). Times cover batch assembly and
-// the forward pass, from encoded ids to logits. With attn's FP32 GEMM rate given (cpu::gemm, 2048^3), it also
+// the forward pass, from encoded ids to logits (on a device backend: the copy of the batch to the
+// device and of the logits back). With attn's FP32 GEMM rate given (cpu::gemm, 2048^3), it also
 // reports the bound that rate puts on the batch-64 throughput: the passes' FLOPs at that rate.
 #pragma once
 #include <algorithm>
@@ -97,10 +98,15 @@ BenchResult bench_inference(const Model& model, const std::vector<std::vector<st
   }
   attn::NoGrad ctx;
   float sink = 0;  // keeps the results observable
+  using B = typename Model::backend;
   auto run = [&](const std::vector<const std::vector<std::int32_t>*>& g) {
-    auto b = make_batch(g, {});
+    const auto b = to_backend<B>(make_batch(g, {}));
     auto logits = model.forward(ctx, b);
-    sink += logits.value().data()[0];
+    if constexpr (B::host_accessible) {
+      sink += logits.value().data()[0];
+    } else {
+      sink += logits.value().to_vector()[0];  // waits for the device: a pass is timed to its end
+    }
   };
   // Batches of `batch` titles taken in `order`; returns (median, best) samples/s and the padding.
   auto timed = [&](const std::vector<std::size_t>& order, double secs) {

@@ -17,10 +17,12 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "../common/device.hpp"
 #include "../common/dump.hpp"
 #include "../common/json_files.hpp"
 #include "../common/report.hpp"
 #include "run.hpp"
+#include "serve.hpp"
 
 namespace clue {
 
@@ -79,104 +81,6 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
   fmt::print("\nreport: {}\n", (fs::path(o.train.out) / "report.html").string());
 }
 
-template <std::size_t Heads>
-int predict(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top,
-            const std::string& dump) {
-  TnewsClassifier<Heads> model(tr.cfg);
-  attn::io::load(model, examples::committed_model(dir));
-  model.eval();
-  model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
-  const bool use_kw = tr.config.value("keywords", false);
-  const data::ChineseCharTokenizer tok;
-  const auto names = class_names(tr.labels);
-  for (auto& text : texts) {
-    data::TokenizeStats ts;
-    const auto toks = tokens_of(tok, text, keywords, use_kw, &ts);
-    if (ts.invalid) std::fprintf(stderr, "clue: note: %zu invalid UTF-8 sequence(s) replaced by U+FFFD\n", ts.invalid);
-    const auto ids = encode(tr.vocab, toks, tr.cfg.max_len);
-    attn::NoGrad ctx;
-    attn::Tensor<float> w;
-    auto b = make_batch({&ids}, {});
-    auto pr = attn::softmax(ctx, model.forward(ctx, b, &w)).value();
-    const std::size_t c = attn::argmax_rows(pr)[0];
-    // The weight each character receives, averaged over heads and queries: with mean pooling this
-    // is how much of the pooled vector comes from it.
-    const std::size_t t = ids.size();
-    std::vector<std::pair<float, std::size_t>> recv(t);
-    for (std::size_t j = 0; j < t; ++j) {
-      float s = 0;
-      for (std::size_t h = 0; h < Heads; ++h)
-        for (std::size_t i = 0; i < t; ++i) s += w(std::size_t(0), h, i, j);
-      recv[j] = {s / float(Heads * t), j};
-    }
-    std::stable_sort(recv.begin(), recv.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    fmt::print("{}\t{}\t{:.4f}\t", names[c], tr.labels.names[c], pr(0, c));
-    for (std::size_t k = 0; k < std::min(top, t); ++k) {
-      const std::size_t j = recv[k].second;
-      fmt::print("{}{}({:.3f})", k ? " " : "", j < toks.size() ? toks[j] : "<unk>", recv[k].first);
-    }
-    fmt::print("\n");
-  }
-  if (!dump.empty()) {  // all titles as one padded batch, as the model sees them, and its logits
-    std::vector<std::vector<std::int32_t>> all;
-    for (auto& text : texts) all.push_back(encode(tr.vocab, tokens_of(tok, text, keywords, use_kw, nullptr), tr.cfg.max_len));
-    std::vector<const std::vector<std::int32_t>*> ptrs;
-    for (auto& ids : all) ptrs.push_back(&ids);
-    attn::NoGrad ctx;
-    const auto b = make_batch(ptrs, {});
-    const auto logits = model.forward(ctx, b).value();
-    using attn::io::DType;
-    examples::write_dump(dump,
-                         {{"ids", examples::dump_record(b.ids, DType::I32)},
-                          {"mask", examples::dump_lengths_mask(b.lengths.values(), b.ids.size(1))},
-                          {"logits", examples::dump_record(logits, DType::F32)}},
-                         "clue");
-    fmt::print("dump: {} ({} titles)\n", dump, texts.size());
-  }
-  return 0;
-}
-
-template <std::size_t Heads>
-void run_bench(const Options& o) {
-  std::optional<Trained> tr;
-  if (!o.model_dir.empty()) tr = load_trained(o.model_dir);
-  DataOptions d = o.data;
-  if (tr) {  // the model's own preprocessing and validation split
-    d.keywords = tr->config.value("keywords", false);
-    d.max_len = tr->cfg.max_len;
-    d.seed = tr->config.value("seed", d.seed);
-    d.valid_fraction = tr->config.value("valid_fraction", d.valid_fraction);
-  }
-  auto p = prepare(d, tr ? &tr->vocab : nullptr);
-  ModelConfig cfg = tr ? tr->cfg
-                       : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
-                                     .residual = o.residual};
-  TnewsClassifier<Heads> model(cfg);
-  if (tr) attn::io::load(model, examples::committed_model(o.model_dir));
-  else model.init(o.train.seed);
-  model.eval();
-  if (o.fold) model.fold_embedding();  // the embedding folded into the BiLSTM's input projections
-  std::string quantized;
-  if (attn::precision() == attn::Precision::int8) {  // quantized once, before the timed passes
-    const auto q = attn::nn::quantize_dynamic(model);
-    quantized = fmt::format(", {} weights in int8 ({:.0f} KB, {:.0f} KB in float)", q.weights, double(q.int8_bytes) / 1024,
-                            double(q.float_bytes) / 1024);
-  }
-  fmt::print("bench: {} head{}, {}{}, {} products{} ({} thread(s)); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
-             tr ? "trained model " + o.model_dir : std::string("untrained model"), o.fold ? "" : ", embedding not folded",
-             attn::precision_route(attn::precision()), quantized, attn::cpu::threads());
-  auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true, attn::cpu_gemm_ceiling_gflops(2048, 5, 3.0));
-  fmt::print("{}\n", r.str());
-  fmt::print("BENCH {}\n", json{{"heads", Heads}, {"threads", attn::cpu::threads()}, {"titles", r.titles}, {"mean_len", r.mean_len},
-                                {"batch64_samples_per_s", r.samples_per_s}, {"batch64_best_samples_per_s", r.best_samples_per_s},
-                                {"batch64_padding", r.padding}, {"batch64_sorted_samples_per_s", r.sorted_samples_per_s},
-                                {"batch64_sorted_padding", r.sorted_padding}, {"batch1_median_ms", r.b1_median_ms},
-                                {"batch1_p99_ms", r.b1_p99_ms}, {"mflop_per_title", r.mflop_per_title},
-                                {"ceiling_gflops", r.ceiling_gflops}, {"bound_samples_per_s", r.bound_samples_per_s},
-                                {"keywords", d.keywords}, {"folded", o.fold}, {"precision", attn::precision_name(attn::precision())}}
-                                   .dump());
-}
-
 }  // namespace clue
 
 int main(int argc, char** argv) {
@@ -195,11 +99,19 @@ int main(int argc, char** argv) {
   o.data.seed = o.train.seed;
   try {
     attn::cpu::set_threads(int(o.threads));
+    const std::string& device = cmd.predict ? cmd.prediction.device : o.device;
+    examples::require_device(device);  // before any data is read
+    const bool cuda = device == "cuda";
+    if (cuda && (cmd.predict ? cmd.prediction.precision : o.train.precision) != "fp32")
+      throw attn::ArgumentError("--precision: with --device cuda the model computes in FP32 (bf16 and int8 are the CPU's)");
     if (cmd.predict) {
       PredictOptions& pr = cmd.prediction;
       if (pr.texts.empty()) pr.texts.push_back(kExampleTitle);
       const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       auto tr = load_trained(pr.model_dir);
+#if defined(ATTN_EXAMPLES_CUDA)
+      if (cuda) return predict_cuda(tr.heads, pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump);
+#endif
       return attn::dispatch<1, 2, 4, 8>(tr.heads, "config.json heads",
                                         [&]<std::size_t H>() { return predict<H>(pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump); });
     }
@@ -216,6 +128,12 @@ int main(int argc, char** argv) {
     if (attn::cpu::threads() > 1 && !std::getenv("OMP_WAIT_POLICY"))
       fmt::print("hint: on a machine shared with other jobs, OMP_WAIT_POLICY=PASSIVE keeps idle threads from spinning\n");
     if (o.bench) {
+#if defined(ATTN_EXAMPLES_CUDA)
+      if (cuda) {
+        run_bench_cuda(heads, o);
+        return 0;
+      }
+#endif
       attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { run_bench<H>(o); });
       return 0;
     }
@@ -241,7 +159,15 @@ int main(int argc, char** argv) {
     }
     par->barrier();  // no process is still reading when the directories change
     std::vector<RunResult> runs;
-    for (std::size_t k = 0; k < head_counts.size(); ++k) runs.push_back(train_heads(head_counts[k], o, p, *par, plans[k]));
+    for (std::size_t k = 0; k < head_counts.size(); ++k) {
+#if defined(ATTN_EXAMPLES_CUDA)
+      if (cuda) {
+        runs.push_back(train_heads_cuda(head_counts[k], o, p, *par, plans[k]));
+        continue;
+      }
+#endif
+      runs.push_back(train_heads(head_counts[k], o, p, *par, plans[k]));
+    }
     if (o.sweep) fmt::print("\n{}", sweep_table(runs));
     if (!par->main()) return 0;
     fs::create_directories(o.train.out);

@@ -52,14 +52,28 @@ struct ModelConfig {
   }
 };
 
-/// One padded batch: ids (B, T), the lengths (B) in [1, T] (which the BiLSTM, the attention and the
-/// pooling all take), labels (B) (zeros when unknown).
-struct Batch {
-  Tensor<std::int32_t, Shape<dyn, dyn>> ids;
+/// One padded batch on backend B: ids (B, T), the lengths (B) in [1, T] (which the BiLSTM, the
+/// attention and the pooling all take; kept on the host), labels (B) (zeros when unknown).
+template <class B = attn::cpu>
+struct BatchOn {
+  Tensor<std::int32_t, Shape<dyn, dyn>, B> ids;
   attn::Lengths lengths;
-  Tensor<std::int64_t, Shape<dyn>> labels;
+  Tensor<std::int64_t, Shape<dyn>, B> labels;
   std::size_t size() const { return ids.size(0); }
 };
+using Batch = BatchOn<attn::cpu>;
+
+/// A host batch on backend B (the same batch for attn::cpu).
+template <class B>
+BatchOn<B> to_backend(const Batch& b) {
+  if constexpr (std::is_same_v<B, attn::cpu>) {
+    return b;
+  } else {
+    return {Tensor<std::int32_t, Shape<dyn, dyn>, B>::from(b.ids.dims(), std::span<const std::int32_t>(b.ids.data(), b.ids.numel())),
+            b.lengths,
+            Tensor<std::int64_t, Shape<dyn>, B>::from(b.labels.dims(), std::span<const std::int64_t>(b.labels.data(), b.labels.numel()))};
+  }
+}
 
 /// Builds a batch from encoded sequences (each non-empty and already truncated to max_len); T is
 /// the longest of them.
@@ -82,8 +96,11 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
   return out;
 }
 
-template <std::size_t Heads>
+/// The model on backend B (attn::cpu or attn::cuda; the embedding fold is the CPU's only).
+template <std::size_t Heads, class B = attn::cpu>
 struct TnewsClassifier : nn::Module {
+  using backend = B;
+
   explicit TnewsClassifier(const ModelConfig& c)
       : cfg(c),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1}),
@@ -94,14 +111,14 @@ struct TnewsClassifier : nn::Module {
 
   /// Logits (B, 15). When weights is given, the attention weights (B, Heads, T, T) are stored there.
   template <attn::Context C>
-  auto forward(C& ctx, const Batch& b, Tensor<float>* weights = nullptr) const {
+  auto forward(C& ctx, const BatchOn<B>& b, Tensor<float, attn::AnyShape, B>* weights = nullptr) const {
     const bool tr = training();
-    attn::Var<float, Shape<dyn, dyn, kDim>> h;                          // (B, T, 256), zero at padding
-    if constexpr (std::is_same_v<C, attn::NoGrad>) {
+    attn::Var<float, Shape<dyn, dyn, kDim>, B> h;                       // (B, T, 256), zero at padding
+    if constexpr (std::is_same_v<C, attn::NoGrad> && B::host_accessible) {
       if (folded && !tr) h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, b.lengths).out;
     }
     if (!h.defined()) h = lstm(ctx, nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr), b.lengths).out;
-    attn::Var<float, Shape<dyn, dyn, kDim>> a;
+    attn::Var<float, Shape<dyn, dyn, kDim>, B> a;
     if (weights) {
       auto r = attention.forward_with_weights(ctx, h, b.lengths);
       a = r.out;
@@ -117,15 +134,18 @@ struct TnewsClassifier : nn::Module {
   /// Inference: folds the embedding into the BiLSTM's input projections (nn::embedded_lstm), which
   /// forward() then uses in eval mode without a tape. Call it once the weights are final (after
   /// training or loading): tables whose weights have changed since make forward() throw.
-  void fold_embedding() { folded = nn::lstm_input_tables(tokens, lstm); }
+  void fold_embedding() {
+    static_assert(B::host_accessible, "TnewsClassifier::fold_embedding: the inference-time embedding fold runs on the CPU backend only");
+    folded = nn::lstm_input_tables(tokens, lstm);
+  }
 
   ModelConfig cfg;
   std::optional<nn::LstmInputTables<float>> folded;
-  nn::Embedding<kEmbed> tokens;
-  nn::BiLSTM<kEmbed, kHidden> lstm;
-  nn::Attention<Heads, kDim> attention;
-  nn::LayerNorm<kDim> norm;
-  nn::Linear<kDim, kClasses> head;
+  nn::Embedding<kEmbed, float, B> tokens;
+  nn::BiLSTM<kEmbed, kHidden, float, B> lstm;
+  nn::Attention<Heads, kDim, float, B> attention;
+  nn::LayerNorm<kDim, float, B> norm;
+  nn::Linear<kDim, kClasses, float, B> head;
 };
 
 }  // namespace clue

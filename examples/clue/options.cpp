@@ -15,6 +15,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       ->check(examples::count(1, 8));
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and print the ablation table");
   examples::add_training_flags(app, o.train);
+  examples::add_device_option(app, o.device);
   app.add_option("--dropout", o.dropout, "dropout on embeddings, the attention output and the pooled features")->check(examples::real(0, 0.95));
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss")->check(examples::real(0, 1));
@@ -38,6 +39,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   PredictOptions& pr = cmd.prediction;
   auto* pred = app.add_subcommand("predict", "classify titles with a trained model");
   pred->add_option("--model", pr.model_dir, "a run directory, e.g. runs/clue/h4")->required();
+  examples::add_device_option(*pred, pr.device);
   pred->add_option("--keywords", pr.keywords, "comma-separated keywords (used when the model was trained with --keywords)");
   pred->add_option("--top", pr.top, "characters shown, by attention received")->check(examples::count(0, 1000000));
   pred->add_option("--precision", pr.precision,

@@ -33,6 +33,7 @@ struct DataOptions {
 };
 
 struct Options {
+  std::string device = "cpu";  // --device: cpu or cuda
   DataOptions data{.dir = "examples/clue/sample/tnews_public"};
   examples::TrainOptions train{.out = "runs/clue", .epochs = 5, .batch = 64, .patience = 3, .warmup = 0.05};
   std::size_t heads = kDefaultHeads;
@@ -50,6 +51,7 @@ struct Options {
 
 /// `clue predict`: titles to classify with a trained run directory.
 struct PredictOptions {
+  std::string device = "cpu";
   std::string model_dir, keywords;
   std::vector<std::string> texts;
   std::size_t top = 5;

@@ -17,6 +17,12 @@
 
 namespace examples {
 
+/// --device (device.hpp: require_device checks it can run here).
+inline void add_device_option(CLI::App& app, std::string& device) {
+  app.add_option("--device", device, "where the model runs: cpu, or cuda (a build with the CUDA backend, on a machine with a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
 namespace cli_detail {
 inline std::string show(double v) {
   char buf[32];

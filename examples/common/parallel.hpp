@@ -63,7 +63,13 @@ class Parallel {
   template <class Model>
   void attach(Model& model) {
 #if defined(ATTN_EXAMPLES_MPI)
-    if (comm_ && world_ > 1) ddp_.emplace(model, *comm_);
+    if (comm_ && world_ > 1) {
+      if constexpr (requires { typename Model::backend; } && !Model::backend::host_accessible)
+        throw attn::ArgumentError("data-parallel training of a model on " + std::string(Model::backend::name) +
+                                  " is not supported by the example programs: run one process");
+      else
+        ddp_.emplace(model, *comm_);
+    }
 #else
     (void)model;
 #endif

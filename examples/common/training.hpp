@@ -70,8 +70,22 @@ inline std::size_t steps_per_epoch(const TrainOptions& t, std::size_t samples, i
 
 /// Checks, before anything is written, that a resumed run's checkpoints fit `model` (a model of
 /// the directory's config.json; it is overwritten) and agree with state.json and this data.
+/// The backend a model runs on: Model::backend, else attn::cpu.
+template <class Model>
+struct model_backend {
+  using type = attn::cpu;
+};
+template <class Model>
+  requires requires { typename Model::backend; }
+struct model_backend<Model> {
+  using type = typename Model::backend;
+};
+template <class Model>
+using model_backend_t = typename model_backend<Model>::type;
+
 template <class Model>
 void check_resume(Model& model, const RunPlan& plan, const TrainOptions& t, std::size_t samples, int world) {
+  using B = model_backend_t<Model>;
   if (!plan.resume) return;
   const std::size_t per_epoch = training_detail::steps_per_epoch(t, samples, world);
   if (std::uint64_t(plan.state.step) > std::uint64_t(plan.state.epochs_done) * per_epoch)
@@ -79,13 +93,13 @@ void check_resume(Model& model, const RunPlan& plan, const TrainOptions& t, std:
                                       fmt::format("{} exceeds {} epochs of {} steps on this data", plan.state.step,
                                                   plan.state.epochs_done, per_epoch));
   attn::io::load(model, plan.state.last);
-  attn::optim::Adam<float> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
+  attn::optim::Adam<float, B> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
   attn::io::load_optimizer(opt, plan.state.optimizer);
   if (opt.steps() > plan.state.step)
     throw attn::FormatError::at_offset(plan.state.optimizer.string(), 0,
                                        fmt::format("metadata 'step' {} exceeds state.json's step {}", opt.steps(), plan.state.step));
   if (t.ema > 0) {
-    attn::optim::Ema<float> ema(model, {.decay = t.ema, .every = t.ema_every});
+    attn::optim::Ema<float, B> ema(model, {.decay = t.ema, .every = t.ema_every});
     attn::io::load_ema(ema, plan.state.ema);
     check_ema_steps(ema.steps(), opt.steps(), plan.state.ema, plan.state.optimizer);
   }
@@ -103,8 +117,9 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
                const std::vector<std::size_t>& lengths, MakeBatch&& make_batch, Loss&& loss, Validate&& validate) {
   namespace fs = std::filesystem;
   using training_detail::json;
+  using B = model_backend_t<Model>;
   const fs::path& dir = plan.dir;
-  attn::optim::Adam<float> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
+  attn::optim::Adam<float, B> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
   const std::size_t samples = lengths.size();
   const std::size_t global_batch = t.batch * std::size_t(par.world());  // --batch per process
   const std::size_t steps_per_epoch = training_detail::steps_per_epoch(t, samples, par.world());
@@ -132,7 +147,7 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
   par.attach(model);  // data-parallel: rank 0's weights everywhere, averaged gradients
   attn::optim::NonFiniteGuard guard(attn::optim::parse_on_non_finite(t.on_non_finite));
   // The moving average starts from the weights training starts (or resumes) from.
-  std::optional<attn::optim::Ema<float>> ema;
+  std::optional<attn::optim::Ema<float, B>> ema;
   if (t.ema > 0) {
     ema.emplace(model, attn::optim::EmaOptions{.decay = t.ema, .every = t.ema_every});
     if (plan.resume) attn::io::load_ema(*ema, dir / "ema.safetensors");
@@ -157,7 +172,7 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
       auto l = loss(tape, batch);
       par.backward(tape, l);  // and, data-parallel, the mean gradient of all processes
       const double norm = attn::optim::clip_grad_norm(opt.params(), t.clip);
-      const double lv = l.value()[0];
+      const double lv = l.value().to_vector()[0];  // (a wait for the device on a device backend)
       if (guard.check(lv, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
         opt.set_lr(sched(step));
         opt.step();

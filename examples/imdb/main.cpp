@@ -16,11 +16,13 @@
 #include <filesystem>
 #include <iostream>
 
+#include "../common/device.hpp"
 #include "../common/dump.hpp"
 #include "../common/json_files.hpp"
 #include "../common/report.hpp"
 #include "../common/run_dir.hpp"
 #include "run.hpp"
+#include "serve.hpp"
 
 namespace imdb {
 
@@ -251,69 +253,6 @@ inline void print_summary(const Prepared& p, const std::vector<RunResult>& runs)
   if (const auto et = entropy_table(runs); !et.empty()) fmt::print("\nattention entropy on validation (fraction of uniform)\n{}", et);
 }
 
-template <std::size_t Heads>
-int predict(const fs::path& dir, const std::vector<std::string>& texts, const std::string& dump) {
-  const auto cfg = examples::with_json_file(dir / "config.json", [&](const json& j) { return ModelConfig::from_json(j.at("model")); });
-  auto vocab = data::Vocab::load(dir / "vocab.txt");
-  if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
-  ImdbClassifier<Heads> model(cfg);
-  attn::io::load(model, examples::committed_model(dir));
-  model.eval();
-  const data::EnglishTokenizer tok;
-  for (auto& text : texts) {
-    auto toks = tok(text);
-    auto ids = encode(vocab, toks);
-    const auto kept = kept_positions(ids.size(), cfg.max_len, cfg.truncate);
-    attn::NoGrad ctx;
-    std::vector<attn::Tensor<float>> weights;
-    auto b = make_batch({&ids}, {0}, {model.nb_logit(ids)}, cfg);
-    auto pr = attn::softmax(ctx, model.forward(ctx, b, &weights)).value();
-    const bool pos = pr(0, 1) >= 0.5f;
-    fmt::print("{}\t{:.4f}", pos ? "positive" : "negative", pos ? pr(0, 1) : pr(0, 0));
-    if (!weights.empty()) {
-      // The tokens the last layer's heads attend to most, on average: over every row, or the
-      // [CLS] row alone (what the classifier sees).
-      const auto& w = weights.back();
-      const std::size_t t = kept.size(), off = cfg.offset();
-      std::vector<std::pair<float, std::size_t>> recv(t);
-      for (std::size_t j = 0; j < t; ++j) {
-        float s = 0;
-        for (std::size_t h = 0; h < Heads; ++h)
-          for (std::size_t i = 0; i < (off ? 1 : t); ++i) s += w(std::size_t(0), h, i, off + j);
-        recv[j] = {s / float(Heads * (off ? 1 : t)), j};
-      }
-      std::sort(recv.begin(), recv.end(), std::greater<>());
-      fmt::print("\t");
-      for (std::size_t k = 0; k < std::min<std::size_t>(5, t); ++k) {
-        const std::size_t src = kept[recv[k].second];
-        fmt::print("{}{}({:.3f})", k ? " " : "", src < toks.size() ? toks[src] : "?", recv[k].first);
-      }
-    }
-    fmt::print("\n");
-  }
-  if (!dump.empty()) {  // all texts as one padded batch, as the model sees them, and its logits
-    std::vector<std::vector<std::int32_t>> all;
-    for (auto& text : texts) all.push_back(encode(vocab, tok(text)));
-    std::vector<const std::vector<std::int32_t>*> ptrs;
-    std::vector<float> nb;
-    for (auto& ids : all) ptrs.push_back(&ids), nb.push_back(model.nb_logit(ids));
-    attn::NoGrad ctx;
-    const auto b = make_batch(ptrs, {}, nb, cfg);
-    const auto logits = model.forward(ctx, b).value();
-    using attn::io::DType;
-    attn::io::TensorMap records{{"ids", examples::dump_record(b.ids, DType::I32)},
-                                {"pos", examples::dump_record(b.pos, DType::I32)},
-                                {"cls", examples::dump_record(b.cls, DType::I32)},
-                                {"mask", examples::dump_record(b.mask.tensor(), DType::F32)},
-                                {"nb", examples::dump_record(b.nb, DType::F32)},
-                                {"logits", examples::dump_record(logits, DType::F32)}};
-    for (std::size_t k = 0; k < b.grams.size(); ++k) records.emplace(fmt::format("grams{}", k + 2), examples::dump_record(b.grams[k], DType::I32));
-    examples::write_dump(dump, records, "imdb");
-    fmt::print("dump: {} ({} texts)\n", dump, texts.size());
-  }
-  return 0;
-}
-
 }  // namespace imdb
 
 int main(int argc, char** argv) {
@@ -331,12 +270,20 @@ int main(int argc, char** argv) {
   const Options& o = cmd.options;
   try {
     attn::cpu::set_threads(int(o.threads));
+    const std::string& device = cmd.predict ? cmd.prediction.device : o.device;
+    examples::require_device(device);  // before any data is read
+    const bool cuda = device == "cuda";
+    if (cuda && (cmd.predict ? cmd.prediction.precision : o.train.precision) != "fp32")
+      throw attn::ArgumentError("--precision: with --device cuda the model computes in FP32 (bf16 and int8 are the CPU's)");
     if (cmd.predict) {
       PredictOptions& pr = cmd.prediction;
       if (pr.texts.empty()) pr.texts.push_back(kArticleSentence);
       const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       const auto heads = examples::with_json_file(fs::path(pr.model_dir) / "config.json",
                                                   [](const json& j) { return examples::json_count(j, "heads", 1, 16); });
+#if defined(ATTN_EXAMPLES_CUDA)
+      if (cuda) return predict_cuda(heads, pr.model_dir, pr.texts, pr.dump);
+#endif
       return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(pr.model_dir, pr.texts, pr.dump); });
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
@@ -369,7 +316,15 @@ int main(int argc, char** argv) {
         });
     par->barrier();  // no process is still reading when the directories change
     std::vector<RunResult> runs;
-    for (std::size_t k = 0; k < specs.size(); ++k) runs.push_back(train_run(specs[k], o, p, *par, plans[k]));
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+#if defined(ATTN_EXAMPLES_CUDA)
+      if (cuda) {
+        runs.push_back(train_run_cuda(specs[k], o, p, *par, plans[k]));
+        continue;
+      }
+#endif
+      runs.push_back(train_run(specs[k], o, p, *par, plans[k]));
+    }
     if (!par->main()) return 0;
     print_summary(p, runs);
     fs::create_directories(o.train.out);

@@ -19,6 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <span>
+#include <type_traits>
+
 #include "../common/json_files.hpp"
 #include "nblr.hpp"
 #include "pretrain.hpp"
@@ -135,19 +138,42 @@ struct ModelConfig {
   }
 };
 
-/// One padded batch: word ids, positions and the mask (B, T) of real tokens; for each n-gram
-/// length n = 2 .. ngram_order, the hashed id (B, T) of the n-gram starting at each kept token
-/// (0 where the review ends first, or without n-gram embeddings); the NB-LR log-odds (B, 1).
+/// One padded batch on backend B: word ids, positions and the mask (B, T) of real tokens; for each
+/// n-gram length n = 2 .. ngram_order, the hashed id (B, T) of the n-gram starting at each kept
+/// token (0 where the review ends first, or without n-gram embeddings); the NB-LR log-odds (B, 1).
 /// With a [CLS] token, position 0 of every row is it: word id 0 (no word), cls id 1 (cls_mask 1),
 /// and the review follows from position 1.
-struct Batch {
-  Tensor<std::int32_t, Shape<dyn, dyn>> ids, pos, cls;
-  std::vector<Tensor<std::int32_t, Shape<dyn, dyn>>> grams;
-  attn::KeepMask<float, Shape<dyn, dyn>> mask, cls_mask;
-  Tensor<float, Shape<dyn, 1>> nb;
-  Tensor<std::int64_t, Shape<dyn>> labels;
+template <class B = attn::cpu>
+struct BatchOn {
+  Tensor<std::int32_t, Shape<dyn, dyn>, B> ids, pos, cls;
+  std::vector<Tensor<std::int32_t, Shape<dyn, dyn>, B>> grams;
+  attn::KeepMask<float, Shape<dyn, dyn>, B> mask, cls_mask;
+  Tensor<float, Shape<dyn, 1>, B> nb;
+  Tensor<std::int64_t, Shape<dyn>, B> labels;
   std::size_t size() const { return ids.size(0); }
 };
+using Batch = BatchOn<attn::cpu>;
+
+/// A host batch on backend B (the same batch for attn::cpu).
+template <class B>
+BatchOn<B> to_backend(const Batch& b) {
+  if constexpr (std::is_same_v<B, attn::cpu>) {
+    return b;
+  } else {
+    auto move = [](const auto& t) {
+      using T = typename std::remove_cvref_t<decltype(t)>::value_type;
+      using S = typename std::remove_cvref_t<decltype(t)>::shape_type;
+      return Tensor<T, S, B>::from(t.dims(), std::span<const T>(t.data(), t.numel()));
+    };
+    BatchOn<B> d;
+    d.ids = move(b.ids), d.pos = move(b.pos), d.cls = move(b.cls);
+    for (auto& g : b.grams) d.grams.push_back(move(g));
+    d.mask = attn::KeepMask(move(b.mask.tensor()));
+    d.cls_mask = attn::KeepMask(move(b.cls_mask.tensor()));
+    d.nb = move(b.nb), d.labels = move(b.labels);
+    return d;
+  }
+}
 
 /// Builds a batch from whole encoded reviews, their labels and their NB-LR log-odds (empty: zeros).
 /// The n-grams are those of the review itself: where head+tail truncation joins the two parts, the
@@ -206,9 +232,11 @@ inline nn::TransformerEncoderOptions encoder_options(const ModelConfig& c) {
           .checkpoint = c.checkpoint};
 }
 
-template <std::size_t Heads>
+/// The model on backend B (attn::cpu or attn::cuda).
+template <std::size_t Heads, class B = attn::cpu>
 struct ImdbClassifier : nn::Module {
   static constexpr std::size_t heads = Heads;
+  using backend = B;
 
   explicit ImdbClassifier(const ModelConfig& c)
       : cfg(c),
@@ -224,9 +252,9 @@ struct ImdbClassifier : nn::Module {
     }
     const std::size_t rows = std::max<std::size_t>(c.nblr_buckets + 1, 2);
     // Fitted by LIBLINEAR (set_nblr), not by the optimizer; saved with the other weights.
-    nblr_weight = register_parameter<float, Shape<dyn, 1>>("nblr.weight", {rows, 1});
+    nblr_weight = register_parameter<float, Shape<dyn, 1>, B>("nblr.weight", {rows, 1});
     nblr_weight.data()->requires_grad = false;
-    nblr_bias = register_parameter<float, Shape<1, 1>>("nblr.bias", {1, 1});
+    nblr_bias = register_parameter<float, Shape<1, 1>, B>("nblr.bias", {1, 1});
     nblr_bias.data()->requires_grad = false;
   }
 
@@ -242,18 +270,17 @@ struct ImdbClassifier : nn::Module {
   /// correction.
   void set_nblr(const NbLr& m, const PlattScale& s) {
     if (m.weight.size() != nblr_weight.size(0)) throw attn::ArgumentError("set_nblr: expected " + std::to_string(nblr_weight.size(0)) + " weights");
-    std::copy(m.weight.begin(), m.weight.end(), const_cast<float*>(nblr_weight.raw().data()));
-    const_cast<float*>(nblr_bias.raw().data())[0] = m.bias;
+    write(nblr_weight, m.weight);
+    write(nblr_bias, std::vector<float>{m.bias});
     const std::size_t col = cls ? kDim : 2 * kDim;  // the score's column: after the pooled features
     const auto weight = cls ? cls_head->weight.erased() : head->weight.erased();
     const auto bias_var = cls ? cls_head->bias.erased() : head->bias.erased();
-    float* w = const_cast<float*>(weight.raw().data());
-    std::fill(w, w + 2 * (col + 1), 0.0f);
+    std::vector<float> w = weight.value().to_vector();
+    std::fill(w.begin(), w.begin() + std::ptrdiff_t(2 * (col + 1)), 0.0f);
     w[0 * (col + 1) + col] = float(-s.a / 2);
     w[1 * (col + 1) + col] = float(s.a / 2);
-    float* bias = const_cast<float*>(bias_var.raw().data());
-    bias[0] = float(-s.b / 2);
-    bias[1] = float(s.b / 2);
+    write(weight, w);
+    write(bias_var, std::vector<float>{float(-s.b / 2), float(s.b / 2)});
   }
 
   /// Starts the word and n-gram tables from pretrained ones (pretrain.hpp), both scaled by the one
@@ -265,10 +292,10 @@ struct ImdbClassifier : nn::Module {
     for (float v : pre.words) ss += double(v) * double(v);
     const double rms = std::sqrt(ss / double(pre.words.size() - kDim));
     const float scale = rms > 0 ? float(0.1 / rms) : 1.0f;
-    auto load = [scale](nn::Embedding<kDim>& e, const std::vector<float>& w) {
-      float* d = e.weight.data()->value.data();
-      for (std::size_t i = 0; i < w.size(); ++i) d[i] = w[i] * scale;
-      e.weight.data()->mark_value_written();
+    auto load = [scale](nn::Embedding<kDim, float, B>& e, const std::vector<float>& w) {
+      std::vector<float> v(w.size());
+      for (std::size_t i = 0; i < w.size(); ++i) v[i] = w[i] * scale;
+      write(e.weight, v);
     };
     load(tokens, pre.words);
     if (cfg.ngram_buckets) load(ngrams, pre.ngrams);
@@ -277,13 +304,26 @@ struct ImdbClassifier : nn::Module {
   /// The NB-LR log-odds of a whole encoded review (0 without the ensemble).
   float nb_logit(const std::vector<std::int32_t>& ids) const {
     if (!cfg.ensemble()) return 0.0f;
-    return nblr_logit(nblr_weight.raw().data(), nblr_bias.raw().data()[0], distinct_ngrams(ids, cfg.nblr()));
+    if constexpr (B::host_accessible) {
+      return nblr_logit(nblr_weight.raw().data(), nblr_bias.raw().data()[0], distinct_ngrams(ids, cfg.nblr()));
+    } else {
+      const auto w = nblr_weight.value().to_vector();
+      return nblr_logit(w.data(), nblr_bias.value().to_vector()[0], distinct_ngrams(ids, cfg.nblr()));
+    }
+  }
+
+  /// Writes host values over a parameter's value (whichever backend holds it).
+  template <class S>
+  static void write(const attn::Var<float, S, B>& v, const std::vector<float>& host) {
+    auto t = v.data()->value;  // shares the storage
+    t.copy_from_host(std::span<const float>(host));
+    v.data()->mark_value_written();
   }
 
   /// Logits (B, 2). When weights is given, every encoder layer's attention weights (B, Heads, T, T)
   /// are stored there, first layer first (none without layers).
   template <attn::Context C>
-  auto forward(C& ctx, const Batch& b, std::vector<Tensor<float>>* weights = nullptr) const {
+  auto forward(C& ctx, const BatchOn<B>& b, std::vector<Tensor<float, attn::AnyShape, B>>* weights = nullptr) const {
     const bool tr = training();
     auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);  // (B, T, Dim)
     for (const auto& g : b.grams) x = x + (tr ? drop_rows(ctx, ngrams(ctx, g), cfg.ngram_dropout) : ngrams(ctx, g));
@@ -298,41 +338,42 @@ struct ImdbClassifier : nn::Module {
     } else if (cfg.layers && !cls) {
       h = (*encoder)(ctx, x, b.mask);
     }
-    attn::Var<float> nb(b.nb.erased());  // (B, 1), an input: no gradient
+    attn::Var<float, attn::AnyShape, B> nb(b.nb.erased());  // (B, 1), an input: no gradient
     if (cls) {  // the [CLS] token's state (B, Dim): position 0
       // Only the [CLS] row of the last layer is computed (its query over every token), unless the
       // weights are asked for: the same values as the full layer's row 0.
       auto state = weights ? nn::masked_mean(ctx, h, b.cls_mask).erased()
                            : attn::reshape(ctx, encoder->forward_rows(ctx, x, b.mask, 1), attn::Dims{b.size(), kDim});
       auto pooled = nn::dropout(ctx, state, cfg.dropout, tr);
-      return (*cls_head)(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
+      return (*cls_head)(ctx, attn::concat(ctx, std::vector<attn::Var<float, attn::AnyShape, B>>{pooled.erased(), nb}, 1));  // (B, 2)
     }
     // Mean and max of the real tokens' states (B, 2 Dim).
-    std::vector<attn::Var<float>> feats{nn::masked_mean(ctx, h, b.mask).erased(), nn::masked_max(ctx, h, b.mask).erased()};
+    std::vector<attn::Var<float, attn::AnyShape, B>> feats{nn::masked_mean(ctx, h, b.mask).erased(), nn::masked_max(ctx, h, b.mask).erased()};
     auto pooled = nn::dropout(ctx, attn::concat(ctx, feats, 1), cfg.dropout, tr);
-    return (*head)(ctx, attn::concat(ctx, std::vector<attn::Var<float>>{pooled.erased(), nb}, 1));  // (B, 2)
+    return (*head)(ctx, attn::concat(ctx, std::vector<attn::Var<float, attn::AnyShape, B>>{pooled.erased(), nb}, 1));  // (B, 2)
   }
 
   /// Token dropout of an embedding lookup e (B, T, Dim): each token's vector is zeroed whole with
   /// probability p and the others scaled by 1 / (1 - p), from the context's random stream.
   template <attn::Context C, class S>
-  static attn::Var<float, S> drop_rows(C& ctx, const attn::Var<float, S>& e, double p) {
+  static attn::Var<float, S, B> drop_rows(C& ctx, const attn::Var<float, S, B>& e, double p) {
     if (p == 0) return e;
     const auto& d = e.dims();
-    auto keep = Tensor<float>::zeros({d.v[0], d.v[1], 1});
+    std::vector<float> keep(d.v[0] * d.v[1]);  // drawn on the host, from the context's stream
     const float scale = float(1 / (1 - p));
-    for (std::size_t i = 0; i < keep.numel(); ++i) keep[i] = ctx.rng().uniform() < p ? 0.0f : scale;
-    return attn::Var<float, S>(attn::mul(ctx, e, attn::Var<float>(keep)));
+    for (auto& k : keep) k = ctx.rng().uniform() < p ? 0.0f : scale;
+    const auto kt = Tensor<float, attn::AnyShape, B>::from({d.v[0], d.v[1], 1}, std::span<const float>(keep));
+    return attn::Var<float, S, B>(attn::mul(ctx, e, attn::Var<float, attn::AnyShape, B>(kt)));
   }
 
   ModelConfig cfg;
-  nn::Embedding<kDim> tokens, positions, ngrams;
-  std::optional<nn::TransformerEncoder<Heads, kDim>> encoder;  // none without layers
-  std::optional<nn::Embedding<kDim>> cls;                      // the [CLS] token (Pool::cls)
-  std::optional<nn::Linear<2 * kDim + 1, 2>> head;          // mean+max features and the NB-LR score
-  std::optional<nn::Linear<kDim + 1, 2>> cls_head;          // the [CLS] state and the NB-LR score
-  attn::Var<float, Shape<dyn, 1>> nblr_weight;
-  attn::Var<float, Shape<1, 1>> nblr_bias;
+  nn::Embedding<kDim, float, B> tokens, positions, ngrams;
+  std::optional<nn::TransformerEncoder<Heads, kDim, float, B>> encoder;  // none without layers
+  std::optional<nn::Embedding<kDim, float, B>> cls;                      // the [CLS] token (Pool::cls)
+  std::optional<nn::Linear<2 * kDim + 1, 2, float, B>> head;          // mean+max features and the NB-LR score
+  std::optional<nn::Linear<kDim + 1, 2, float, B>> cls_head;          // the [CLS] state and the NB-LR score
+  attn::Var<float, Shape<dyn, 1>, B> nblr_weight;
+  attn::Var<float, Shape<1, 1>, B> nblr_bias;
 };
 
 }  // namespace imdb

@@ -24,6 +24,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--ensemble", o.ensemble, "also train an explicit ensemble, reported in its own row: nblr = the attention model + the NB-LR log-odds")
       ->check(CLI::IsMember({"none", "nblr"}));
   examples::add_training_flags(app, o.train);
+  examples::add_device_option(app, o.device);
   app.add_option("--dropout", o.dropout, "dropout on embeddings, residuals and the pooled features")->check(examples::real(0, 0.95));
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss (torch's cross_entropy label_smoothing)")
@@ -57,6 +58,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   PredictOptions& pr = cmd.prediction;
   auto* pred = app.add_subcommand("predict", "classify text with a trained model");
   pred->add_option("--model", pr.model_dir, "a run directory, e.g. runs/imdb/h8")->required();
+  examples::add_device_option(*pred, pr.device);
   pred->add_option("--precision", pr.precision,
                    "bf16: the products of the linear layers and the attention on bfloat16 operands with float sums; int8: the linear weights quantized to int8 "
                    "per output channel, activations per row (dynamic quantization)")

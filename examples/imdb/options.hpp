@@ -33,6 +33,7 @@ inline std::size_t auto_ngram_buckets(std::size_t training_tokens) {
 inline constexpr const char* kArticleSentence = "The movie was not good, but the acting was brilliant.";
 
 struct Options {
+  std::string device = "cpu";  // --device: cpu or cuda
   std::string data = "examples/imdb/sample/aclImdb";
   examples::TrainOptions train{.out = "runs/imdb", .epochs = 2, .batch = 32, .patience = 2, .warmup = 0.06};
   std::size_t heads = 8;
@@ -61,6 +62,7 @@ struct Options {
 
 /// `imdb predict`: texts to classify with a trained run directory.
 struct PredictOptions {
+  std::string device = "cpu";
   std::string model_dir;
   std::vector<std::string> texts;
   std::string dump;  // --dump: the batch of all texts and its logits, as safetensors

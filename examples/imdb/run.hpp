@@ -174,4 +174,10 @@ inline ModelConfig resumed_config(const examples::RunPlan& plan, std::size_t hea
 /// ranks return the history).
 RunResult train_run(const RunSpec& r, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan);
 
+#if defined(ATTN_EXAMPLES_CUDA)
+/// train_run and predict with the model on attn::cuda (cuda.cu, compiled by nvcc).
+RunResult train_run_cuda(const RunSpec& r, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan);
+int predict_cuda(std::size_t heads, const fs::path& dir, const std::vector<std::string>& texts, const std::string& dump);
+#endif
+
 }  // namespace imdb

@@ -30,7 +30,9 @@ using Result = std::vector<Array>;
   X(masked_fill_softmax) X(embedding_i32) X(embedding_i64) X(cross_entropy) X(cross_entropy_smoothing)
 #define ATTN_CONFORMANCE_LAYERS(X)                                                                                      \
   X(layer_norm) X(layer_norm_module) X(masked_mean) X(masked_max) X(dropout) X(linear) X(embedding_layer) X(lstm)       \
-  X(bilstm) X(bilstm_classifier) X(checkpointed_blocks) X(encoder_rows) X(encoder_global_mask)
+  X(bilstm) X(bilstm_classifier) X(checkpointed_blocks) X(encoder_rows) X(encoder_global_mask) X(attention_compute)        \
+  X(attention_zero) X(attention_weights_mask) X(training_steps) X(checkpoint_roundtrip)
+#define ATTN_CONFORMANCE_MODELS(X) X(clue_model) X(imdb_model) X(imdb_model_cls)
 
 #define ATTN_CONFORMANCE_NAME(n) #n,
 inline const std::vector<std::string>& ops_cases() {
@@ -39,6 +41,10 @@ inline const std::vector<std::string>& ops_cases() {
 }
 inline const std::vector<std::string>& layer_cases() {
   static const std::vector<std::string> v = {ATTN_CONFORMANCE_LAYERS(ATTN_CONFORMANCE_NAME)};
+  return v;
+}
+inline const std::vector<std::string>& model_cases() {
+  static const std::vector<std::string> v = {ATTN_CONFORMANCE_MODELS(ATTN_CONFORMANCE_NAME)};
   return v;
 }
 #undef ATTN_CONFORMANCE_NAME
@@ -50,5 +56,8 @@ Result run_ops(const std::string& name, std::uint64_t seed);
 /// The same for layer_cases() (conformance_layers.hpp).
 template <class T, class B>
 Result run_layers(const std::string& name, std::uint64_t seed);
+/// The same for model_cases() (conformance_models.hpp: the example programs' models), in float.
+template <class B>
+Result run_models(const std::string& name, std::uint64_t seed);
 
 }  // namespace conformance

@@ -5,6 +5,11 @@
 // first rows (forward_rows). Parameters are initialised on the host from their names,
 // so both backends start from the same weights. Included by the TUs that instantiate run_layers<T, B>.
 #pragma once
+#include <unistd.h>
+
+#include <filesystem>
+#include <limits>
+
 #include "conformance_support.hpp"
 
 namespace conformance::layers {
@@ -17,6 +22,14 @@ void record_parameter_grads(Result& r, const nn::Module& m) {
   const auto named = m.named_parameters();
   const auto vars = m.parameters<T, B>();
   for (std::size_t i = 0; i < vars.size(); ++i) record_grad(r, named[i].first, vars[i]);
+}
+
+/// Every parameter's value of a module, by its PyTorch name after `prefix`.
+template <class T, class B>
+void record_values(Result& r, const nn::Module& m, const std::string& prefix) {
+  const auto named = m.named_parameters();
+  const auto vars = m.parameters<T, B>();
+  for (std::size_t i = 0; i < vars.size(); ++i) record(r, prefix + named[i].first, vars[i].value());
 }
 
 template <class T, class B>
@@ -257,6 +270,196 @@ Result encoder_global_mask(std::uint64_t seed) {
   record_value(r, "y", y);
   record_grad(r, "x", x);
   record_parameter_grads<T, B>(r, enc);
+  return r;
+}
+
+/// nn::Attention<4, 32> over a padded batch (lengths 11, 5, 8) with attention dropout, the padded
+/// query rows computed (PaddedRows::compute, under a KeepMask) or zeroed and skipped
+/// (PaddedRows::zero, under Lengths).
+template <class T, class B>
+Result attention_case(std::uint64_t seed, attn::nn::PaddedRows padded) {
+  Rng rng(seed);
+  Tape tape(seed);
+  nn::Attention<4, 32, T, B> att(nullptr, "attn", {.dropout = 0.2, .padded = padded});
+  auto x = input<T, B>(rng, {3, 11, 32});
+  std::vector<T> keep(3 * 11, T(0));
+  const int len[3] = {11, 5, 8};
+  for (int i = 0; i < 3; ++i)
+    for (int s = 0; s < len[i]; ++s) keep[std::size_t(i) * 11 + std::size_t(s)] = T(1);
+  auto y = padded == nn::PaddedRows::zero ? att(tape, x, attn::Lengths{11, 5, 8})
+                                          : att(tape, x, attn::KeepMask(tensor<T, B>({3, 11}, keep)));
+  backward_from(tape, y, rng);
+  Result r;
+  record_value(r, "y", y);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, att);
+  return r;
+}
+template <class T, class B>
+Result attention_compute(std::uint64_t seed) {
+  return attention_case<T, B>(seed, nn::PaddedRows::compute);
+}
+template <class T, class B>
+Result attention_zero(std::uint64_t seed) {
+  return attention_case<T, B>(seed, nn::PaddedRows::zero);
+}
+
+/// forward_with_weights under padding and an additive (T, T) attn_mask (causal, -inf above the
+/// diagonal, plus a learned-bias-like ramp), without bias terms: the output, the returned weights
+/// and every gradient; then the same layer in eval mode without a tape (NoGrad).
+template <class T, class B>
+Result attention_weights_mask(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape(seed);
+  nn::Attention<2, 16, T, B> att(nullptr, "attn", {.dropout = 0.1, .bias = false});
+  auto x = input<T, B>(rng, {2, 7, 16});
+  std::vector<T> am(7 * 7);
+  for (int i = 0; i < 7; ++i)
+    for (int j = 0; j < 7; ++j)
+      am[std::size_t(i) * 7 + std::size_t(j)] = j > i ? -std::numeric_limits<T>::infinity() : T(0.1) * T(i - j);
+  const auto mask = tensor<T, B>({7, 7}, am);
+  auto res = att.forward_with_weights(tape, x, attn::Lengths{7, 4}, {.attn_mask = mask});
+  backward_from(tape, res.out, rng);
+  Result r;
+  record_value(r, "y", res.out);
+  record(r, "weights", res.weights);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, att);
+  att.eval();
+  attn::NoGrad ng;
+  record_value(r, "y eval", att(ng, x, attn::Lengths{7, 4}, {.attn_mask = mask}));
+  return r;
+}
+
+/// A sparse word table, a dense position table and a linear head trained three steps: AdamW
+/// (SparseAdam's lazy update for the word table), gradient clipping that binds, the non-finite
+/// guard, a moving average; then a step with a NaN loss that the guard skips; then SGD with
+/// Nesterov momentum. Records the norms, the guard's verdicts, the weights, Adam's moments and the
+/// average. Rows 40..49 of the word table are never looked up: SparseAdam must leave them alone.
+template <class T, class B>
+struct TrainNet : nn::Module {
+  nn::Embedding<8, T, B> words{this, "words", 50, {.padding_idx = 0, .sparse = true}};
+  nn::Embedding<8, T, B> pos{this, "pos", 6};
+  nn::Linear<8, 3, T, B> head{this, "head"};
+
+  template <attn::Context C>
+  auto loss(C& ctx, Rng& rng) const {
+    const std::size_t b = 4, t = 6;
+    const std::vector<int> lengths = {6, 3, 1, 5};
+    std::vector<std::int32_t> ids(b * t, 0), pos_ids(b * t, 0);
+    std::vector<std::int64_t> labels(b);
+    for (std::size_t i = 0; i < b; ++i) {
+      labels[i] = static_cast<std::int64_t>(rng.below(3));
+      for (std::size_t s = 0; s < std::size_t(lengths[i]); ++s) {
+        ids[i * t + s] = 1 + static_cast<std::int32_t>(rng.below(39));
+        pos_ids[i * t + s] = static_cast<std::int32_t>(s);
+      }
+    }
+    using I = attn::Tensor<std::int32_t, AnyShape, B>;
+    auto x = attn::add(ctx, words(ctx, I::from({b, t}, std::span<const std::int32_t>(ids))),
+                       pos(ctx, I::from({b, t}, std::span<const std::int32_t>(pos_ids))));
+    auto logits = head(ctx, nn::masked_mean(ctx, x, attn::Lengths(lengths)));
+    return attn::cross_entropy(ctx, logits, attn::Tensor<std::int64_t, AnyShape, B>::from({b}, std::span<const std::int64_t>(labels)));
+  }
+};
+template <class T, class B>
+Result training_steps(std::uint64_t seed) {
+  Rng rng(seed);
+  TrainNet<T, B> m;
+  attn::optim::Adam<T, B> opt(m, {.lr = 0.05, .weight_decay = 0.1, .decoupled = true});
+  attn::optim::Ema<T, B> ema(m, {.decay = 0.8});
+  attn::optim::NonFiniteGuard guard(attn::optim::OnNonFinite::skip);
+  Result r;
+  auto scalar = [&](const std::string& name, double v) { r.push_back({name, {v}}); };
+  for (int step = 0; step < 4; ++step) {
+    Tape tape(seed + std::uint64_t(step));
+    auto loss = m.loss(tape, rng);
+    const bool poison = step == 3;
+    if (poison) {
+      tape.backward(loss, Ten<T, B>::full(loss.dims(), std::numeric_limits<T>::quiet_NaN()));
+    } else {
+      tape.backward(loss);
+    }
+    const double norm = attn::optim::clip_grad_norm(opt.params(), 0.05);
+    if (!poison) scalar("norm " + std::to_string(step), norm);
+    std::string bad;
+    const bool finite = attn::optim::grads_finite(opt.named_params(), &bad);
+    scalar("finite " + std::to_string(step), finite ? 1 : 0);
+    const bool apply = guard.check(poison ? std::numeric_limits<double>::quiet_NaN() : loss.value().to_vector()[0], norm,
+                                   opt.named_params(), step);
+    scalar("applied " + std::to_string(step), apply ? 1 : 0);
+    if (!finite) scalar("first non-finite is words.weight", bad == "words.weight" ? 1 : 0);
+    if (apply) {
+      opt.step();
+      ema.update();
+    }
+    opt.zero_grad();
+  }
+  record_values<T, B>(r, m, "adam ");
+  for (std::size_t k = 0; k < opt.params().size(); ++k) {
+    record(r, "exp_avg " + std::to_string(k), opt.exp_avg(k));
+    record(r, "exp_avg_sq " + std::to_string(k), opt.exp_avg_sq(k));
+    record(r, "ema " + std::to_string(k), ema.other(k));
+  }
+  ema.swap();
+  record_values<T, B>(r, m, "swapped ");
+  ema.swap();
+  attn::optim::Sgd<T, B> sgd(m, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+  for (int step = 0; step < 2; ++step) {
+    Tape tape(seed + 10 + std::uint64_t(step));
+    tape.backward(m.loss(tape, rng));
+    sgd.step();
+    sgd.zero_grad();
+  }
+  record_values<T, B>(r, m, "sgd ");
+  return r;
+}
+
+/// Weights trained one step on B, saved with the optimizer and the moving average, then loaded
+/// into fresh models on B and on the CPU and into a fresh optimizer and average on B: a file
+/// written from one backend loads on the other.
+template <class T, class B>
+Result checkpoint_roundtrip(std::uint64_t seed) {
+  namespace fs = std::filesystem;
+  Rng rng(seed);
+  TrainNet<T, B> m;
+  attn::optim::Adam<T, B> opt(m, {.lr = 0.05});
+  attn::optim::Ema<T, B> ema(m, {.decay = 0.5});
+  Tape tape(seed);
+  tape.backward(m.loss(tape, rng));
+  opt.step();
+  ema.update();
+  const fs::path dir = fs::temp_directory_path() /
+                       ("attn-conformance-" + std::string(B::name) + "-" + std::to_string(seed) + "-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  struct Remove {
+    fs::path p;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } remove{dir};
+  attn::io::save(m, dir / "model.safetensors", {{"step", "1"}});
+  attn::io::save_optimizer(opt, dir / "optimizer.safetensors");
+  attn::io::save_ema(ema, dir / "ema.safetensors");
+  TrainNet<T, B> same;
+  TrainNet<T, attn::cpu> host;
+  attn::nn::init::constant(same.head.weight, T(0));
+  attn::nn::init::constant(host.head.weight, T(0));
+  attn::io::load(same, dir / "model.safetensors");
+  attn::io::load(host, dir / "model.safetensors");
+  attn::optim::Adam<T, B> opt2(same, {.lr = 0.05});
+  attn::io::load_optimizer(opt2, dir / "optimizer.safetensors");
+  attn::optim::Ema<T, B> ema2(same, {.decay = 0.5});
+  attn::io::load_ema(ema2, dir / "ema.safetensors");
+  Result r;
+  record_values<T, B>(r, same, "loaded ");
+  record_values<T, attn::cpu>(r, host, "loaded on the cpu ");
+  r.push_back({"steps", {double(opt2.steps()), double(ema2.steps())}});
+  for (std::size_t k = 0; k < opt2.params().size(); ++k) {
+    record(r, "exp_avg " + std::to_string(k), opt2.exp_avg(k));
+    record(r, "ema " + std::to_string(k), ema2.other(k));
+  }
   return r;
 }
 

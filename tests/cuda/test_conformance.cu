@@ -82,6 +82,15 @@ TEMPLATE_TEST_CASE("conformance: layers on cuda match cpu", "[cuda][conformance]
   run_all<TestType>(conformance::layer_cases(), true);
 }
 
+TEST_CASE("conformance: the example programs' models on cuda match cpu", "[cuda][conformance][models]") {
+  for (const auto& name : conformance::model_cases()) {
+    DYNAMIC_SECTION(name) {
+      const std::uint64_t seed = seed_of(name);
+      compare(name, conformance::run_models<attn::cuda>(name, seed), conformance::run_models<attn::cpu>(name, seed), tolerance<float>());
+    }
+  }
+}
+
 TEST_CASE("cuda ops reject bad ids and targets with the CPU's errors", "[cuda][conformance][errors]") {
   using attn::AnyShape;
   using attn::Dims;

@@ -70,23 +70,21 @@ struct VarData {
   }
 
   /// The gradient for a scatter into the rows named by ids (padding_idx excluded); with
-  /// sparse_rows, records them.
+  /// sparse_rows, records them. ids are in B's memory: a device backend copies them to the host to
+  /// record the rows (one wait for the device per call while the gradient is row-sparse).
   template <class I>
   Tensor<T, AnyShape, B>& grad_ref_rows(const I* ids, std::size_t n, long long padding_idx) {
     if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
     ++grad_writes;
-    if constexpr (B::host_accessible) {
-      if (sparse_rows && !grad_dense && value.rank() == 2) {
-        const std::size_t rows = value.dims()[0];
-        if (row_marked.size() != rows) row_marked.assign(rows, 0);
-        for (std::size_t i = 0; i < n; ++i) {
-          const auto r = static_cast<std::size_t>(ids[i]);
-          if (static_cast<long long>(ids[i]) == padding_idx || r >= rows || row_marked[r]) continue;
-          row_marked[r] = 1;
-          grad_rows.push_back(r);
-        }
-        return grad;
+    if (sparse_rows && !grad_dense && value.rank() == 2) {
+      if constexpr (B::host_accessible) {
+        mark_rows(ids, n, padding_idx);
+      } else {
+        std::vector<I> host(n);
+        B::template to_host<I>(host.data(), ids, n);
+        mark_rows(host.data(), n, padding_idx);
       }
+      return grad;
     }
     grad_dense = true;
     return grad;
@@ -108,12 +106,13 @@ struct VarData {
     }
   }
 
-  /// Clears the gradient. A row-sparse one keeps its buffer and zeroes only its recorded rows.
+  /// Clears the gradient. A row-sparse one keeps its buffer and zeroes only its recorded rows (a
+  /// device backend clears the whole buffer in one fill rather than one per row).
   void zero_grad() {
     if (grad_is_row_sparse()) {
-      const std::size_t dim = value.dims()[1];
+      if constexpr (!B::host_accessible) B::template fill<T>(grad.data(), grad.numel(), T(0));
       for (auto r : grad_rows) {
-        B::template fill<T>(grad.data() + r * dim, dim, T(0));
+        if constexpr (B::host_accessible) B::template fill<T>(grad.data() + r * value.dims()[1], value.dims()[1], T(0));
         row_marked[r] = 0;
       }
     } else {
@@ -122,6 +121,20 @@ struct VarData {
     }
     grad_rows.clear();
     grad_dense = false;
+  }
+
+ private:
+  /// Records the rows named by host ids[0, n) (padding_idx and out-of-range ids skipped).
+  template <class I>
+  void mark_rows(const I* ids, std::size_t n, long long padding_idx) {
+    const std::size_t rows = value.dims()[0];
+    if (row_marked.size() != rows) row_marked.assign(rows, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(ids[i]);
+      if (static_cast<long long>(ids[i]) == padding_idx || r >= rows || row_marked[r]) continue;
+      row_marked[r] = 1;
+      grad_rows.push_back(r);
+    }
   }
 };
 

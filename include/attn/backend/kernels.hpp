@@ -12,6 +12,7 @@
 #include "cpu/embedding.hpp"
 #include "cpu/layer_kernels.hpp"
 #include "cpu/lstm.hpp"
+#include "cpu/optim_kernels.hpp"
 #include "cpu/reduce.hpp"
 #include "cpu/softmax.hpp"
 #include "element_math.hpp"
@@ -23,6 +24,7 @@
 #include "cuda/embedding.cuh"
 #include "cuda/layer_kernels.cuh"
 #include "cuda/lstm.cuh"
+#include "cuda/optim.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/softmax.cuh"
 #endif

@@ -36,8 +36,6 @@ struct EmaOptions {
 /// while swapped, the model holds the average, and update() refuses to run.
 template <class T = float, class B = cpu>
 class Ema {
-  static_assert(B::host_accessible, "optim::Ema: this backend provides its own kernel");
-
  public:
   Ema(const nn::Module& model, EmaOptions opt = {}) : Ema(NamedParams<T, B>::of(model), opt) {}
   Ema(NamedParams<T, B> params, EmaOptions opt) : p_(std::move(params)), opt_(opt) {
@@ -45,7 +43,7 @@ class Ema {
     if (opt_.every < 1) throw std::invalid_argument("optim::Ema: every must be at least 1, is " + std::to_string(opt_.every));
     for (auto& v : p_.vars) {
       Tensor<T, AnyShape, B> a(v.dims());
-      std::copy_n(v.data()->value.data(), a.numel(), a.data());
+      B::template copy<T>(a.data(), v.data()->value.data(), a.numel());
       avg_.push_back(std::move(a));
     }
   }
@@ -61,22 +59,15 @@ class Ema {
     if (swapped_) throw std::logic_error("optim::Ema::update: the model holds the average (swap() back first)");
     if (++steps_ % opt_.every != 0) return;
     const T d = T(decay_at(updates_++)), e = T(1) - d;
-    for (std::size_t k = 0; k < p_.vars.size(); ++k) {
-      const T* p = p_.vars[k].data()->value.data();
-      T* a = avg_[k].data();
-      const long long n = static_cast<long long>(avg_[k].numel());
-#if defined(_OPENMP)
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-#endif
-      for (long long i = 0; i < n; ++i) a[i] = d * a[i] + e * p[i];
-    }
+    for (std::size_t k = 0; k < p_.vars.size(); ++k)
+      kernels::ema_update(B{}, avg_[k].numel(), avg_[k].data(), p_.vars[k].data()->value.data(), d, e);
   }
 
   /// Exchanges the parameters' values with the average (no copy of either is made).
   void swap() {
     for (std::size_t k = 0; k < p_.vars.size(); ++k) {
       auto& d = *p_.vars[k].data();
-      std::swap_ranges(avg_[k].data(), avg_[k].data() + avg_[k].numel(), d.value.data());
+      kernels::swap_values(B{}, avg_[k].numel(), avg_[k].data(), d.value.data());
       d.mark_value_written();
     }
     swapped_ = !swapped_;

@@ -29,25 +29,32 @@ struct NamedParams {
   }
 };
 
+namespace detail {
+/// Calls f(offset, count) over the spans of a parameter's gradient that the optimizers read. On the
+/// host: the recorded rows of a row-sparse gradient, else the whole buffer. On a device: the whole
+/// buffer in one span (outside its recorded rows a row-sparse gradient is zero), one kernel instead
+/// of one per row.
+template <class T, class B, class F>
+void for_each_grad_block(const VarData<T, B>& d, F&& f) {
+  if constexpr (B::host_accessible) {
+    d.for_each_grad_span(f);
+  } else if (!d.grad.empty()) {
+    f(std::size_t{0}, d.grad.numel());
+  }
+}
+}  // namespace detail
+
 /// Scales all gradients so that their joint L2 norm is at most max_norm (PyTorch's
 /// clip_grad_norm_, with its 1e-6 guard). Returns the norm before clipping; a max_norm of 0 or
-/// less only measures it. A NaN or infinite norm leaves the gradients as they are.
+/// less only measures it. A NaN or infinite norm leaves the gradients as they are. On a device
+/// backend it waits for the device (the norm comes back to the host).
 template <class T, class B>
 double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max_norm) {
-  static_assert(B::host_accessible, "clip_grad_norm: this backend provides its own kernel");
   double total = 0;
   for (auto& p : params) {
     const auto& d = *p.data();
     const T* q = d.grad.data();
-    d.for_each_grad_span([&](std::size_t off, std::size_t count) {
-      const long long n = static_cast<long long>(count);
-      double part = 0;
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) reduction(+ : part) if (n > (1 << 16))
-#endif
-      for (long long i = 0; i < n; ++i) part += double(q[off + i]) * double(q[off + i]);
-      total += part;
-    });
+    detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { total += kernels::sum_squares(B{}, q + off, count); });
   }
   total = std::sqrt(total);
   const double coef = max_norm / (total + 1e-6);
@@ -55,9 +62,7 @@ double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max
     for (auto& p : params) {
       auto& d = *p.data();
       T* q = d.grad.data();
-      d.for_each_grad_span([&](std::size_t off, std::size_t count) {
-        for (std::size_t i = 0; i < count; ++i) q[off + i] *= T(coef);
-      });
+      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { kernels::scale(B{}, q + off, count, T(coef)); });
     }
   }
   return total;
@@ -70,9 +75,7 @@ bool grads_finite(const NamedParams<T, B>& p, std::string* first_bad = nullptr) 
     const auto& d = *p.vars[k].data();
     const T* q = d.grad.data();
     bool ok = true;
-    d.for_each_grad_span([&](std::size_t off, std::size_t count) {
-      for (std::size_t i = 0; i < count && ok; ++i) ok = std::isfinite(double(q[off + i]));
-    });
+    detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { ok = ok && kernels::all_finite(B{}, q + off, count); });
     if (!ok) {
       if (first_bad) *first_bad = p.names[k];
       return false;
@@ -126,22 +129,9 @@ class Adam {
       if (d.grad_is_row_sparse()) {
         // torch.optim.SparseAdam: only the looked-up rows move (their moments too); no weight
         // decay; eps is added to sqrt(v) before the bias correction is folded into the step.
-        const T sparse_step = T(opt_.lr * std::sqrt(bc2) / bc1);
-        const std::size_t dim = d.value.dims()[1];
-        const auto& rows = d.grad_rows;
-        const long long nr = static_cast<long long>(rows.size());
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (nr * static_cast<long long>(dim) > (1 << 15))
-#endif
-        for (long long r = 0; r < nr; ++r) {
-          const std::size_t base = rows[std::size_t(r)] * dim;
-          for (std::size_t j = base; j < base + dim; ++j) {
-            const T gi = g[j];
-            m[j] += (gi - m[j]) * omb1;
-            v[j] += (gi * gi - v[j]) * omb2;
-            p[j] -= sparse_step * (m[j] / (std::sqrt(v[j]) + eps));
-          }
-        }
+        kernels::vec::SparseAdamStep<T> s;
+        s.one_minus_beta1 = omb1, s.one_minus_beta2 = omb2, s.step_size = T(opt_.lr * std::sqrt(bc2) / bc1), s.eps = eps;
+        kernels::sparse_adam_rows(B{}, d.grad_rows.data(), d.grad_rows.size(), d.value.dims()[1], p, g, m, v, s);
         continue;
       }
       // The backend's kernel (backend/cpu/vector_kernels.hpp): the scalar formula, elementwise, so
@@ -208,15 +198,9 @@ class Sgd {
       const std::size_t n = d.value.numel();
       const bool first = buf_[k].empty();
       if (mu != T(0) && first) buf_[k] = Tensor<T, AnyShape, B>(d.value.dims());
-      T* b = mu != T(0) ? buf_[k].data() : nullptr;
-      for (std::size_t i = 0; i < n; ++i) {
-        T gi = g[i] + wd * p[i];
-        if (b) {
-          b[i] = first ? gi : mu * b[i] + (T(1) - damp) * gi;
-          gi = opt_.nesterov ? gi + mu * b[i] : b[i];
-        }
-        p[i] -= lr * gi;
-      }
+      kernels::vec::SgdStep<T> s;
+      s.lr = lr, s.momentum = mu, s.dampening = damp, s.weight_decay = wd, s.nesterov = opt_.nesterov, s.first = first;
+      kernels::sgd_update(B{}, n, p, g, mu != T(0) ? buf_[k].data() : nullptr, s);
     }
   }
   void zero_grad() {

@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: MIT
+# --device of both example programs: --help lists it; an unknown device is refused naming the
+# option; --device cuda (training and predict) is an error with exit 1 that says why it cannot run
+# here (a build without the CUDA backend: "attn was built without CUDA"; with it, on a machine
+# without a working GPU: "no CUDA device: ..."), before any data is read and without writing anything.
+#   cmake -DIMDB=<imdb> -DCLUE=<clue> -DCUDA_BUILT=<ON|OFF> -DWORK=<dir> -P device_option.cmake
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+set(missing "${WORK}/no-such-data")
+set(out "${WORK}/out")
+if(CUDA_BUILT)
+  set(why "--device cuda: (no CUDA device: cudaGetDeviceCount|no CUDA device: cudaFree|the model runs on attn::cuda)")
+else()
+  set(why "--device cuda: attn was built without CUDA")
+endif()
+
+function(expect_error program want)
+  execute_process(COMMAND "${program}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e TIMEOUT 120)
+  get_filename_component(name "${program}" NAME)
+  if(NOT rc EQUAL 1)
+    message(FATAL_ERROR "${name} ${ARGN}: exit ${rc}, expected 1\n${o}${e}")
+  endif()
+  if(NOT "${e}" MATCHES "${want}")
+    message(FATAL_ERROR "${name} ${ARGN}: stderr does not match '${want}':\n${e}")
+  endif()
+  if("${o}${e}" MATCHES "not found")
+    message(FATAL_ERROR "${name} ${ARGN}: read --data before refusing the device:\n${o}${e}")
+  endif()
+  if(EXISTS "${out}")
+    message(FATAL_ERROR "${name} ${ARGN}: wrote ${out}")
+  endif()
+  message(STATUS "${name} ${ARGN}: ${e}")
+endfunction()
+
+foreach(program "${IMDB}" "${CLUE}")
+  execute_process(COMMAND "${program}" --help RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e TIMEOUT 60)
+  if(NOT rc EQUAL 0 OR NOT o MATCHES "--device")
+    message(FATAL_ERROR "${program} --help (exit ${rc}) does not list --device:\n${o}${e}")
+  endif()
+  execute_process(COMMAND "${program}" predict --help RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e TIMEOUT 60)
+  if(NOT rc EQUAL 0 OR NOT o MATCHES "--device")
+    message(FATAL_ERROR "${program} predict --help (exit ${rc}) does not list --device:\n${o}${e}")
+  endif()
+  execute_process(COMMAND "${program}" --device gpu --data "${missing}" --out "${out}" RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e
+                  TIMEOUT 60)
+  if(rc EQUAL 0 OR NOT "${o}${e}" MATCHES "--device" OR EXISTS "${out}")
+    message(FATAL_ERROR "${program} --device gpu: exit ${rc}, expected a refusal naming --device:\n${o}${e}")
+  endif()
+  expect_error("${program}" "${why}" --device cuda --data "${missing}" --out "${out}")
+  expect_error("${program}" "${why}" predict --model "${missing}" --device cuda)
+endforeach()
