@@ -370,6 +370,7 @@ Result training_steps(std::uint64_t seed) {
   attn::optim::Ema<T, B> ema(m, {.decay = 0.8});
   attn::optim::NonFiniteGuard guard(attn::optim::OnNonFinite::skip);
   Result r;
+  record_values<T, B>(r, m, "init ");
   auto scalar = [&](const std::string& name, double v) { r.push_back({name, {v}}); };
   for (int step = 0; step < 4; ++step) {
     Tape tape(seed + std::uint64_t(step));

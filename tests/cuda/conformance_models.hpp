@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Conformance cases of the example programs' models, as the programs build them (examples/*/model.hpp):
 // one training step (forward, cross-entropy, backward, AdamW) and inference in eval mode without a
-// tape, with the attention weights. Float only, as the programs. Parameters come from the models'
-// own name-seeded initialisation, so both backends start from the same weights.
+// tape, with the attention weights. Float only, as the programs. Parameters come from Module::init's
+// one host stream, as in the programs, so both backends start from the same weights.
 #pragma once
 #include "../../examples/clue/model.hpp"
 #include "../../examples/imdb/model.hpp"
@@ -16,6 +16,7 @@ template <class B>
 Result clue_model(std::uint64_t seed) {
   Rng rng(seed);
   clue::TnewsClassifier<4, B> model(clue::ModelConfig{.vocab = 60, .max_len = 12});
+  model.init(seed);  // as the program does: one host stream over every parameter
   const int lengths[5] = {12, 3, 7, 1, 9};
   std::vector<std::vector<std::int32_t>> seqs(5);
   std::vector<int> labels(5);
@@ -60,6 +61,7 @@ Result imdb_case(std::uint64_t seed, bool cls) {
                         .norm_first = cls, .window = cls ? 3u : 0u, .ngram_buckets = 32, .ngram_order = 3,
                         .nblr_buckets = cls ? 0u : 16u, .dropout = 0.1, .attn_dropout = 0.1, .ngram_dropout = 0.2, .checkpoint = cls};
   imdb::ImdbClassifier<2, B> model(cfg);
+  model.init(seed);
   if (cfg.ensemble()) {
     imdb::NbLr nb;
     for (std::size_t i = 0; i <= 16; ++i) nb.weight.push_back(static_cast<float>(rng.uniform(-1, 1)));

@@ -75,6 +75,19 @@ TEST_CASE("conformance case training_steps: the guard, clipping and SparseAdam's
   double moved = 0;
   for (std::size_t i = 8; i < 40 * 8; ++i) moved += std::abs(m[i]);
   CHECK(moved > 0);
+  // The weights: AdamW's decay would shrink every row of a dense table; SparseAdam leaves the rows
+  // never looked up (and the padding row) exactly as they were.
+  const auto& w0 = find(r, "init words.weight").values;
+  const auto& w1 = find(r, "adam words.weight").values;
+  REQUIRE(w0.size() == w1.size());
+  for (std::size_t i = 40 * 8; i < 50 * 8; ++i) CHECK(w1[i] == w0[i]);
+  for (std::size_t i = 0; i < 8; ++i) CHECK(w1[i] == w0[i]);
+  std::size_t changed = 0;
+  for (std::size_t i = 8; i < 40 * 8; ++i) changed += w1[i] != w0[i];
+  CHECK(changed > 10 * 8);  // about 27 of the 39 rows are drawn in three steps
+  const auto& p0 = find(r, "init pos.weight").values;  // the dense position table: decayed and moved
+  const auto& p1 = find(r, "adam pos.weight").values;
+  for (std::size_t i = 0; i < p0.size(); ++i) CHECK(p1[i] != p0[i]);
 }
 
 TEST_CASE("conformance case checkpoint_roundtrip: a file loads on the backend that wrote it and on the cpu", "[conformance]") {

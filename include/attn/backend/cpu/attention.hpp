@@ -423,7 +423,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         if (j0 >= kend) break;  // the rest of the keys are padding: no weight, no gradient
         if (!masks.kblock[b * nkb + kb]) continue;
         const std::size_t bc = std::min(block_k, kend - j0);
-        transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
+        if (!p.scores) transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());  // K^T for recomputing the scores
         transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
         const TileSet runs = masks.query_tiles(p, b, kb, j0, j0 + bc);
         for (std::size_t qb = runs.begin(); qb < runs.end(); qb = runs.next(qb)) {
