@@ -91,6 +91,11 @@ TEST_CASE("conformance: the example programs' models on cuda match cpu", "[cuda]
   }
 }
 
+TEST_CASE("host-only features refuse a model on cuda, naming it", "[cuda][conformance][errors]") {
+  attn::nn::Linear<8, 4, float, attn::cuda> lin(nullptr, "lin");
+  CHECK_THROWS_WITH(attn::nn::quantize_dynamic(lin), Catch::Contains("'weight' is on cuda") && Catch::Contains("CPU backend"));
+}
+
 TEST_CASE("cuda ops reject bad ids and targets with the CPU's errors", "[cuda][conformance][errors]") {
   using attn::AnyShape;
   using attn::Dims;

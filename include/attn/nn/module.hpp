@@ -38,6 +38,8 @@ class ParameterSlot {
   virtual const Dims& dims() const = 0;
   virtual DType dtype() const = 0;
   virtual std::size_t numel() const = 0;
+  /// The backend holding the value (B::name: "cpu", "cuda").
+  virtual const char* backend_name() const = 0;
   /// Copies the value to / from host memory holding numel() elements of dtype().
   virtual void copy_to_host(void* dst) const = 0;
   virtual void copy_from_host(const void* src) = 0;
@@ -55,6 +57,7 @@ class TypedParameter final : public ParameterSlot {
   const Dims& dims() const override { return var.dims(); }
   DType dtype() const override { return dtype_of<T>(); }
   std::size_t numel() const override { return var.numel(); }
+  const char* backend_name() const override { return B::name; }
   void copy_to_host(void* dst) const override { var.raw().copy_to_host(std::span<T>(static_cast<T*>(dst), numel())); }
   void copy_from_host(const void* src) override {
     var.data()->value.copy_from_host(std::span<const T>(static_cast<const T*>(src), numel()));

@@ -51,12 +51,16 @@ inline VarData<float, cpu>* float_cpu_data(ParameterSlot* p) {
 }  // namespace detail
 
 /// Quantizes every float CPU product weight of `model` to int8 (see the top of this file).
-/// Throws ArgumentError naming the parameter and channel when a weight holds a NaN or an infinity.
+/// Throws ArgumentError naming the parameter and channel when a weight holds a NaN or an infinity,
+/// and naming the parameter when a float product weight is on another backend (a model on CUDA).
 inline QuantizeReport quantize_dynamic(const Module& model) {
   QuantizeReport r;
   for (auto& [name, p] : model.named_parameters()) {
     if (!p->product_weight || p->dims().n != 2) continue;
     VarData<float, cpu>* d = detail::float_cpu_data(p);
+    if (!d && p->dtype() == DType::f32)
+      throw ArgumentError("quantize_dynamic: '" + name + "' is on " + p->backend_name() +
+                          ": dynamic int8 inference runs on the CPU backend (load the weights into a model on attn::cpu)");
     if (!d) continue;
     try {
       const auto pack = attn::detail::int8_weight(*d);
