@@ -122,9 +122,12 @@ int main(int argc, char** argv) {
       throw attn::ArgumentError("--precision int8 is for inference (--bench, predict --precision int8); training takes fp32 or bf16");
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
     const attn::PrecisionScope precision(attn::parse_precision(o.train.precision, "--precision"));
-    fmt::print("attn CLUE TNEWS example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),
-               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), attn::precision_route(attn::precision()),
-               par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
+    if (cuda)
+      fmt::print("attn CLUE TNEWS example: the model on cuda (FP32); data preparation on {} CPU thread(s)\n", attn::cpu::threads());
+    else
+      fmt::print("attn CLUE TNEWS example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),
+                 attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), attn::precision_route(attn::precision()),
+                 par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     if (attn::cpu::threads() > 1 && !std::getenv("OMP_WAIT_POLICY"))
       fmt::print("hint: on a machine shared with other jobs, OMP_WAIT_POLICY=PASSIVE keeps idle threads from spinning\n");
     if (o.bench) {

@@ -21,15 +21,6 @@ namespace examples {
 std::string cuda_unavailable_reason();
 #endif
 
-/// True when the program was built with the CUDA backend.
-inline constexpr bool built_with_cuda() {
-#if defined(ATTN_EXAMPLES_CUDA)
-  return true;
-#else
-  return false;
-#endif
-}
-
 /// Throws attn::Error unless `device` can run here: "attn was built without CUDA" or "no CUDA
 /// device: <why>".
 inline void require_device(const std::string& device) {

@@ -68,8 +68,6 @@ inline std::size_t steps_per_epoch(const TrainOptions& t, std::size_t samples, i
 }
 }  // namespace training_detail
 
-/// Checks, before anything is written, that a resumed run's checkpoints fit `model` (a model of
-/// the directory's config.json; it is overwritten) and agree with state.json and this data.
 /// The backend a model runs on: Model::backend, else attn::cpu.
 template <class Model>
 struct model_backend {
@@ -83,6 +81,8 @@ struct model_backend<Model> {
 template <class Model>
 using model_backend_t = typename model_backend<Model>::type;
 
+/// Checks, before anything is written, that a resumed run's checkpoints fit `model` (a model of
+/// the directory's config.json; it is overwritten) and agree with state.json and this data.
 template <class Model>
 void check_resume(Model& model, const RunPlan& plan, const TrainOptions& t, std::size_t samples, int world) {
   using B = model_backend_t<Model>;

@@ -291,9 +291,12 @@ int main(int argc, char** argv) {
       throw attn::ArgumentError("--precision int8 is for inference (predict --precision int8); training takes fp32 or bf16");
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
     const attn::PrecisionScope precision(attn::parse_precision(o.train.precision, "--precision"));
-    fmt::print("attn IMDb example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),
-               attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), attn::precision_route(attn::precision()),
-               par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
+    if (cuda)
+      fmt::print("attn IMDb example: the model on cuda (FP32); data preparation on {} CPU thread(s)\n", attn::cpu::threads());
+    else
+      fmt::print("attn IMDb example: {} thread(s), {} kernels, GEMM {}, {} products{}\n", attn::cpu::threads(),
+                 attn::isa_name(attn::cpu::isa()), attn::cpu_gemm_description(), attn::precision_route(attn::precision()),
+                 par->world() > 1 ? fmt::format(" x {} processes (global batch {})", par->world(), o.train.batch * std::size_t(par->world())) : "");
     // Everything is checked before anything is written: the run directories (options against
     // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.
     const auto head_counts = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads};
