@@ -5,7 +5,7 @@
 #  2. ctest -L cuda: the conformance suite (every op and layer, the optimizers, checkpoints and both
 #     example models against the CPU), the CUDA backend's and the attention kernels' tests (a skip is
 #     a failure here);
-#  3. compute-sanitizer memcheck on a small subset (the layers' conformance cases, float);
+#  3. compute-sanitizer memcheck on a small subset (the ops' conformance cases, float);
 #  4. bench --device cuda for R1-h8, R2-h4 and R3-T4096;
 #  5. both examples on their bundled samples with --device cuda (train, predict, CLUE's --bench).
 # Warnings are not errors there: -Werror is checked where the project is developed (g++ 12).
@@ -99,12 +99,12 @@ check() {
   ATTN_CUDA_REQUIRE_DEVICE=1 ctest --test-dir "$build" -L cuda -V --timeout 600 ||
     { echo "gpu-check: FAILED at test"; return 1; }
 
-  echo "== compute-sanitizer memcheck: the layers' conformance cases (float)"
+  echo "== compute-sanitizer memcheck: the ops' conformance cases (float)"
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || echo "$(dirname "$nvcc")/compute-sanitizer")
   if [ -x "$sanitizer" ]; then
     ATTN_CUDA_REQUIRE_DEVICE=1 "$sanitizer" --tool memcheck --error-exitcode 3 "$build/tests/cuda/cuda_test_conformance" \
-      "conformance: layers on cuda match cpu - float" || { echo "gpu-check: FAILED at memcheck"; return 1; }
+      "conformance: autograd ops on cuda match cpu - float" || { echo "gpu-check: FAILED at memcheck"; return 1; }
   else
     echo "gpu-check: compute-sanitizer not found next to nvcc: memcheck skipped"
   fi
@@ -115,13 +115,15 @@ check() {
   echo "== the examples on their bundled samples with --device cuda"
   local runs="$build/gpu-runs"
   rm -rf "$runs"
-  "$build/examples/clue/clue" --device cuda --epochs 2 --out "$runs/clue" --bench-seconds 1 || { echo "gpu-check: FAILED at clue"; return 1; }
+  local clue_data="$root/examples/clue/sample/tnews_public" imdb_data="$root/examples/imdb/sample/aclImdb"
+  "$build/examples/clue/clue" --device cuda --data "$clue_data" --epochs 2 --out "$runs/clue" --bench-seconds 1 ||
+    { echo "gpu-check: FAILED at clue"; return 1; }
   "$build/examples/clue/clue" predict --device cuda --model "$runs/clue/h4" || { echo "gpu-check: FAILED at clue predict"; return 1; }
-  "$build/examples/clue/clue" --device cuda --bench --model "$runs/clue/h4" --bench-seconds 2 --bench-latency 200 ||
+  "$build/examples/clue/clue" --device cuda --data "$clue_data" --bench --model "$runs/clue/h4" --bench-seconds 2 --bench-latency 200 ||
     { echo "gpu-check: FAILED at clue --bench"; return 1; }
   "$build/examples/clue/clue" predict --model "$runs/clue/h4" || { echo "gpu-check: FAILED at clue predict on the cpu of the cuda-trained model"; return 1; }
   if [ "$imdb" = ON ]; then
-    "$build/examples/imdb/imdb" --device cuda --epochs 2 --out "$runs/imdb" || { echo "gpu-check: FAILED at imdb"; return 1; }
+    "$build/examples/imdb/imdb" --device cuda --data "$imdb_data" --epochs 2 --out "$runs/imdb" || { echo "gpu-check: FAILED at imdb"; return 1; }
     "$build/examples/imdb/imdb" predict --device cuda --model "$runs/imdb/h8" || { echo "gpu-check: FAILED at imdb predict"; return 1; }
     "$build/examples/imdb/imdb" predict --model "$runs/imdb/h8" || { echo "gpu-check: FAILED at imdb predict on the cpu"; return 1; }
   fi
