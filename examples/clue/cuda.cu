@@ -3,23 +3,25 @@
 // (train.hpp), predict and --bench (serve.hpp), compiled by nvcc.
 #include <attn/cuda.hpp>
 
+#include "heads.hpp"
 #include "serve.hpp"
 #include "train.hpp"
 
 namespace clue {
 
+template std::unique_ptr<AnyAttention<attn::cuda>> make_attention<attn::cuda>(std::size_t, nn::Module*, const ModelConfig&);
+
 RunResult train_heads_cuda(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
-  return attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { return train_variant<H, attn::cuda>(o, p, par, plan); });
+  return train_variant<attn::cuda>(heads, o, p, par, plan);
 }
 
-int predict_cuda(std::size_t heads, const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts,
-                 const std::string& keywords, std::size_t top, const std::string& dump) {
-  return attn::dispatch<1, 2, 4, 8>(heads, "config.json heads",
-                                    [&]<std::size_t H>() { return predict<H, attn::cuda>(dir, tr, texts, keywords, top, dump); });
+int predict_cuda(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top,
+                 const std::string& dump) {
+  return predict<attn::cuda>(dir, tr, texts, keywords, top, dump);
 }
 
 void run_bench_cuda(std::size_t heads, const Options& o) {
-  attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { run_bench<H, attn::cuda>(o); });
+  run_bench<attn::cuda>(heads, o);
 }
 
 }  // namespace clue

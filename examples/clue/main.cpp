@@ -109,11 +109,11 @@ int main(int argc, char** argv) {
       if (pr.texts.empty()) pr.texts.push_back(kExampleTitle);
       const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       auto tr = load_trained(pr.model_dir);
+      attn::dispatch<1, 2, 4, 8>(tr.heads, "config.json heads", []<std::size_t>() {});
 #if defined(ATTN_EXAMPLES_CUDA)
-      if (cuda) return predict_cuda(tr.heads, pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump);
+      if (cuda) return predict_cuda(pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump);
 #endif
-      return attn::dispatch<1, 2, 4, 8>(tr.heads, "config.json heads",
-                                        [&]<std::size_t H>() { return predict<H>(pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump); });
+      return predict(pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump);
     }
     std::size_t heads = o.heads;
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
         return 0;
       }
 #endif
-      attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { run_bench<H>(o); });
+      run_bench(heads, o);
       return 0;
     }
     // Everything is checked before anything is written: the run directories (options against
@@ -155,10 +155,8 @@ int main(int argc, char** argv) {
       if (tr.labels.names != p.labels.names)
         throw attn::ArgumentError(fmt::format("{}: its labels differ from those of {}", (plans[k].dir / "config.json").string(),
                                               (fs::path(o.data.dir) / "labels.json").string()));
-      attn::dispatch<1, 2, 4, 8>(head_counts[k], "--heads", [&]<std::size_t H>() {
-        TnewsClassifier<H> model(tr.cfg);
-        examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
-      });
+      TnewsClassifier<> model(tr.cfg, head_counts[k]);
+      examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
     }
     par->barrier();  // no process is still reading when the directories change
     std::vector<RunResult> runs;

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
 // The TNEWS classifier (reference model R2): character embeddings, a BiLSTM, one multi-head
 // self-attention block (optionally residual + LayerNorm), masked mean pooling and a linear head
-// over the 15 news classes. Heads is a template argument: each head count is its own type.
+// over the 15 news classes. The head count is the attention's template argument
+// (nn::Attention<Heads, 256>); the model reaches its attention through an interface (AnyAttention),
+// so that the model and everything that trains, evaluates and serves it are compiled once per
+// backend and only the attention once per head count (heads.hpp).
 #pragma once
 #include <attn/attn.hpp>
 #include <attn/nn/attention.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <type_traits>
@@ -96,18 +100,44 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
   return out;
 }
 
-/// The model on backend B (attn::cpu or attn::cuda; the embedding fold is the CPU's only).
-template <std::size_t Heads, class B = attn::cpu>
+/// The self-attention of a model on backend B, whatever its head count: nn::Attention<Heads, kDim,
+/// float, B> behind virtual calls (heads.hpp implements it).
+template <class B>
+class AnyAttention {
+ public:
+  using V = attn::Var<float, Shape<dyn, dyn, kDim>, B>;
+  virtual ~AnyAttention() = default;
+  virtual std::size_t heads() const noexcept = 0;
+  /// h (B, T, kDim) -> (B, T, kDim) over each sample's first `lengths` positions.
+  virtual V forward(attn::Tape& ctx, const V& h, const attn::Lengths& lengths) const = 0;
+  virtual V forward(attn::NoGrad& ctx, const V& h, const attn::Lengths& lengths) const = 0;
+  /// forward, also storing the attention weights (B, Heads, T, T) in `weights`.
+  virtual V forward_with_weights(attn::Tape& ctx, const V& h, const attn::Lengths& lengths, Tensor<float, attn::AnyShape, B>& weights) const = 0;
+  virtual V forward_with_weights(attn::NoGrad& ctx, const V& h, const attn::Lengths& lengths,
+                                 Tensor<float, attn::AnyShape, B>& weights) const = 0;
+};
+
+/// The attention "attn" of `parent` with `heads` heads (1, 2, 4 or 8) for configuration c. Defined
+/// in heads.hpp, instantiated by one translation unit per backend.
+template <class B>
+std::unique_ptr<AnyAttention<B>> make_attention(std::size_t heads, nn::Module* parent, const ModelConfig& c);
+
+/// The model on backend B (attn::cpu or attn::cuda; the embedding fold is the CPU's only), with
+/// `heads` attention heads.
+template <class B = attn::cpu>
 struct TnewsClassifier : nn::Module {
   using backend = B;
 
-  explicit TnewsClassifier(const ModelConfig& c)
+  TnewsClassifier(const ModelConfig& c, std::size_t heads)
       : cfg(c),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1}),
         lstm(this, "lstm"),
-        attention(this, "attn", {.dropout = c.attn_dropout, .padded = nn::PaddedRows::zero}),  // only real tokens are pooled
+        attention(make_attention<B>(heads, this, c)),
         norm(this, "norm"),
         head(this, "head", {.xavier = true}) {}
+
+  /// The attention's heads.
+  std::size_t heads() const noexcept { return attention->heads(); }
 
   /// Logits (B, 15). When weights is given, the attention weights (B, Heads, T, T) are stored there.
   template <attn::Context C>
@@ -119,13 +149,10 @@ struct TnewsClassifier : nn::Module {
     }
     if (!h.defined()) h = lstm(ctx, nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr), b.lengths).out;
     attn::Var<float, Shape<dyn, dyn, kDim>, B> a;
-    if (weights) {
-      auto r = attention.forward_with_weights(ctx, h, b.lengths);
-      a = r.out;
-      *weights = r.weights.erased();
-    } else {
-      a = attention(ctx, h, b.lengths);                                  // (B, T, 256)
-    }
+    if (weights)
+      a = attention->forward_with_weights(ctx, h, b.lengths, *weights);
+    else
+      a = attention->forward(ctx, h, b.lengths);                         // (B, T, 256)
     auto y = cfg.residual ? norm(ctx, h + nn::dropout(ctx, a, cfg.dropout, tr)) : a;
     auto pooled = nn::masked_mean(ctx, y, b.lengths);                    // (B, 256)
     return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, 15)
@@ -143,7 +170,7 @@ struct TnewsClassifier : nn::Module {
   std::optional<nn::LstmInputTables<float>> folded;
   nn::Embedding<kEmbed, float, B> tokens;
   nn::BiLSTM<kEmbed, kHidden, float, B> lstm;
-  nn::Attention<Heads, kDim, float, B> attention;
+  std::unique_ptr<AnyAttention<B>> attention;
   nn::LayerNorm<kDim, float, B> norm;
   nn::Linear<kDim, kClasses, float, B> head;
 };

@@ -137,8 +137,8 @@ RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, ex
 #if defined(ATTN_EXAMPLES_CUDA)
 /// train_heads, predict and --bench with the model on attn::cuda (cuda.cu, compiled by nvcc).
 RunResult train_heads_cuda(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan);
-int predict_cuda(std::size_t heads, const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts,
-                 const std::string& keywords, std::size_t top, const std::string& dump);
+int predict_cuda(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top,
+                 const std::string& dump);
 void run_bench_cuda(std::size_t heads, const Options& o);
 #endif
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Serving a trained CLUE model on a backend: `clue predict` (predict<Heads, B>) and `clue --bench`
-// (run_bench<Heads, B>), instantiated for the CPU by main.cpp and for CUDA by cuda.cu. The embedding
+// Serving a trained CLUE model on a backend: `clue predict` (predict<B>) and `clue --bench`
+// (run_bench<B>), instantiated for the CPU by main.cpp and for CUDA by cuda.cu. The embedding
 // fold and int8 quantization are the CPU's: on CUDA the model runs as trained, in FP32.
 #pragma once
 #include <attn/attn.hpp>
@@ -24,10 +24,11 @@
 
 namespace clue {
 
-template <std::size_t Heads, class B = attn::cpu>
+template <class B = attn::cpu>
 int predict(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top,
             const std::string& dump) {
-  TnewsClassifier<Heads, B> model(tr.cfg);
+  const std::size_t heads = tr.heads;
+  TnewsClassifier<B> model(tr.cfg, heads);
   attn::io::load(model, examples::committed_model(dir));
   model.eval();
   if constexpr (B::host_accessible) model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
@@ -51,9 +52,9 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
     std::vector<std::pair<float, std::size_t>> recv(t);
     for (std::size_t j = 0; j < t; ++j) {
       float s = 0;
-      for (std::size_t h = 0; h < Heads; ++h)
+      for (std::size_t h = 0; h < heads; ++h)
         for (std::size_t i = 0; i < t; ++i) s += w(std::size_t(0), h, i, j);
-      recv[j] = {s / float(Heads * t), j};
+      recv[j] = {s / float(heads * t), j};
     }
     std::stable_sort(recv.begin(), recv.end(), [](auto& a, auto& b) { return a.first > b.first; });
     fmt::print("{}\t{}\t{:.4f}\t", names[c], tr.labels.names[c], pr(0, c));
@@ -82,8 +83,8 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
   return 0;
 }
 
-template <std::size_t Heads, class B = attn::cpu>
-void run_bench(const Options& o) {
+template <class B = attn::cpu>
+void run_bench(std::size_t heads, const Options& o) {
   std::optional<Trained> tr;
   if (!o.model_dir.empty()) tr = load_trained(o.model_dir);
   DataOptions d = o.data;
@@ -97,7 +98,7 @@ void run_bench(const Options& o) {
   ModelConfig cfg = tr ? tr->cfg
                        : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
                                      .residual = o.residual};
-  TnewsClassifier<Heads, B> model(cfg);
+  TnewsClassifier<B> model(cfg, heads);
   if (tr) attn::io::load(model, examples::committed_model(o.model_dir));
   else model.init(o.train.seed);
   model.eval();
@@ -113,13 +114,13 @@ void run_bench(const Options& o) {
     ceiling = attn::cpu_gemm_ceiling_gflops(2048, 5, 3.0);
   }
   const bool folded = model.folded.has_value();
-  fmt::print("bench: {} head{}, {}{}, {} products{} ({}); inputs: the validation titles\n", Heads, Heads > 1 ? "s" : "",
+  fmt::print("bench: {} head{}, {}{}, {} products{} ({}); inputs: the validation titles\n", heads, heads > 1 ? "s" : "",
              tr ? "trained model " + o.model_dir : std::string("untrained model"), folded ? "" : ", embedding not folded",
              B::host_accessible ? attn::precision_route(attn::precision()) : std::string("FP32"), quantized,
              B::host_accessible ? fmt::format("{} thread(s)", attn::cpu::threads()) : std::string("on ") + B::name);
   auto r = bench_inference(model, p.valid.ids, 64, o.bench_seconds, o.bench_latency, true, ceiling);
   fmt::print("{}\n", r.str());
-  fmt::print("BENCH {}\n", json{{"heads", Heads}, {"threads", attn::cpu::threads()}, {"titles", r.titles}, {"mean_len", r.mean_len},
+  fmt::print("BENCH {}\n", json{{"heads", heads}, {"threads", attn::cpu::threads()}, {"titles", r.titles}, {"mean_len", r.mean_len},
                                 {"batch64_samples_per_s", r.samples_per_s}, {"batch64_best_samples_per_s", r.best_samples_per_s},
                                 {"batch64_padding", r.padding}, {"batch64_sorted_samples_per_s", r.sorted_samples_per_s},
                                 {"batch64_sorted_padding", r.sorted_padding}, {"batch1_median_ms", r.b1_median_ms},

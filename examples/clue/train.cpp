@@ -5,7 +5,7 @@
 namespace clue {
 
 RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
-  return attn::dispatch<1, 2, 4, 8>(heads, "--heads", [&]<std::size_t H>() { return train_variant<H, attn::cpu>(o, p, par, plan); });
+  return train_variant<attn::cpu>(heads, o, p, par, plan);
 }
 
 }  // namespace clue

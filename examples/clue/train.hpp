@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Training and evaluating one head count of the CLUE model on a backend (train_variant<Heads, B>),
+// Training and evaluating one head count of the CLUE model on a backend (train_variant<B>),
 // instantiated for the CPU by train.cpp and for CUDA by cuda.cu (train_heads, train_heads_cuda in run.hpp).
 #pragma once
 #include "run.hpp"
@@ -77,7 +77,7 @@ inline json eval_json(const EvalResult& ev, const data::ClueLabels& labels) {
 /// Attention of a model for one title: per head, a (T x T) heatmap, and the prediction.
 template <class Model>
 std::string heatmaps_html(const Model& model, const Prepared& p, const std::string& text, const std::string& keywords, bool use_keywords) {
-  constexpr std::size_t H = std::remove_cvref_t<decltype(model.attention)>::heads;
+  const std::size_t H = model.heads();
   const data::ChineseCharTokenizer tok;
   auto toks = tokens_of(tok, text, keywords, use_keywords);
   auto ids = encode(p.vocab, toks, model.cfg.max_len);
@@ -110,34 +110,34 @@ inline void write_test_predictions(const fs::path& path, const Prepared& p, cons
   data::write_file_atomic(path, out);
 }
 
-template <std::size_t Heads, class B>
-RunResult train_variant(const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
+template <class B>
+RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
   const fs::path& dir = plan.dir;
   // A resumed run's configuration is the directory's (its options equal ours: inspect_run_dir).
-  const ModelConfig cfg = plan.resume ? resumed(plan, Heads).cfg
+  const ModelConfig cfg = plan.resume ? resumed(plan, heads).cfg
                                       : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout,
                                                     .attn_dropout = o.attn_dropout, .residual = o.residual};
-  TnewsClassifier<Heads, B> model(cfg);
+  TnewsClassifier<B> model(cfg, heads);
   model.init(o.train.seed);
   RunResult res;
-  res.heads = Heads;
+  res.heads = heads;
   res.params = model.parameter_count();
-  fmt::print("\n== {} head{} (BiLSTM<{}, {}> -> Attention<{}, {}>), {} parameters, on {}\n", Heads, Heads > 1 ? "s" : "", kEmbed, kHidden,
-             Heads, kDim, res.params, B::name);
+  fmt::print("\n== {} head{} (BiLSTM<{}, {}> -> Attention<{}, {}>), {} parameters, on {}\n", heads, heads > 1 ? "s" : "", kEmbed, kHidden,
+             heads, kDim, res.params, B::name);
 
   json labels = json::array();
   for (std::size_t c = 0; c < p.labels.size(); ++c) labels.push_back({{"label", p.labels.names[c]}, {"label_desc", p.labels.descriptions[c]}});
-  json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"embed", kEmbed}, {"hidden", kHidden}, {"labels", labels},
+  json config = {{"model", cfg.to_json()}, {"heads", heads}, {"embed", kEmbed}, {"hidden", kHidden}, {"labels", labels},
                  {"keywords", o.data.keywords}, {"seed", o.train.seed}, {"batch", o.train.batch}, {"lr", o.train.lr},
                  {"weight_decay", o.train.weight_decay}, {"label_smoothing", o.label_smoothing}, {"min_freq", o.data.min_freq},
-                 {"valid_fraction", o.data.valid_fraction}, {"data", o.data.dir}, {"options", run_options(o, Heads)}};
+                 {"valid_fraction", o.data.valid_fraction}, {"data", o.data.dir}, {"options", run_options(o, heads)}};
   if (par.main()) examples::write_run_start(plan, p.vocab, config);  // every check has passed: the first write
   par.barrier();  // the other processes read the checkpoints begin_writing() committed
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train.ids) lengths.push_back(x.size());
   const auto log = examples::train(
-      model, o.train, plan, Heads, par, lengths,
+      model, o.train, plan, heads, par, lengths,
       [&](const std::vector<std::size_t>& idx) {
         std::vector<const std::vector<std::int32_t>*> seqs;
         std::vector<int> lab;

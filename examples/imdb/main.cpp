@@ -284,7 +284,8 @@ int main(int argc, char** argv) {
 #if defined(ATTN_EXAMPLES_CUDA)
       if (cuda) return predict_cuda(heads, pr.model_dir, pr.texts, pr.dump);
 #endif
-      return attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", [&]<std::size_t H>() { return predict<H>(pr.model_dir, pr.texts, pr.dump); });
+      attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", []<std::size_t>() {});
+      return predict(heads, pr.model_dir, pr.texts, pr.dump);
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
     if (o.train.precision == "int8")
@@ -312,11 +313,10 @@ int main(int argc, char** argv) {
     }
     auto p = prepare(o, examples::resumed_vocab(plans), std::any_of(plans.begin(), plans.end(), [](const auto& pl) { return !pl.resume; }));
     for (std::size_t k = 0; k < specs.size(); ++k)
-      if (plans[k].resume)
-        attn::dispatch<1, 2, 4, 8, 16>(specs[k].heads, "--heads", [&]<std::size_t H>() {
-          ImdbClassifier<H> model(resumed_config(plans[k], H));
-          examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
-        });
+      if (plans[k].resume) {
+        ImdbClassifier<> model(resumed_config(plans[k], specs[k].heads), specs[k].heads);
+        examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
+      }
     par->barrier();  // no process is still reading when the directories change
     std::vector<RunResult> runs;
     for (std::size_t k = 0; k < specs.size(); ++k) {

@@ -12,13 +12,17 @@
 //   layers = 0      the ablation: the same inputs, mean+max pooled without any attention;
 //   nblr_buckets    an explicit ensemble: the log-odds of an NB-LR model over the review's uni-, bi-
 //                   and trigrams (nblr.hpp) enter the head beside the pooled features.
-// Heads is a template argument: each head count is its own type. The word and n-gram tables have
-// row-sparse gradients (only the rows a batch uses are updated).
+// The head count is the encoder's template argument (nn::TransformerEncoder<Heads, 128>); the
+// model reaches its encoder through an interface (AnyEncoder), so that the model and everything
+// that trains, evaluates and serves it are compiled once per backend and only the encoder once per
+// head count (heads.hpp). The word and n-gram tables have row-sparse gradients (only the rows a
+// batch uses are updated).
 #pragma once
 #include <attn/attn.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <span>
 #include <type_traits>
 
@@ -232,18 +236,44 @@ inline nn::TransformerEncoderOptions encoder_options(const ModelConfig& c) {
           .checkpoint = c.checkpoint};
 }
 
-/// The model on backend B (attn::cpu or attn::cuda).
-template <std::size_t Heads, class B = attn::cpu>
+/// The encoder of a model on backend B, whatever its head count: the layers of
+/// nn::TransformerEncoder<Heads, kDim, float, B> behind virtual calls (heads.hpp implements it).
+template <class B>
+class AnyEncoder {
+ public:
+  using V = attn::Var<float, attn::AnyShape, B>;
+  using Mask = attn::KeepMask<float, Shape<dyn, dyn>, B>;
+  using Weights = std::vector<Tensor<float, attn::AnyShape, B>>;
+  virtual ~AnyEncoder() = default;
+  virtual std::size_t heads() const noexcept = 0;
+  /// x (B, T, kDim) -> (B, T, kDim).
+  virtual V forward(attn::Tape& ctx, const V& x, const Mask& mask) const = 0;
+  virtual V forward(attn::NoGrad& ctx, const V& x, const Mask& mask) const = 0;
+  /// The first `rows` positions' states alone (B, rows, kDim): nn::TransformerEncoder::forward_rows.
+  virtual V forward_rows(attn::Tape& ctx, const V& x, const Mask& mask, std::size_t rows) const = 0;
+  virtual V forward_rows(attn::NoGrad& ctx, const V& x, const Mask& mask, std::size_t rows) const = 0;
+  /// forward, also storing every layer's attention weights (B, Heads, T, T) in `weights`, first layer first.
+  virtual V forward_with_weights(attn::Tape& ctx, const V& x, const Mask& mask, Weights& weights) const = 0;
+  virtual V forward_with_weights(attn::NoGrad& ctx, const V& x, const Mask& mask, Weights& weights) const = 0;
+};
+
+/// The encoder "encoder" of `parent` with `heads` heads (1, 2, 4, 8 or 16) for configuration c.
+/// Defined in heads.hpp, instantiated by one translation unit per backend.
+template <class B>
+std::unique_ptr<AnyEncoder<B>> make_encoder(std::size_t heads, nn::Module* parent, const ModelConfig& c);
+
+/// The model on backend B (attn::cpu or attn::cuda), with `heads` attention heads.
+template <class B = attn::cpu>
 struct ImdbClassifier : nn::Module {
-  static constexpr std::size_t heads = Heads;
   using backend = B;
 
-  explicit ImdbClassifier(const ModelConfig& c)
+  ImdbClassifier(const ModelConfig& c, std::size_t heads)
       : cfg(c),
+        heads_(heads),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
         positions(this, "pos", c.offset() + c.max_len, {.init_std = 0.02}),
         ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1, .sparse = true}) {
-    if (c.layers) encoder.emplace(this, "encoder", encoder_options(c));
+    if (c.layers) encoder = make_encoder<B>(heads, this, c);
     if (c.pool == Pool::cls) {
       cls.emplace(this, "cls", 2, nn::EmbeddingOptions{.padding_idx = 0, .init_std = 0.1});
       cls_head.emplace(this, "head", nn::LinearOptions{.xavier = true});
@@ -257,6 +287,9 @@ struct ImdbClassifier : nn::Module {
     nblr_bias = register_parameter<float, Shape<1, 1>, B>("nblr.bias", {1, 1});
     nblr_bias.data()->requires_grad = false;
   }
+
+  /// The attention heads of every encoder layer.
+  std::size_t heads() const noexcept { return heads_; }
 
   void reset_parameters(attn::Rng&) override {
     attn::nn::init::constant(nblr_weight, 0.0f);
@@ -328,22 +361,19 @@ struct ImdbClassifier : nn::Module {
     auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);  // (B, T, Dim)
     for (const auto& g : b.grams) x = x + (tr ? drop_rows(ctx, ngrams(ctx, g), cfg.ngram_dropout) : ngrams(ctx, g));
     if (cls) x = x + (*cls)(ctx, b.cls);
-    x = nn::dropout(ctx, x, cfg.dropout, tr);
-    auto h = x;
+    const auto xe = nn::dropout(ctx, x, cfg.dropout, tr).erased();
+    auto h = xe;
     if (weights) weights->clear();
-    if (cfg.layers && weights) {
-      auto r = encoder->forward_with_weights(ctx, x, b.mask);
-      h = r.out;
-      for (auto& w : r.weights) weights->push_back(w.erased());
-    } else if (cfg.layers && !cls) {
-      h = (*encoder)(ctx, x, b.mask);
-    }
+    if (cfg.layers && weights)
+      h = encoder->forward_with_weights(ctx, xe, b.mask, *weights);
+    else if (cfg.layers && !cls)
+      h = encoder->forward(ctx, xe, b.mask);
     attn::Var<float, attn::AnyShape, B> nb(b.nb.erased());  // (B, 1), an input: no gradient
     if (cls) {  // the [CLS] token's state (B, Dim): position 0
       // Only the [CLS] row of the last layer is computed (its query over every token), unless the
       // weights are asked for: the same values as the full layer's row 0.
       auto state = weights ? nn::masked_mean(ctx, h, b.cls_mask).erased()
-                           : attn::reshape(ctx, encoder->forward_rows(ctx, x, b.mask, 1), attn::Dims{b.size(), kDim});
+                           : attn::reshape(ctx, encoder->forward_rows(ctx, xe, b.mask, 1), attn::Dims{b.size(), kDim});
       auto pooled = nn::dropout(ctx, state, cfg.dropout, tr);
       return (*cls_head)(ctx, attn::concat(ctx, std::vector<attn::Var<float, attn::AnyShape, B>>{pooled.erased(), nb}, 1));  // (B, 2)
     }
@@ -367,8 +397,13 @@ struct ImdbClassifier : nn::Module {
   }
 
   ModelConfig cfg;
+
+ private:
+  std::size_t heads_;
+
+ public:
   nn::Embedding<kDim, float, B> tokens, positions, ngrams;
-  std::optional<nn::TransformerEncoder<Heads, kDim, float, B>> encoder;  // none without layers
+  std::unique_ptr<AnyEncoder<B>> encoder;  // none without layers
   std::optional<nn::Embedding<kDim, float, B>> cls;                      // the [CLS] token (Pool::cls)
   std::optional<nn::Linear<2 * kDim + 1, 2, float, B>> head;          // mean+max features and the NB-LR score
   std::optional<nn::Linear<kDim + 1, 2, float, B>> cls_head;          // the [CLS] state and the NB-LR score

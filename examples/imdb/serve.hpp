@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// `imdb predict` with the model on a backend (predict<Heads, B>), instantiated for the CPU by main.cpp
+// `imdb predict` with the model on a backend (predict<B>), instantiated for the CPU by main.cpp
 // and for CUDA by cuda.cu.
 #pragma once
 #include <attn/attn.hpp>
@@ -21,12 +21,12 @@
 
 namespace imdb {
 
-template <std::size_t Heads, class B = attn::cpu>
-int predict(const fs::path& dir, const std::vector<std::string>& texts, const std::string& dump) {
+template <class B = attn::cpu>
+int predict(std::size_t heads, const fs::path& dir, const std::vector<std::string>& texts, const std::string& dump) {
   const auto cfg = examples::with_json_file(dir / "config.json", [&](const json& j) { return ModelConfig::from_json(j.at("model")); });
   auto vocab = data::Vocab::load(dir / "vocab.txt");
   if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
-  ImdbClassifier<Heads, B> model(cfg);
+  ImdbClassifier<B> model(cfg, heads);
   attn::io::load(model, examples::committed_model(dir));
   model.eval();
   const data::EnglishTokenizer tok;
@@ -48,9 +48,9 @@ int predict(const fs::path& dir, const std::vector<std::string>& texts, const st
       std::vector<std::pair<float, std::size_t>> recv(t);
       for (std::size_t j = 0; j < t; ++j) {
         float s = 0;
-        for (std::size_t h = 0; h < Heads; ++h)
+        for (std::size_t h = 0; h < heads; ++h)
           for (std::size_t i = 0; i < (off ? 1 : t); ++i) s += w(std::size_t(0), h, i, off + j);
-        recv[j] = {s / float(Heads * (off ? 1 : t)), j};
+        recv[j] = {s / float(heads * (off ? 1 : t)), j};
       }
       std::sort(recv.begin(), recv.end(), std::greater<>());
       fmt::print("\t");

@@ -5,7 +5,7 @@
 namespace imdb {
 
 RunResult train_run(const RunSpec& r, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
-  return attn::dispatch<1, 2, 4, 8, 16>(r.heads, "--heads", [&]<std::size_t H>() { return train_variant<H, attn::cpu>(r, o, p, par, plan); });
+  return train_variant<attn::cpu>(r, o, p, par, plan);
 }
 
 }  // namespace imdb

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Training and evaluating one run of the IMDb program on a backend (train_variant<Heads, B>),
-// instantiated for the CPU by train.cpp and for CUDA by cuda.cu (train_run, train_run_cuda in run.hpp).
+// Training and evaluating one run of the IMDb program on a backend (train_variant<B>), instantiated
+// for the CPU by train.cpp and for CUDA by cuda.cu (train_run, train_run_cuda in run.hpp).
 #pragma once
 #include "run.hpp"
 
@@ -65,7 +65,7 @@ EvalResult evaluate(const Model& model, const std::vector<std::vector<std::int32
 /// The last encoder layer's attention weights for one text: per head, a (T x T) heatmap.
 template <class Model>
 std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const std::string& text) {
-  constexpr std::size_t H = Model::heads;
+  const std::size_t H = model.heads();
   const data::EnglishTokenizer tok;
   auto toks = tok(text);
   auto ids = encode(vocab, toks);
@@ -91,7 +91,7 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
 /// allows is skipped (counted).
 template <class Model>
 AttentionEntropy attention_entropy(const Model& model, const std::vector<std::vector<std::int32_t>>& xs) {
-  constexpr std::size_t H = Model::heads;
+  const std::size_t H = model.heads();
   constexpr std::size_t kCells = std::size_t(1) << 24;
   AttentionEntropy e;
   const std::size_t layers = model.cfg.layers;
@@ -155,26 +155,27 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
   return e;
 }
 
-template <std::size_t Heads, class B>
+template <class B>
 RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
   const fs::path& dir = plan.dir;
+  const std::size_t heads = r.heads;
   // A resumed run's configuration is the directory's (its options equal ours: inspect_run_dir).
-  const ModelConfig cfg = plan.resume ? resumed_config(plan, Heads) : model_config(o, r, p);
-  ImdbClassifier<Heads, B> model(cfg);
+  const ModelConfig cfg = plan.resume ? resumed_config(plan, heads) : model_config(o, r, p);
+  ImdbClassifier<B> model(cfg, heads);
   model.init(o.train.seed);
   if (cfg.ensemble()) model.set_nblr(p.nblr, p.nblr_scale);  // fitted on the training portion only
   if (!plan.resume && !p.pretrained.empty()) model.set_pretrained(p.pretrained);
   RunResult res;
   res.spec = r;
-  res.heads = Heads;
+  res.heads = heads;
   res.params = model.parameter_count();
   if (r.variant == Variant::ablation)
     fmt::print("\n== ablation: no attention, the inputs mean+max pooled; {} parameters, on {}\n", res.params, B::name);
   else
-    fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}), {} parameters, on {}\n", r.label(), cfg.layers, Heads, kDim,
+    fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}), {} parameters, on {}\n", r.label(), cfg.layers, heads, kDim,
                cfg.window ? fmt::format(", window {}", cfg.window) : "", cfg.checkpoint ? ", checkpointed" : "", res.params, B::name);
 
-  json config = {{"model", cfg.to_json()}, {"heads", Heads}, {"dim", kDim}, {"seed", o.train.seed},
+  json config = {{"model", cfg.to_json()}, {"heads", heads}, {"dim", kDim}, {"seed", o.train.seed},
                  {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"run", r.name()},
                  {"options", run_options(o, r)}};
   if (cfg.ensemble()) config.update(json{{"nblr_c", o.nblr_c}, {"nblr_folds", o.nblr_folds}});
@@ -187,7 +188,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   const std::vector<float> no_nb;
   const auto nb_of = [&](const std::vector<float>& split) -> const std::vector<float>& { return cfg.ensemble() ? split : no_nb; };
   const auto log = examples::train(
-      model, o.train, plan, Heads, par, lengths,
+      model, o.train, plan, heads, par, lengths,
       [&](const std::vector<std::size_t>& idx) {
         std::vector<const std::vector<std::int32_t>*> seqs;
         std::vector<int> lab;
@@ -238,7 +239,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
     res.entropy = attention_entropy(model, p.valid);
     for (std::size_t l = 0; l < cfg.layers; ++l) {
       fmt::print("attention entropy on validation{} (fraction of uniform):", cfg.layers > 1 ? fmt::format(", layer {}", l + 1) : "");
-      for (std::size_t h = 0; h < Heads; ++h) fmt::print(" {:.2f}", res.entropy.per_head[l][h]);
+      for (std::size_t h = 0; h < heads; ++h) fmt::print(" {:.2f}", res.entropy.per_head[l][h]);
       fmt::print("\n");
     }
     if (!res.entropy.cls.empty()) {

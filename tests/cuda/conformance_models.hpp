@@ -4,18 +4,36 @@
 // tape, with the attention weights. Float only, as the programs. Parameters come from Module::init's
 // one host stream, as in the programs, so both backends start from the same weights.
 #pragma once
-#include "../../examples/clue/model.hpp"
-#include "../../examples/imdb/model.hpp"
+#include "../../examples/clue/heads.hpp"
+#include "../../examples/imdb/heads.hpp"
 #include "conformance_layers.hpp"
 
 namespace conformance::models {
+
+/// One training step as the programs take it: forward, cross-entropy (with label_smoothing),
+/// backward; records the logits, the loss and every parameter's gradient; clips the gradients'
+/// norm to 1 (recording the norm before clipping) and takes one AdamW step.
+template <class B, class Model, class Batch>
+void train_one_step(Result& r, Model& model, const Batch& batch, std::uint64_t seed, double label_smoothing) {
+  attn::optim::Adam<float, B> opt(model, {.lr = 1e-3, .weight_decay = 0.01, .decoupled = true});
+  Tape tape(seed);
+  auto logits = model.forward(tape, batch);
+  auto loss = attn::cross_entropy(tape, logits, batch.labels, {.label_smoothing = label_smoothing});
+  tape.backward(loss);
+  record_value(r, "logits", logits);
+  record_value(r, "loss", loss);
+  layers::record_parameter_grads<float, B>(r, model);
+  r.push_back({"clipped norm", {attn::optim::clip_grad_norm(opt.params(), 1.0)}});
+  opt.step();
+  opt.zero_grad();
+}
 
 /// TNEWS's classifier (Embedding, BiLSTM, 4-head attention with dropout over padded rows zeroed,
 /// residual LayerNorm, masked mean, linear head) over 5 ragged sequences of a 60-character vocabulary.
 template <class B>
 Result clue_model(std::uint64_t seed) {
   Rng rng(seed);
-  clue::TnewsClassifier<4, B> model(clue::ModelConfig{.vocab = 60, .max_len = 12});
+  clue::TnewsClassifier<B> model(clue::ModelConfig{.vocab = 60, .max_len = 12}, 4);
   model.init(seed);  // as the program does: one host stream over every parameter
   const int lengths[5] = {12, 3, 7, 1, 9};
   std::vector<std::vector<std::int32_t>> seqs(5);
@@ -29,19 +47,7 @@ Result clue_model(std::uint64_t seed) {
   const auto batch = clue::to_backend<B>(clue::make_batch(ptrs, labels));
 
   Result r;
-  attn::optim::Adam<float, B> opt(model, {.lr = 1e-3, .weight_decay = 0.01, .decoupled = true});
-  {
-    Tape tape(seed);
-    auto logits = model.forward(tape, batch);
-    auto loss = attn::cross_entropy(tape, logits, batch.labels);
-    tape.backward(loss);
-    record_value(r, "logits", logits);
-    record_value(r, "loss", loss);
-    layers::record_parameter_grads<float, B>(r, model);
-    r.push_back({"clipped norm", {attn::optim::clip_grad_norm(opt.params(), 1.0)}});
-    opt.step();
-    opt.zero_grad();
-  }
+  train_one_step<B>(r, model, batch, seed, 0.0);
   model.eval();
   attn::NoGrad ng;
   attn::Tensor<float, AnyShape, B> weights;
@@ -60,7 +66,7 @@ Result imdb_case(std::uint64_t seed, bool cls) {
   imdb::ModelConfig cfg{.vocab = 80, .max_len = 16, .layers = 2, .pool = cls ? imdb::Pool::cls : imdb::Pool::mean_max,
                         .norm_first = cls, .window = cls ? 3u : 0u, .ngram_buckets = 32, .ngram_order = 3,
                         .nblr_buckets = cls ? 0u : 16u, .dropout = 0.1, .attn_dropout = 0.1, .ngram_dropout = 0.2, .checkpoint = cls};
-  imdb::ImdbClassifier<2, B> model(cfg);
+  imdb::ImdbClassifier<B> model(cfg, 2);
   model.init(seed);
   if (cfg.ensemble()) {
     imdb::NbLr nb;
@@ -83,19 +89,7 @@ Result imdb_case(std::uint64_t seed, bool cls) {
 
   Result r;
   r.push_back({"nb logits", std::vector<double>(nbs.begin(), nbs.end())});
-  attn::optim::Adam<float, B> opt(model, {.lr = 1e-3, .weight_decay = 0.01, .decoupled = true});
-  {
-    Tape tape(seed);
-    auto logits = model.forward(tape, batch);
-    auto loss = attn::cross_entropy(tape, logits, batch.labels, {.label_smoothing = 0.1});
-    tape.backward(loss);
-    record_value(r, "logits", logits);
-    record_value(r, "loss", loss);
-    layers::record_parameter_grads<float, B>(r, model);
-    r.push_back({"clipped norm", {attn::optim::clip_grad_norm(opt.params(), 1.0)}});
-    opt.step();
-    opt.zero_grad();
-  }
+  train_one_step<B>(r, model, batch, seed, 0.1);
   model.eval();
   attn::NoGrad ng;
   std::vector<attn::Tensor<float, AnyShape, B>> weights;
