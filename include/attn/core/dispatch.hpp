@@ -6,11 +6,17 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "error.hpp"
 
 namespace attn {
+
+namespace detail {
+template <std::size_t First, std::size_t...>
+inline constexpr std::size_t first_of = First;
+}  // namespace detail
 
 /// The supported values as "1, 2, 4, 8, 16".
 template <std::size_t... Values>
@@ -23,7 +29,7 @@ std::string supported_values() {
 /// Calls f.template operator()<V>() for the V in Values equal to value; returns its result.
 template <std::size_t... Values, class F>
 decltype(auto) dispatch(std::size_t value, const char* what, F&& f) {
-  using R = decltype(f.template operator()<(Values, ...)>());
+  using R = decltype(f.template operator()<detail::first_of<Values...>>());
   if constexpr (std::is_void_v<R>) {
     bool found = ((value == Values ? (f.template operator()<Values>(), true) : false) || ...);
     if (!found)
