@@ -4,6 +4,8 @@
 
 #include <attn/attn.hpp>
 
+#include <memory>
+
 using attn::dyn;
 using attn::Dims;
 using attn::Shape;
@@ -117,6 +119,30 @@ TEST_CASE("dispatch: a run-time value selects a compile-time instantiation, othe
   CHECK(attn::dispatch<1, 2, 4, 8, 16>(8, "--heads", twice) == 16);
   CHECK_THROWS_WITH((attn::dispatch<1, 2, 4, 8, 16>(3, "--heads", twice)),
                     Catch::Contains("--heads: unsupported value 3") && Catch::Contains("supported: 1, 2, 4, 8, 16"));
+}
+
+namespace {
+struct Made {
+  virtual ~Made() = default;
+  virtual std::size_t value() const = 0;
+};
+template <std::size_t V, class Tag>
+struct MadeOf final : Made {
+  std::size_t value() const override { return V; }
+};
+// A factory of type-erased instantiations, as the example programs' make_encoder: dispatch called
+// from a function template with a move-only result (Clang -Werror once rejected dispatch there,
+// -Wunused-value on how it formed the result type; the sanitizer build compiles this with Clang).
+template <class Tag>
+std::unique_ptr<Made> make_made(std::size_t v) {
+  return attn::dispatch<1, 2, 4>(v, "value", [&]<std::size_t V>() -> std::unique_ptr<Made> { return std::make_unique<MadeOf<V, Tag>>(); });
+}
+}  // namespace
+
+TEST_CASE("dispatch: from a function template, with a move-only result") {
+  CHECK(make_made<int>(4)->value() == 4);
+  CHECK(make_made<float>(1)->value() == 1);
+  CHECK_THROWS_WITH(make_made<int>(8), Catch::Contains("value: unsupported value 8") && Catch::Contains("supported: 1, 2, 4"));
 }
 
 TEST_CASE("cpu::set_threads: ATTN_NUM_THREADS must be a positive integer") {

@@ -2,6 +2,8 @@
 // Adam, AdamW and SGD with momentum against PyTorch's three-step goldens; clipping; schedules.
 #include "../golden_util.hpp"
 
+#include <limits>
+
 using attn::Tensor;
 namespace optim = attn::optim;
 
@@ -63,6 +65,18 @@ TEST_CASE("clip_grad_norm scales the joint norm down to max_norm and reports the
   // max_norm 0 only measures.
   CHECK(optim::clip_grad_norm(ps, 0.0) == Approx(1.0).epsilon(1e-5));
   CHECK(ps[1].grad()[0] == Approx(4.0 / 5));
+}
+
+TEST_CASE("the kernels over several gradient spans (a device's one-wait form): sums in span order, the first non-finite span") {
+  using attn::kernels::GradSpan;
+  const float a[3] = {1, 2, 2}, b[1] = {4}, c[2] = {0.5f, std::numeric_limits<float>::infinity()};
+  const GradSpan<float> spans[4] = {{a, 3}, {b, 0}, {b, 1}, {c, 2}};
+  CHECK(attn::kernels::sum_squares(attn::cpu{}, spans, 3) == 25.0);  // 9 + 0 + 16
+  CHECK(attn::kernels::sum_squares(attn::cpu{}, spans, 0) == 0.0);
+  CHECK(attn::kernels::first_non_finite(attn::cpu{}, spans, 4) == 3);
+  CHECK(attn::kernels::first_non_finite(attn::cpu{}, spans, 3) == 3);  // none: the count
+  const GradSpan<float> nan_first[2] = {{c + 1, 1}, {a, 3}};
+  CHECK(attn::kernels::first_non_finite(attn::cpu{}, nan_first, 2) == 0);
 }
 
 namespace {

@@ -47,14 +47,24 @@ void for_each_grad_block(const VarData<T, B>& d, F&& f) {
 /// Scales all gradients so that their joint L2 norm is at most max_norm (PyTorch's
 /// clip_grad_norm_, with its 1e-6 guard). Returns the norm before clipping; a max_norm of 0 or
 /// less only measures it. A NaN or infinite norm leaves the gradients as they are. On a device
-/// backend it waits for the device (the norm comes back to the host).
+/// backend it waits for the device once (the norm comes back to the host).
 template <class T, class B>
 double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max_norm) {
   double total = 0;
-  for (auto& p : params) {
-    const auto& d = *p.data();
-    const T* q = d.grad.data();
-    detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { total += kernels::sum_squares(B{}, q + off, count); });
+  if constexpr (B::host_accessible) {
+    for (auto& p : params) {
+      const auto& d = *p.data();
+      const T* q = d.grad.data();
+      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { total += kernels::sum_squares(B{}, q + off, count); });
+    }
+  } else {  // every parameter's sum into one device accumulator: one wait for the device
+    std::vector<kernels::GradSpan<T>> spans;
+    for (auto& p : params) {
+      const auto& d = *p.data();
+      const T* q = d.grad.data();
+      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { spans.push_back({q + off, count}); });
+    }
+    total = kernels::sum_squares(B{}, spans.data(), spans.size());
   }
   total = std::sqrt(total);
   const double coef = max_norm / (total + 1e-6);
@@ -71,13 +81,31 @@ double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max
 /// True when every gradient element is finite; otherwise names the first parameter that is not.
 template <class T, class B>
 bool grads_finite(const NamedParams<T, B>& p, std::string* first_bad = nullptr) {
-  for (std::size_t k = 0; k < p.vars.size(); ++k) {
-    const auto& d = *p.vars[k].data();
-    const T* q = d.grad.data();
-    bool ok = true;
-    detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { ok = ok && kernels::all_finite(B{}, q + off, count); });
-    if (!ok) {
-      if (first_bad) *first_bad = p.names[k];
+  if constexpr (B::host_accessible) {
+    for (std::size_t k = 0; k < p.vars.size(); ++k) {
+      const auto& d = *p.vars[k].data();
+      const T* q = d.grad.data();
+      bool ok = true;
+      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { ok = ok && kernels::all_finite(B{}, q + off, count); });
+      if (!ok) {
+        if (first_bad) *first_bad = p.names[k];
+        return false;
+      }
+    }
+  } else {  // one flag per parameter, read back at once: one wait for the device
+    std::vector<kernels::GradSpan<T>> spans;
+    std::vector<std::size_t> owner;  // the parameter of each span
+    for (std::size_t k = 0; k < p.vars.size(); ++k) {
+      const auto& d = *p.vars[k].data();
+      const T* q = d.grad.data();
+      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) {
+        spans.push_back({q + off, count});
+        owner.push_back(k);
+      });
+    }
+    const std::size_t bad = kernels::first_non_finite(B{}, spans.data(), spans.size());
+    if (bad < spans.size()) {
+      if (first_bad) *first_bad = p.names[owner[bad]];
       return false;
     }
   }

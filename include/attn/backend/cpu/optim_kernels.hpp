@@ -32,6 +32,14 @@ struct SgdStep {
 };
 }  // namespace vec
 
+/// A contiguous span of a gradient: the device overloads take every parameter's at once
+/// (sum_squares, first_non_finite over spans in backend/cuda/optim.cuh), to wait for the device once.
+template <class T>
+struct GradSpan {
+  const T* p = nullptr;
+  std::size_t n = 0;
+};
+
 /// sum p[i]^2 over n elements, in double.
 template <class T>
 double sum_squares(cpu, const T* p, std::size_t n) {
@@ -56,6 +64,23 @@ bool all_finite(cpu, const T* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
     if (!std::isfinite(double(p[i]))) return false;
   return true;
+}
+
+/// The sum of squares over spans, each summed alone and added in order (as clip_grad_norm does
+/// parameter by parameter on the host).
+template <class T>
+double sum_squares(cpu, const GradSpan<T>* spans, std::size_t count) {
+  double s = 0;
+  for (std::size_t k = 0; k < count; ++k) s += sum_squares(cpu{}, spans[k].p, spans[k].n);
+  return s;
+}
+
+/// The index of the first span holding a NaN or an infinity; count when none does.
+template <class T>
+std::size_t first_non_finite(cpu, const GradSpan<T>* spans, std::size_t count) {
+  for (std::size_t k = 0; k < count; ++k)
+    if (!all_finite(cpu{}, spans[k].p, spans[k].n)) return k;
+  return count;
 }
 
 /// torch.optim.SparseAdam on the rows rows[0, nr) of a (rows, dim) table: only they (and their

@@ -9,6 +9,7 @@
 
 #include "../../core/error.hpp"
 #include "../cuda.hpp"
+#include "scratch.cuh"
 
 namespace attn::cuda_detail {
 
@@ -67,17 +68,10 @@ void gather_rows(cuda, const T* table, std::size_t rows, std::size_t dim, const 
   using namespace cuda_detail;
   if (n == 0 || dim == 0) return;
   const DeviceState& dev = current_device();
-  unsigned long long* bad = cuda::allocate<unsigned long long>(1);
-  struct Free {
-    unsigned long long* p;
-    ~Free() { cuda::deallocate(p, 1); }
-  } free_bad{bad};
-  const unsigned long long none = n;
-  cuda::from_host(bad, &none, 1);
-  gather_rows_kernel<T, I><<<grid_blocks(n * dim, dev), block_threads, 0, dev.stream>>>(table, rows, dim, ids, n, out, bad);
+  DeviceScratch<unsigned long long> bad(1, n);  // the first position with a bad id; n: none
+  gather_rows_kernel<T, I><<<grid_blocks(n * dim, dev), block_threads, 0, dev.stream>>>(table, rows, dim, ids, n, out, bad.get());
   check_launch("cuda embedding: gather_rows_kernel launch");
-  unsigned long long first = none;
-  cuda::to_host(&first, bad, 1);
+  const unsigned long long first = bad.read();
   if (first < n) {
     I id{};
     cuda::to_host(&id, ids + first, 1);

@@ -11,6 +11,7 @@
 
 #include "../cpu/optim_kernels.hpp"
 #include "../cuda.hpp"
+#include "scratch.cuh"
 #include "warp.cuh"
 
 namespace attn::cuda_detail {
@@ -102,17 +103,6 @@ struct Fold {  // d avg + e p
   __device__ T operator()(T avg, T p) const { return d * avg + e * p; }
 };
 
-/// A device scalar (or small array) for a kernel's result, freed in stream order.
-template <class T>
-struct DeviceScratch {
-  T* p;
-  std::size_t n;
-  explicit DeviceScratch(std::size_t count) : p(cuda::allocate<T>(count)), n(count) {}
-  ~DeviceScratch() { cuda::deallocate(p, n); }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-};
-
 }  // namespace attn::cuda_detail
 
 namespace attn::kernels {
@@ -134,8 +124,8 @@ void sparse_adam_rows(cuda, const std::size_t* rows, std::size_t nr, std::size_t
   if (nr == 0 || dim == 0) return;
   const DeviceState& dev = current_device();
   DeviceScratch<std::size_t> d_rows(nr);
-  cuda::from_host(d_rows.p, rows, nr);
-  sparse_adam_rows_kernel<T><<<grid_blocks(nr * dim, dev), block_threads, 0, dev.stream>>>(d_rows.p, nr, dim, p, g, m, v, s);
+  cuda::from_host(d_rows.get(), rows, nr);
+  sparse_adam_rows_kernel<T><<<grid_blocks(nr * dim, dev), block_threads, 0, dev.stream>>>(d_rows.get(), nr, dim, p, g, m, v, s);
   check_launch("cuda optim: sparse_adam_rows_kernel launch");
 }
 
@@ -151,17 +141,25 @@ void sgd_update(cuda, std::size_t n, T* p, const T* g, T* buf, const vec::SgdSte
 /// Waits for the device (the sum comes back to the host).
 template <class T>
 double sum_squares(cuda, const T* p, std::size_t n) {
+  const GradSpan<T> span{p, n};
+  return sum_squares(cuda{}, &span, 1);
+}
+
+/// The sum of squares over several spans (every parameter's gradient) in one accumulator: one wait
+/// for the device in all.
+template <class T>
+double sum_squares(cuda, const GradSpan<T>* spans, std::size_t count) {
   using namespace cuda_detail;
-  if (n == 0) return 0;
   const DeviceState& dev = current_device();
-  DeviceScratch<double> out(1);
-  const double zero = 0;
-  cuda::from_host(out.p, &zero, 1);
-  sum_squares_kernel<T><<<grid_blocks(n, dev), block_threads, 0, dev.stream>>>(p, n, out.p);
-  check_launch("cuda optim: sum_squares_kernel launch");
-  double s = 0;
-  cuda::to_host(&s, out.p, 1);
-  return s;
+  DeviceScratch<double> out(1, 0.0);
+  bool any = false;
+  for (std::size_t k = 0; k < count; ++k) {
+    if (spans[k].n == 0) continue;
+    sum_squares_kernel<T><<<grid_blocks(spans[k].n, dev), block_threads, 0, dev.stream>>>(spans[k].p, spans[k].n, out.get());
+    check_launch("cuda optim: sum_squares_kernel launch");
+    any = true;
+  }
+  return any ? out.read() : 0.0;
 }
 
 template <class T>
@@ -173,17 +171,30 @@ void scale(cuda, T* p, std::size_t n, T c) {
 /// Waits for the device.
 template <class T>
 bool all_finite(cuda, const T* p, std::size_t n) {
+  const GradSpan<T> span{p, n};
+  return first_non_finite(cuda{}, &span, 1) == 1;
+}
+
+/// The index of the first span holding a NaN or an infinity, count when none does: one flag per
+/// span, read back with one wait for the device in all.
+template <class T>
+std::size_t first_non_finite(cuda, const GradSpan<T>* spans, std::size_t count) {
   using namespace cuda_detail;
-  if (n == 0) return true;
+  if (count == 0) return 0;
   const DeviceState& dev = current_device();
-  DeviceScratch<unsigned> flag(1);
-  const unsigned zero = 0;
-  cuda::from_host(flag.p, &zero, 1);
-  non_finite_kernel<T><<<grid_blocks(n, dev), block_threads, 0, dev.stream>>>(p, n, flag.p);
-  check_launch("cuda optim: non_finite_kernel launch");
-  unsigned bad = 0;
-  cuda::to_host(&bad, flag.p, 1);
-  return bad == 0;
+  DeviceScratch<unsigned> flags(count, 0u);
+  bool any = false;
+  for (std::size_t k = 0; k < count; ++k) {
+    if (spans[k].n == 0) continue;
+    non_finite_kernel<T><<<grid_blocks(spans[k].n, dev), block_threads, 0, dev.stream>>>(spans[k].p, spans[k].n, flags.get() + k);
+    check_launch("cuda optim: non_finite_kernel launch");
+    any = true;
+  }
+  if (!any) return count;
+  const auto bad = flags.read_all();
+  for (std::size_t k = 0; k < count; ++k)
+    if (bad[k]) return k;
+  return count;
 }
 
 template <class T>
