@@ -281,10 +281,10 @@ int main(int argc, char** argv) {
       const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       const auto heads = examples::with_json_file(fs::path(pr.model_dir) / "config.json",
                                                   [](const json& j) { return examples::json_count(j, "heads", 1, 16); });
+      attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", []<std::size_t>() {});
 #if defined(ATTN_EXAMPLES_CUDA)
       if (cuda) return predict_cuda(heads, pr.model_dir, pr.texts, pr.dump);
 #endif
-      attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", []<std::size_t>() {});
       return predict(heads, pr.model_dir, pr.texts, pr.dump);
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
