@@ -53,6 +53,7 @@ struct Timing {
   double samples_per_s;
   double step_pool_peak_mb = -1;  // fwd_bwd_case: the most host-pool memory a step held beyond what was held before it
   double saved_mb = -1;           // fwd_bwd_case: what the pool held beyond that after forward: the tape's saved values
+  double saved_peak_mb = -1;      // fwd_bwd_case: the most it held when a backward pass began (a checkpoint's recomputation included)
 };
 
 /// 5 warm-ups, then the median of `iters` timed runs of f (which processes `samples` samples).
@@ -111,6 +112,7 @@ Timing fwd_bwd_case(attn::Rng& rng, std::size_t b, std::size_t t, int iters, con
       b, iters);
   timing.step_pool_peak_mb = double(attn::cpu::pool_stats().peak_bytes - held) / (1024.0 * 1024.0);
   timing.saved_mb = double(saved) / (1024.0 * 1024.0);
+  timing.saved_peak_mb = double(attn::cpu::pool_stats().saved_peak_bytes - held) / (1024.0 * 1024.0);
   return timing;
 }
 
@@ -201,6 +203,7 @@ inline json run_case(const std::string& name, int iters, attn::Precision precisi
   j["samples_per_s"] = t.samples_per_s;
   if (t.step_pool_peak_mb >= 0) j["step_pool_peak_mb"] = t.step_pool_peak_mb;
   if (t.saved_mb >= 0) j["saved_after_forward_mb"] = t.saved_mb;
+  if (t.saved_peak_mb >= 0) j["saved_peak_mb"] = t.saved_peak_mb;
   if (flops > 0) j["gflops"] = flops * t.samples_per_s / 1e9;
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);

@@ -216,6 +216,48 @@ TEST_CASE("host pool: bytes in use and their peak, with caching on or off", "[po
   CHECK(attn::cpu::pool_stats().in_use_bytes == s0.in_use_bytes);  // giving the cache back frees nothing in use
 }
 
+TEST_CASE("host pool: saved_peak_bytes is the most in use when a backward pass began", "[pool_peak]") {
+  attn::Rng rng(5);
+  attn::Var<double> w(attn::random_tensor(rng, {64, 64}), true);
+  attn::cpu::reset_pool_peak();
+  const std::size_t base = attn::cpu::pool_stats().in_use_bytes;
+  CHECK(attn::cpu::pool_stats().saved_peak_bytes == base);  // reset: the bytes in use now
+  std::size_t at_first = 0;
+  {
+    attn::Tape t;
+    auto h = attn::tanh(t, attn::mul(t, w, w));
+    auto loss = attn::sum(t, attn::mul(t, h, h));
+    at_first = attn::cpu::pool_stats().in_use_bytes;
+    CHECK(at_first > base);
+    t.backward(loss);
+    // Backward's gradients and scratch raise peak_bytes, not saved_peak_bytes.
+    CHECK(attn::cpu::pool_stats().saved_peak_bytes == at_first);
+    CHECK(attn::cpu::pool_stats().peak_bytes > at_first);
+  }
+  w.data()->grad = {};
+  {
+    // A smaller pass after it leaves the peak where it was; backward from gradients in place notes too.
+    attn::Tape t;
+    auto h = attn::tanh(t, w);
+    h.data()->grad_ref() += attn::Tensor<double>::full(h.dims(), 1.0);
+    CHECK(attn::cpu::pool_stats().in_use_bytes < at_first);
+    const std::size_t at_second = attn::cpu::pool_stats().in_use_bytes;
+    t.backward_from_grads();
+    CHECK(attn::cpu::pool_stats().saved_peak_bytes == at_first);
+    attn::cpu::reset_pool_peak();
+    attn::Tape t2;
+    auto g = attn::tanh(t2, w);
+    g.data()->grad_ref() += attn::Tensor<double>::full(g.dims(), 1.0);
+    const std::size_t at_third = attn::cpu::pool_stats().in_use_bytes;
+    CHECK(at_third > at_second);  // h, its gradient and w's are still held
+    t2.backward_once_from_grads();
+    CHECK(attn::cpu::pool_stats().saved_peak_bytes == at_third);
+  }
+  w.data()->grad = {};
+  attn::cpu::reset_pool_peak();
+  CHECK(attn::cpu::pool_stats().saved_peak_bytes == attn::cpu::pool_stats().in_use_bytes);
+}
+
 TEST_CASE("steady state: a BiLSTM classifier trains and infers without allocating after warm-up") {
   const std::size_t b = 6, t = 20;
   attn::Rng rng(5);

@@ -106,25 +106,29 @@ class Tape {
   /// The random stream of ops run under this tape (dropout).
   Rng& rng() noexcept { return rng_; }
 
+  /// Every backward entry point first notes the host pool's bytes in use
+  /// (PoolStats::saved_peak_bytes): what the recorded steps keep is at its largest when a backward
+  /// pass begins.
   /// Seeds d(loss)/d(loss) = 1 (loss must have one element) and runs the recorded steps in reverse.
   template <class T, class S, class B>
   void backward(const Var<T, S, B>& loss) {
     check_scalar(loss.dims());
-    backward(loss, Tensor<T, AnyShape, B>::full(loss.dims(), T(1)));
+    detail::HostPool::get().note_backward_start();
+    seed_and_run(loss, Tensor<T, AnyShape, B>::full(loss.dims(), T(1)));
   }
   /// Backward from `out` with an explicit upstream gradient of out's shape.
   template <class T, class S, class B, class S2>
   void backward(const Var<T, S, B>& out, const Tensor<T, S2, B>& seed) {
     if (!(seed.dims() == out.dims())) shape_mismatch("Tape::backward", "seed gradient shape differs from output", seed.dims(), out.dims());
-    auto& g = out.data()->grad_ref();
-    g += seed.erased();
-    run_steps({}, nullptr);
+    detail::HostPool::get().note_backward_start();
+    seed_and_run(out, seed);
   }
   /// backward(loss), telling `observer` when the gradient of each of `leaves` (VarData pointers,
   /// usually parameters) is complete, as early as the recorded steps allow.
   template <class T, class S, class B>
   void backward(const Var<T, S, B>& loss, std::span<const void* const> leaves, BackwardObserver& observer) {
     check_scalar(loss.dims());
+    detail::HostPool::get().note_backward_start();
     auto& g = loss.data()->grad_ref();
     g += Tensor<T, AnyShape, B>::full(loss.dims(), T(1));
     run_steps(leaves, &observer);
@@ -132,11 +136,17 @@ class Tape {
   /// Runs the recorded steps in reverse from the gradients already in place: the caller has put
   /// the upstream gradient of each output it differentiates into that output's VarData::grad
   /// (backward from several outputs at once, as attn::checkpoint's recomputation does).
-  void backward_from_grads() { run_steps({}, nullptr); }
+  void backward_from_grads() {
+    detail::HostPool::get().note_backward_start();
+    run_steps({}, nullptr);
+  }
   /// backward_from_grads() for a tape that is run once: each step is dropped as soon as it has
   /// run, so the values it kept (and its output's value) are freed while backward goes on, as
   /// PyTorch frees a graph's saved tensors without retain_graph. The tape is left as after clear().
-  void backward_once_from_grads() { run_steps({}, nullptr, true); }
+  void backward_once_from_grads() {
+    detail::HostPool::get().note_backward_start();
+    run_steps({}, nullptr, true);
+  }
   /// Drops every recorded step (and with them the intermediate values they kept alive); a tracing
   /// tape forgets what it noted.
   void clear() noexcept {
@@ -215,6 +225,13 @@ class Tape {
 
   static void check_scalar(const Dims& d) {
     if (d.numel() != 1) throw ShapeError("Tape::backward: loss must have one element, got shape " + d.str());
+  }
+
+  template <class T, class S, class B, class S2>
+  void seed_and_run(const Var<T, S, B>& out, const Tensor<T, S2, B>& seed) {
+    auto& g = out.data()->grad_ref();
+    g += seed.erased();
+    run_steps({}, nullptr);
   }
 
   void run_steps(std::span<const void* const> leaves, BackwardObserver* obs, bool drop = false) {

@@ -53,11 +53,11 @@ struct cpu {
   /// Number of tensor allocations made by this backend since the program started.
   static std::uint64_t allocations() noexcept { return detail::cpu_allocation_counter().load(std::memory_order_relaxed); }
   /// The host pool that serves tensor buffers, their control blocks and VarData: how many
-  /// requests it served, how many of them reached the system allocator, the bytes in use and
-  /// their peak.
+  /// requests it served, how many of them reached the system allocator, the bytes in use, their
+  /// peak and their peak at the start of a backward pass (saved_peak_bytes).
   static PoolStats pool_stats() { return detail::HostPool::get().stats(); }
-  /// Starts a new peak of the host pool's bytes in use (pool_stats().peak_bytes) from the bytes
-  /// in use now: reset, run a training step, read the peak.
+  /// Starts a new peak of the host pool's bytes in use (pool_stats().peak_bytes and
+  /// saved_peak_bytes) from the bytes in use now: reset, run a training step, read the peak.
   static void reset_pool_peak() noexcept { detail::HostPool::get().reset_peak(); }
   /// Returns every cached free block of the host pool to the system.
   static void empty_cache() noexcept { detail::HostPool::get().release(); }

@@ -5,6 +5,7 @@
 // first step.
 //   attn::cpu::pool_stats().system_allocations;  attn::cpu::empty_cache();
 //   attn::cpu::reset_pool_peak(); train_step(); attn::cpu::pool_stats().peak_bytes;
+//   attn::cpu::pool_stats().saved_peak_bytes;  // at the start of the largest backward pass
 #pragma once
 #include <algorithm>
 #include <array>
@@ -24,6 +25,13 @@ struct PoolStats {
   std::size_t cached_bytes = 0;          // free blocks kept for reuse
   std::size_t in_use_bytes = 0;          // blocks handed out and not yet given back (block sizes, not requests)
   std::size_t peak_bytes = 0;            // the most in_use_bytes has been since the last reset_pool_peak()
+  // The most in_use_bytes has been when a backward pass began (Tape::backward and the other entry
+  // points, among them each attn::checkpoint recomputation's own backward) since the last
+  // reset_pool_peak(), and at least in_use_bytes at that reset: the values kept for backward at
+  // their largest, with whatever else was held then (parameters, gradients already computed).
+  // Values are what a tape keeps until a backward pass starts, so this is their peak; peak_bytes
+  // adds the gradients and scratch that backward itself allocates.
+  std::size_t saved_peak_bytes = 0;
   std::size_t limit_bytes = 0;           // at most this much is kept; beyond it blocks are freed
   bool enabled = false;                  // false: every request goes to the system allocator
 };
@@ -112,14 +120,22 @@ class HostPool {
             .cached_bytes = cached_,
             .in_use_bytes = in_use_,
             .peak_bytes = peak_,
+            .saved_peak_bytes = saved_peak_,
             .limit_bytes = limit_,
             .enabled = enabled_};
   }
 
-  /// Starts a new peak: peak_bytes becomes the bytes in use now.
+  /// Starts a new peak: peak_bytes and saved_peak_bytes become the bytes in use now.
   void reset_peak() noexcept {
     std::lock_guard<std::mutex> lock(m_);
     peak_ = in_use_;
+    saved_peak_ = in_use_;
+  }
+
+  /// A backward pass begins: saved_peak_bytes takes the bytes in use now if they are more.
+  void note_backward_start() noexcept {
+    std::lock_guard<std::mutex> lock(m_);
+    saved_peak_ = std::max(saved_peak_, in_use_);
   }
 
   /// The block size a request of `bytes` gets, and its class.
@@ -163,6 +179,7 @@ class HostPool {
   std::array<void*, classes> free_{};  // per class: the first free block; each holds the next
   std::size_t cached_ = 0, limit_ = 0;
   std::size_t in_use_ = 0, peak_ = 0;  // handed-out bytes, counted whether caching is on or off
+  std::size_t saved_peak_ = 0;         // the most in_use_ at the start of a backward pass
   std::uint64_t requests_ = 0, system_ = 0;
   bool enabled_ = true;
 };
