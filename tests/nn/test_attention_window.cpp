@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include <attn/autograd/attention.hpp>
 #include <attn/nn/attention.hpp>
@@ -83,23 +84,36 @@ TEST_CASE("AttentionPattern: the row and column ranges and the tile runs restate
               rows_ok = rows_ok && v == by_row;
               cols_ok = cols_ok && v == by_col;
             }
-          // Every tile (16 x 16 here) holding a visible element lies in the runs, both ways round.
-          const std::size_t t = 16, nt = (n + t - 1) / t;
-          for (std::size_t qb = 0; qb < nt; ++qb)
-            for (std::size_t kb = 0; kb < nt; ++kb) {
-              bool live = false;
-              for (std::size_t i = qb * t; i < std::min(n, qb * t + t); ++i)
-                for (std::size_t j = kb * t; j < std::min(n, kb * t + t); ++j) live = live || pat.visible(i, j);
-              const auto kr = attn::kernels::mha::key_tiles(pat, n, qb * t, std::min(n, qb * t + t), t);
-              const auto qr = attn::kernels::mha::query_tiles(pat, n, kb * t, std::min(n, kb * t + t), t);
-              const bool in_k = (kb >= kr.first[0] && kb < kr.last[0]) || (kb >= kr.first[1] && kb < kr.last[1]);
-              const bool in_q = (qb >= qr.first[0] && qb < qr.last[0]) || (qb >= qr.first[1] && qb < qr.last[1]);
+          // Every tile holding a visible element lies in the runs, both ways round: own blocks of
+          // o rows against tiles of t of the other side (the cpu kernels' square tiles, the cuda
+          // kernels' 16 own rows against 32-row tiles), and walking the runs visits exactly those.
+          for (const auto& [o, t] : {std::pair<std::size_t, std::size_t>{16, 16}, {16, 32}, {32, 16}}) {
+            const std::size_t no = (n + o - 1) / o, nt = (n + t - 1) / t;
+            for (std::size_t ob = 0; ob < no; ++ob) {
+              const std::size_t r0 = ob * o, r1 = std::min(n, r0 + o);
+              const auto kr = attn::kernels::mha::key_tiles(pat, n, r0, r1, t);    // own queries
+              const auto qr = attn::kernels::mha::query_tiles(pat, n, r0, r1, t);  // own keys
+              std::vector<std::size_t> kwalk, qwalk;
+              for (std::size_t x = kr.begin(); x < kr.end(); x = kr.next(x)) kwalk.push_back(x);
+              for (std::size_t x = qr.begin(); x < qr.end(); x = qr.next(x)) qwalk.push_back(x);
+              std::vector<std::size_t> klive, qlive;
+              for (std::size_t tb = 0; tb < nt; ++tb) {
+                bool live_k = false, live_q = false;
+                for (std::size_t r = r0; r < r1; ++r)
+                  for (std::size_t c = tb * t; c < std::min(n, tb * t + t); ++c) {
+                    live_k = live_k || pat.visible(r, c);
+                    live_q = live_q || pat.visible(c, r);
+                  }
+                if (live_k) klive.push_back(tb);
+                if (live_q) qlive.push_back(tb);
+              }
               // Exact: a tile in the runs has a visible element (the runs skip every hidden tile).
-              tiles_ok = tiles_ok && live == in_k && live == in_q;
+              tiles_ok = tiles_ok && kwalk == klive && qwalk == qlive;
               // Two runs are ascending and apart (touching ones are merged).
               tiles_ok = tiles_ok && (kr.first[1] == kr.last[1] || kr.last[0] < kr.first[1]);
               tiles_ok = tiles_ok && (qr.first[1] == qr.last[1] || qr.last[0] < qr.first[1]);
             }
+          }
           CHECK(rows_ok);
           CHECK(cols_ok);
           CHECK(tiles_ok);

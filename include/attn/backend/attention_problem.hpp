@@ -105,4 +105,54 @@ struct MhaProblem {
 
 }  // namespace kernels
 
+namespace kernels::mha {
+
+// The tiles a tiled kernel visits under an AttentionPattern (both backends' flash kernels): the
+// range functions above, rounded out to whole tiles.
+/// Tiles [first[0], last[0]) and then [first[1], last[1]) of one side (disjoint, ascending; the
+/// second run empty unless the first is not): the tiles a tile of the other side reaches through
+/// the pattern. Those outside are fully hidden and never read.
+///   for (std::size_t kb = runs.begin(); kb < runs.end(); kb = runs.next(kb)) ...
+struct TileRuns {
+  std::size_t first[2] = {0, 0}, last[2] = {0, 0};
+  ATTN_HD std::size_t begin() const { return first[0]; }
+  ATTN_HD std::size_t end() const { return first[1] < last[1] ? last[1] : last[0]; }
+  ATTN_HD std::size_t next(std::size_t t) const { return t + 1 == last[0] && first[1] < last[1] ? first[1] : t + 1; }
+};
+
+/// The tile runs covering the element ranges [a0, a1) and [b0, b1) (either may be empty), merged
+/// when they touch.
+ATTN_HD inline TileRuns tile_runs(std::size_t a0, std::size_t a1, std::size_t b0, std::size_t b1, std::size_t tile) {
+  TileRuns t;
+  std::size_t r0[2] = {a0 / tile, (a1 + tile - 1) / tile}, r1[2] = {b0 / tile, (b1 + tile - 1) / tile};
+  if (a0 >= a1) r0[0] = r0[1] = 0;
+  if (b0 >= b1) r1[0] = r1[1] = 0;
+  if (r0[0] == r0[1] || (r1[0] < r1[1] && r1[0] < r0[0])) {  // an empty run goes last, else the lower first
+    const std::size_t s0 = r0[0], s1 = r0[1];
+    r0[0] = r1[0], r0[1] = r1[1], r1[0] = s0, r1[1] = s1;
+  }
+  if (r1[0] < r1[1] && r1[0] <= r0[1]) {  // overlapping or adjacent: one run
+    r0[1] = r0[1] > r1[1] ? r0[1] : r1[1];
+    r1[0] = r1[1] = 0;
+  }
+  t.first[0] = r0[0], t.last[0] = r0[1], t.first[1] = r1[0], t.last[1] = r1[1];
+  return t;
+}
+
+/// The key tiles (width bk) that query rows [i0, i1) see: the global keys, and the union of the
+/// rows' windows (contiguous: each row's window holds the row's own position). key_begin is
+/// non-decreasing in i, and key_end is too except that global rows come first with key_end = n.
+ATTN_HD inline TileRuns key_tiles(const AttentionPattern& pat, std::size_t n, std::size_t i0, std::size_t i1, std::size_t bk) {
+  return tile_runs(0, pat.global_keys_end(i1 - 1, n), pat.key_begin(i0), (pat.key_end(i0, n) > pat.key_end(i1 - 1, n) ? pat.key_end(i0, n) : pat.key_end(i1 - 1, n)), bk);
+}
+
+/// The query tiles (height bq) that see keys [j0, j1): the global queries that see any of them,
+/// and the union of the keys' query windows (the same monotonicity, transposed).
+ATTN_HD inline TileRuns query_tiles(const AttentionPattern& pat, std::size_t n, std::size_t j0, std::size_t j1, std::size_t bq) {
+  return tile_runs(pat.global_queries_begin(j0), pat.global < n ? pat.global : n, pat.query_begin(j0),
+                   pat.query_end(j0, n) > pat.query_end(j1 - 1, n) ? pat.query_end(j0, n) : pat.query_end(j1 - 1, n), bq);
+}
+
+}  // namespace kernels::mha
+
 }  // namespace attn

@@ -75,48 +75,6 @@ class Scratch {
   std::size_t n_ = 0;
 };
 
-/// Tiles [first[0], last[0]) and then [first[1], last[1]) of one side (disjoint, ascending; the
-/// second run empty unless the first is not): the tiles a tile of the other side reaches through
-/// the pattern. Those outside are fully hidden and never read.
-///   for (std::size_t kb = runs.begin(); kb < runs.end(); kb = runs.next(kb)) ...
-struct TileRuns {
-  std::size_t first[2] = {0, 0}, last[2] = {0, 0};
-  std::size_t begin() const { return first[0]; }
-  std::size_t end() const { return first[1] < last[1] ? last[1] : last[0]; }
-  std::size_t next(std::size_t t) const { return t + 1 == last[0] && first[1] < last[1] ? first[1] : t + 1; }
-};
-
-/// The tile runs covering the element ranges [a0, a1) and [b0, b1) (either may be empty), merged
-/// when they touch.
-inline TileRuns tile_runs(std::size_t a0, std::size_t a1, std::size_t b0, std::size_t b1, std::size_t tile) {
-  TileRuns t;
-  std::size_t r[2][2] = {{a0 / tile, (a1 + tile - 1) / tile}, {b0 / tile, (b1 + tile - 1) / tile}};
-  if (a0 >= a1) r[0][0] = r[0][1] = 0;
-  if (b0 >= b1) r[1][0] = r[1][1] = 0;
-  if (r[0][0] == r[0][1]) std::swap(r[0], r[1]);   // an empty run goes last
-  else if (r[1][0] < r[1][1] && r[1][0] < r[0][0]) std::swap(r[0], r[1]);
-  if (r[1][0] < r[1][1] && r[1][0] <= r[0][1]) {   // overlapping or adjacent: one run
-    r[0][1] = std::max(r[0][1], r[1][1]);
-    r[1][0] = r[1][1] = 0;
-  }
-  for (int k = 0; k < 2; ++k) t.first[k] = r[k][0], t.last[k] = r[k][1];
-  return t;
-}
-
-/// The key tiles (width bk) that query rows [i0, i1) see: the global keys, and the union of the
-/// rows' windows (contiguous: each row's window holds the row's own position). key_begin is
-/// non-decreasing in i, and key_end is too except that global rows come first with key_end = n.
-inline TileRuns key_tiles(const AttentionPattern& pat, std::size_t n, std::size_t i0, std::size_t i1, std::size_t bk) {
-  return tile_runs(0, pat.global_keys_end(i1 - 1, n), pat.key_begin(i0), std::max(pat.key_end(i0, n), pat.key_end(i1 - 1, n)), bk);
-}
-
-/// The query tiles (height bq) that see keys [j0, j1): the global queries that see any of them,
-/// and the union of the keys' query windows (the same monotonicity, transposed).
-inline TileRuns query_tiles(const AttentionPattern& pat, std::size_t n, std::size_t j0, std::size_t j1, std::size_t bq) {
-  return tile_runs(pat.global_queries_begin(j0), std::min(pat.global, n), pat.query_begin(j0),
-                   std::max(pat.query_end(j0, n), pat.query_end(j1 - 1, n)), bq);
-}
-
 /// The tiles of one side that a tile of the other side reaches: the runs of the range functions,
 /// plus, with chosen global positions, the tiles marked in `extra` (those holding a global
 /// position), or every tile when `all` (the tile itself holds one).

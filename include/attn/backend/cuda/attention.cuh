@@ -4,7 +4,9 @@
 // (tiled, online softmax, O(T) memory; backward in two passes, dQ and dK/dV, recomputing the
 // scores) and a naive reference on cuBLAS that keeps the (B, H, T, T) weights. A sparse pattern
 // (MhaProblem::pattern) is honoured element by element through AttentionPattern::visible, the
-// cpu kernels' definition; these kernels do not skip the hidden tiles (O(T^2) work, O(T) memory).
+// cpu kernels' definition, and the flash kernels visit only the tiles the pattern's ranges reach
+// (kernels::mha::key_tiles / query_tiles, shared with the cpu kernels): O(T w) work under a window
+// of w, O(T) memory. With chosen global positions (global_mask) they visit every tile.
 //   attn::kernels::mha_flash_forward(attn::cuda{}, problem, out, lse, stats);   // problem: kernels::MhaProblem<T>
 #pragma once
 #include <cmath>
@@ -109,6 +111,16 @@ __device__ inline void mha_load(T* dst, int dst_ld, const T* src, std::size_t sr
   }
 }
 
+// The tiles of the other side (mha_tile rows each) that own rows [r0, r0 + mha_own) reach through
+// the pattern: every tile without one, or with chosen global positions (any tile may hold one).
+// Queries own: key tiles; keys own: query tiles. The same for every thread of the block.
+template <class T>
+__device__ inline kernels::mha::TileRuns mha_tiles(const MhaArgs<T>& a, int r0, bool queries_own) {
+  const std::size_t n = std::size_t(a.time), lo = std::size_t(r0), hi = lo + mha_own < n ? lo + mha_own : n;
+  if (!a.pattern.active() || a.global_mask) return kernels::mha::tile_runs(0, n, 0, 0, mha_tile);
+  return queries_own ? kernels::mha::key_tiles(a.pattern, n, lo, hi, mha_tile) : kernels::mha::query_tiles(a.pattern, n, lo, hi, mha_tile);
+}
+
 // Forward: grid (ceil(T/16), H, B). Own rows: queries i0..i0+15, with q in Qs and the output
 // accumulator in Os; key tiles K, V. Online softmax per row: running max m and sum l (registers,
 // the same on every lane); out = O / l, lse = m + log l (+inf and out 0 for a row with no visible key).
@@ -129,7 +141,9 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_forward_kernel(MhaAr
   for (int e = threadIdx.x; e < mha_own * hd; e += blockDim.x) Os[e] = T(0);
   T m[mha_rows], l[mha_rows];
   for (int r = 0; r < mha_rows; ++r) m[r] = -inf, l[r] = T(0);
-  for (int j0 = 0; j0 < n; j0 += mha_tile) {
+  const kernels::mha::TileRuns runs = mha_tiles(a, i0, true);
+  for (std::size_t kt = runs.begin(); kt < runs.end(); kt = runs.next(kt)) {
+    const int j0 = int(kt) * mha_tile;
     __syncthreads();  // the previous tile is no longer read
     mha_load(Ks, hd + 1, base + D, ld, j0, mha_tile, n, hd);
     mha_load(Vs, hd + 1, base + 2 * D, ld, j0, mha_tile, n, hd);
@@ -206,7 +220,9 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_dq_kernel(MhaArgs<T>
   mha_load(Qs, hd, base, ld, i0, mha_own, n, hd);
   mha_load(dOs, hd, dout + std::size_t(b) * n * D + std::size_t(h) * hd, D, i0, mha_own, n, hd);
   for (int e = threadIdx.x; e < mha_own * hd; e += blockDim.x) Gs[e] = T(0);
-  for (int j0 = 0; j0 < n; j0 += mha_tile) {
+  const kernels::mha::TileRuns runs = mha_tiles(a, i0, true);
+  for (std::size_t kt = runs.begin(); kt < runs.end(); kt = runs.next(kt)) {
+    const int j0 = int(kt) * mha_tile;
     __syncthreads();
     mha_load(Ks, hd + 1, base + D, ld, j0, mha_tile, n, hd);
     mha_load(Vs, hd + 1, base + 2 * D, ld, j0, mha_tile, n, hd);
@@ -269,7 +285,9 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_dkv_kernel(MhaArgs<T
   mha_load(Kown, hd, base + D, ld, j0, mha_own, n, hd);
   mha_load(Vown, hd, base + 2 * D, ld, j0, mha_own, n, hd);
   for (int e = threadIdx.x; e < 2 * mha_own * hd; e += blockDim.x) GK[e] = T(0);  // GK and GV
-  for (int q0 = 0; q0 < n; q0 += mha_tile) {
+  const kernels::mha::TileRuns runs = mha_tiles(a, j0, false);
+  for (std::size_t qt = runs.begin(); qt < runs.end(); qt = runs.next(qt)) {
+    const int q0 = int(qt) * mha_tile;
     __syncthreads();
     mha_load(Qt, hd + 1, base, ld, q0, mha_tile, n, hd);
     mha_load(dOt, hd + 1, dO, D, q0, mha_tile, n, hd);
