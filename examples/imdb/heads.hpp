@@ -24,6 +24,9 @@ class EncoderOf final : public AnyEncoder<B> {
   V forward_rows(attn::NoGrad& ctx, const V& x, const Mask& mask, std::size_t rows) const override {
     return encoder_.forward_rows(ctx, x, mask, rows);
   }
+  attn::nn::RowsOutput<float, B> forward_rows_with_weights(attn::Tape& ctx, const V& x, const Mask& mask, std::size_t rows) const override {
+    return encoder_.forward_rows_with_weights(ctx, x, mask, rows);
+  }
   V forward_with_weights(attn::Tape& ctx, const V& x, const Mask& mask, Weights& weights) const override {
     return with_weights(ctx, x, mask, weights);
   }

@@ -146,12 +146,15 @@ struct ModelConfig {
 /// n-gram length n = 2 .. ngram_order, the hashed id (B, T) of the n-gram starting at each kept
 /// token (0 where the review ends first, or without n-gram embeddings); the NB-LR log-odds (B, 1).
 /// With a [CLS] token, position 0 of every row is it: word id 0 (no word), cls id 1 (cls_mask 1),
-/// and the review follows from position 1.
+/// and the review follows from position 1; cls_norm (B, 1, 1) then holds 1 / log n for the n keys
+/// the [CLS] row sees (itself and the review; 0 when n = 1), which turns an entropy of its weights
+/// into a fraction of the uniform distribution's.
 template <class B = attn::cpu>
 struct BatchOn {
   Tensor<std::int32_t, Shape<dyn, dyn>, B> ids, pos, cls;
   std::vector<Tensor<std::int32_t, Shape<dyn, dyn>, B>> grams;
   attn::KeepMask<float, Shape<dyn, dyn>, B> mask, cls_mask;
+  Tensor<float, attn::AnyShape, B> cls_norm;
   Tensor<float, Shape<dyn, 1>, B> nb;
   Tensor<std::int64_t, Shape<dyn>, B> labels;
   std::size_t size() const { return ids.size(0); }
@@ -174,6 +177,7 @@ BatchOn<B> to_backend(const Batch& b) {
     for (auto& g : b.grams) d.grams.push_back(move(g));
     d.mask = attn::KeepMask(move(b.mask.tensor()));
     d.cls_mask = attn::KeepMask(move(b.cls_mask.tensor()));
+    d.cls_norm = move(b.cls_norm);
     d.nb = move(b.nb), d.labels = move(b.labels);
     return d;
   }
@@ -198,6 +202,7 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
   for (std::size_t k = 0; k < orders; ++k) out.grams.push_back(Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({b, t}));
   out.labels = Tensor<std::int64_t, Shape<dyn>>::zeros({b});
   out.nb = Tensor<float, Shape<dyn, 1>>::zeros({b, 1});
+  out.cls_norm = Tensor<float, attn::AnyShape>::zeros(attn::Dims{b, 1, 1});
   for (std::size_t i = 0; i < b; ++i) {
     const auto& s = *seqs[i];
     const auto kept = kept_positions(s.size(), cfg.max_len, cfg.truncate);
@@ -213,12 +218,23 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
       for (std::size_t k = 0; k < orders; ++k)
         if (kept[j] + k + 2 <= s.size()) out.grams[k](i, off + j) = ngram_hash(s.data() + kept[j], k + 2, cfg.ngram_buckets);
     }
+    if (off && kept.size()) out.cls_norm.data()[i] = float(1 / std::log(double(off + kept.size())));
     out.labels(i) = labels.empty() ? 0 : labels[i];
     out.nb(i, 0) = nb_logits.empty() ? 0.0f : nb_logits[i];
   }
   out.mask = attn::KeepMask(mask);
   out.cls_mask = attn::KeepMask(cls_mask);
   return out;
+}
+
+/// The mean entropy of attention rows w (B, Heads, rows, T), each as a fraction of the uniform
+/// distribution's over the keys its sample's rows see: norm (B, 1, 1) holds 1 / log n for sample b's
+/// n keys (BatchOn::cls_norm). A scalar on ctx, differentiable in w; a zero weight (a padded key)
+/// adds nothing.
+template <attn::Context C, class T, class B>
+attn::Var<T, attn::AnyShape, B> entropy_fraction(C& ctx, const attn::Var<T, attn::AnyShape, B>& w, const Tensor<T, attn::AnyShape, B>& norm) {
+  auto plogp = attn::sum(ctx, attn::mul(ctx, w, attn::log(ctx, w + T(1e-30))), 3);  // (B, H, rows): sum_j w log w
+  return attn::neg(ctx, attn::mean(ctx, attn::mul(ctx, plogp, attn::Var<T, attn::AnyShape, B>(norm)))).erased();
 }
 
 /// The encoder's options for a configuration.
@@ -252,6 +268,9 @@ class AnyEncoder {
   /// The first `rows` positions' states alone (B, rows, kDim): nn::TransformerEncoder::forward_rows.
   virtual V forward_rows(attn::Tape& ctx, const V& x, const Mask& mask, std::size_t rows) const = 0;
   virtual V forward_rows(attn::NoGrad& ctx, const V& x, const Mask& mask, std::size_t rows) const = 0;
+  /// forward_rows, also giving the last layer's weights of those rows (B, Heads, rows, T) on the
+  /// tape: nn::TransformerEncoder::forward_rows_with_weights.
+  virtual attn::nn::RowsOutput<float, B> forward_rows_with_weights(attn::Tape& ctx, const V& x, const Mask& mask, std::size_t rows) const = 0;
   /// forward, also storing every layer's attention weights (B, Heads, T, T) in `weights`, first layer first.
   virtual V forward_with_weights(attn::Tape& ctx, const V& x, const Mask& mask, Weights& weights) const = 0;
   virtual V forward_with_weights(attn::NoGrad& ctx, const V& x, const Mask& mask, Weights& weights) const = 0;
@@ -354,9 +373,13 @@ struct ImdbClassifier : nn::Module {
   }
 
   /// Logits (B, 2). When weights is given, every encoder layer's attention weights (B, Heads, T, T)
-  /// are stored there, first layer first (none without layers).
+  /// are stored there, first layer first (none without layers). When cls_entropy is given (a
+  /// [CLS] model on a tape), it receives the mean entropy of the [CLS] rows' attention weights in the
+  /// last layer, over the batch and the heads, each as a fraction of the uniform distribution's over
+  /// the keys the row sees: a scalar on the tape, for a penalty on it (--attn-entropy).
   template <attn::Context C>
-  auto forward(C& ctx, const BatchOn<B>& b, std::vector<Tensor<float, attn::AnyShape, B>>* weights = nullptr) const {
+  auto forward(C& ctx, const BatchOn<B>& b, std::vector<Tensor<float, attn::AnyShape, B>>* weights = nullptr,
+               attn::Var<float, attn::AnyShape, B>* cls_entropy = nullptr) const {
     const bool tr = training();
     auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);  // (B, T, Dim)
     for (const auto& g : b.grams) x = x + (tr ? drop_rows(ctx, ngrams(ctx, g), cfg.ngram_dropout) : ngrams(ctx, g));
@@ -372,8 +395,20 @@ struct ImdbClassifier : nn::Module {
     if (cls) {  // the [CLS] token's state (B, Dim): position 0
       // Only the [CLS] row of the last layer is computed (its query over every token), unless the
       // weights are asked for: the same values as the full layer's row 0.
-      auto state = weights ? nn::masked_mean(ctx, h, b.cls_mask).erased()
-                           : attn::reshape(ctx, encoder->forward_rows(ctx, xe, b.mask, 1), attn::Dims{b.size(), kDim});
+      attn::Var<float, attn::AnyShape, B> state;
+      if (weights) {
+        state = nn::masked_mean(ctx, h, b.cls_mask).erased();
+      } else if (cls_entropy) {
+        if constexpr (std::is_same_v<C, attn::Tape>) {
+          auto r = encoder->forward_rows_with_weights(ctx, xe, b.mask, 1);
+          state = attn::reshape(ctx, r.out, attn::Dims{b.size(), kDim});
+          *cls_entropy = entropy_fraction(ctx, r.weights, b.cls_norm);
+        } else {
+          throw attn::ArgumentError("ImdbClassifier::forward: the [CLS] entropy is for training (a tape)");
+        }
+      } else {
+        state = attn::reshape(ctx, encoder->forward_rows(ctx, xe, b.mask, 1), attn::Dims{b.size(), kDim});
+      }
       auto pooled = nn::dropout(ctx, state, cfg.dropout, tr);
       return (*cls_head)(ctx, attn::concat(ctx, std::vector<attn::Var<float, attn::AnyShape, B>>{pooled.erased(), nb}, 1));  // (B, 2)
     }

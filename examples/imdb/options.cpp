@@ -29,6 +29,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss (torch's cross_entropy label_smoothing)")
       ->check(examples::real(0, 1));
+  app.add_option("--attn-entropy", o.attn_entropy,
+                 "add this multiple of the [CLS] rows' mean attention entropy (a fraction of the uniform distribution's, last layer, "
+                 "every head) to the training loss: a penalty that makes heads drop the tokens they do not need (--pool cls; 0: none)")
+      ->check(examples::real(0, 100));
   app.add_option("--ngram-dropout", o.ngram_dropout, "in training, drop each token's n-gram embedding whole with this probability (the rest scaled up)")
       ->check(examples::real(0, 0.95));
   app.add_option("--max-len", o.max_len, "tokens kept per review (the default keeps whole reviews: aclImdb's longest has 2,803)")->check(examples::count(1, kMaxLen));
@@ -67,6 +71,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   pred->add_option("text", pr.texts, "text to classify (default: the article's sentence)");
   if (auto exit_code = examples::parse(app, argc, argv)) return exit_code;
   if (o.ensemble == "nblr" && !o.nblr_buckets) return app.exit(CLI::ValidationError("--ensemble", "nblr needs NB-LR, but --nblr-buckets is 0"));
+  if (o.attn_entropy > 0 && o.pool != "cls")
+    return app.exit(CLI::ValidationError("--attn-entropy", "the penalty is on the [CLS] rows' attention, but --pool is " + o.pool));
   cmd.predict = bool(*pred);
   return std::nullopt;
 }

@@ -54,6 +54,7 @@ struct Options {
   double nblr_c = 1.0;
   double dropout = 0.3, attn_dropout = 0.1, ngram_dropout = 0.0;
   double label_smoothing = 0.2;  // of the training loss (validation and test losses are plain)
+  double attn_entropy = 0.0;     // training loss + this x the [CLS] rows' mean attention entropy (fraction of uniform)
   double valid_fraction = 0.1;
   std::string truncate = "head+tail";
   std::vector<std::string> explain;

@@ -172,8 +172,9 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   if (r.variant == Variant::ablation)
     fmt::print("\n== ablation: no attention, the inputs mean+max pooled; {} parameters, on {}\n", res.params, B::name);
   else
-    fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}), {} parameters, on {}\n", r.label(), cfg.layers, heads, kDim,
-               cfg.window ? fmt::format(", window {}", cfg.window) : "", cfg.checkpoint ? ", checkpointed" : "", res.params, B::name);
+    fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}{}), {} parameters, on {}\n", r.label(), cfg.layers, heads, kDim,
+               cfg.window ? fmt::format(", window {}", cfg.window) : "", cfg.checkpoint ? ", checkpointed" : "",
+               o.attn_entropy > 0 ? fmt::format(", [CLS] entropy penalty {}", o.attn_entropy) : "", res.params, B::name);
 
   json config = {{"model", cfg.to_json()}, {"heads", heads}, {"dim", kDim}, {"seed", o.train.seed},
                  {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"run", r.name()},
@@ -201,7 +202,10 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
         return to_backend<B>(make_batch(seqs, lab, z, cfg));
       },
       [&](attn::Tape& tape, const BatchOn<B>& b) {
-        return attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
+        if (!(o.attn_entropy > 0) || !cfg.layers) return attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
+        attn::Var<float, attn::AnyShape, B> entropy;
+        auto loss = attn::cross_entropy(tape, model.forward(tape, b, nullptr, &entropy), b.labels, {.label_smoothing = o.label_smoothing});
+        return decltype(loss)(attn::add(tape, loss, attn::scale(tape, entropy, float(o.attn_entropy))));
       },
       [&] {
         const auto ev = evaluate(model, p.valid, p.valid_y, nb_of(p.valid_nb), p.valid_words, 64);

@@ -52,11 +52,12 @@ smoke_json_file("${runs}/config.json")
 smoke_json_file("${out}/summary.json")
 smoke_html_file("${out}/report.html")
 
-# A [CLS]-pooled, checkpointed two-layer model: the [CLS] row's entropy is reported, predict
-# names the tokens the [CLS] row attends to.
+# A [CLS]-pooled, checkpointed two-layer model trained with a penalty on its [CLS] rows' entropy:
+# the [CLS] row's entropy is reported, predict names the tokens the [CLS] row attends to.
 smoke_run(cls 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --out "${WORK}/cls" --pool cls --layers 2
-          --window 8 --checkpoint --no-ablation --nblr-buckets 0 --ngram-buckets 1024)
+          --window 8 --checkpoint --no-ablation --nblr-buckets 0 --ngram-buckets 1024 --attn-entropy 0.5)
 smoke_expect_match("${cls_output}" "attention entropy of the \\[CLS\\] row \\(the classifier's input\\), last layer:( [01]\\.[0-9][0-9])+" "imdb --pool cls")
+smoke_expect_match("${cls_output}" "checkpointed, \\[CLS\\] entropy penalty 0.5\\)" "imdb --attn-entropy")
 smoke_run(cls_predict 0 "${PROGRAM}" predict --model "${WORK}/cls/h8" "not good, but brilliant")
 smoke_expect_match("${cls_predict_output}" "(positive|negative)\t[0-9.]+\t[a-z,]+\\([0-9.]+\\)" "imdb predict --pool cls")
 # The same model with dynamic int8 quantization; training in int8 is refused before anything is written.
@@ -68,6 +69,9 @@ if(EXISTS "${WORK}/int8_run")
   message(FATAL_ERROR "training with --precision int8 wrote ${WORK}/int8_run")
 endif()
 
+smoke_run(entropy_pool fail "${PROGRAM}" --data "${DATA}" --attn-entropy 0.1 --pool mean+max --out "${WORK}/bad")
+smoke_expect_match("${entropy_pool_output}" "--attn-entropy: the penalty is on the \\[CLS\\] rows' attention, but --pool is mean\\+max"
+                   "imdb --attn-entropy with --pool mean+max")
 smoke_run(heads fail "${PROGRAM}" --data "${DATA}" --heads 3 --out "${WORK}/bad")
 smoke_expect_match("${heads_output}" "--heads: unsupported value 3 \\(supported: 1, 2, 4, 8, 16\\)" "imdb --heads 3")
 smoke_run(ensemble fail "${PROGRAM}" --data "${DATA}" --ensemble nblr --nblr-buckets 0 --out "${WORK}/bad")

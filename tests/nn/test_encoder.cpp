@@ -377,6 +377,26 @@ TEST_CASE("forward_rows: the first rows of the full forward, their gradients, an
         REQUIRE(g.size() == want_grads.at(name).size());
         for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(want_grads.at(name)[i]).margin(2e-5));
       }
+      // forward_rows_with_weights: the same rows, and the last layer's weights of those rows as
+      // forward_with_weights forms them (B, Heads, T, T), on the tape: the same gradients again.
+      enc.zero_grad();
+      attn::NoGrad ng;
+      const auto dense = enc.forward_with_weights(ng, attn::Var<float>(xv), lengths);
+      const auto wl = dense.weights.back().to_vector();  // (3, 4, 10, 10)
+      attn::Var<float> x3(xv.clone(), true);
+      Tape wtape;
+      const auto rw = enc.forward_rows_with_weights(wtape, x3, lengths, c.rows);
+      REQUIRE(rw.out.dims() == Dims{3, c.rows, 16});
+      REQUIRE(rw.weights.dims() == Dims{3, 4, c.rows, 10});
+      for (std::size_t i = 0; i < rw.out.numel(); ++i) CHECK(rw.out.value()[i] == Approx(want.value()[i]).margin(2e-5));
+      const auto w = rw.weights.value().to_vector();
+      for (std::size_t b = 0; b < 3; ++b)
+        for (std::size_t h = 0; h < 4; ++h)
+          for (std::size_t r = 0; r < c.rows; ++r)
+            for (std::size_t j = 0; j < 10; ++j) CHECK(w[((b * 4 + h) * c.rows + r) * 10 + j] == Approx(wl[((b * 4 + h) * 10 + r) * 10 + j]).margin(1e-6));
+      wtape.backward(rw.out, dout);
+      const auto gx3 = x3.grad().to_vector();
+      for (std::size_t i = 0; i < gx3.size(); ++i) CHECK(gx3[i] == Approx(want_gx[i]).margin(2e-5));
     }
   // What it refuses: no rows, more rows than tokens, non-global rows under a window, causal.
   attn::NoGrad ng;
@@ -392,7 +412,7 @@ TEST_CASE("forward_rows: the first rows of the full forward, their gradients, an
   CHECK_THROWS_AS(plain.forward_rows(ng, attn::Var<float>(random<float>(rng, {3, 10, 8})), 1), attn::ShapeError);
 }
 
-TEST_CASE("gradcheck: TransformerEncoderLayer::forward_rows in double, x and every parameter, with padded keys") {
+TEST_CASE("gradcheck: TransformerEncoderLayer::forward_rows and its rows' weights in double, x and every parameter, with padded keys") {
   using V = attn::Var<double>;
   for (bool norm_first : {false, true}) {
     nn::TransformerEncoderLayer<2, 8, double> layer(nullptr, "layer", {.dim_feedforward = 12, .dropout = 0.0, .norm_first = norm_first});
@@ -403,5 +423,11 @@ TEST_CASE("gradcheck: TransformerEncoderLayer::forward_rows in double, x and eve
       return layer.forward_rows(t, v[0], attn::Lengths{5, 3}, 2);
     };
     testutil::check_gradients(norm_first ? "forward_rows, pre-norm" : "forward_rows, post-norm", f, in);
+    // The rows' attention weights, a function of x and of norm1 and in_proj's query and key parts.
+    auto fw = [&](Tape& t, std::vector<V>& v) {
+      bind_parameters(layer, v);
+      return layer.forward_rows_with_weights(t, v[0], attn::Lengths{5, 3}, 2).weights;
+    };
+    testutil::check_gradients(norm_first ? "forward_rows_with_weights, pre-norm" : "forward_rows_with_weights, post-norm", fw, in);
   }
 }

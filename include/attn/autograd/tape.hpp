@@ -129,9 +129,7 @@ class Tape {
   void backward(const Var<T, S, B>& loss, std::span<const void* const> leaves, BackwardObserver& observer) {
     check_scalar(loss.dims());
     detail::HostPool::get().note_backward_start();
-    auto& g = loss.data()->grad_ref();
-    g += Tensor<T, AnyShape, B>::full(loss.dims(), T(1));
-    run_steps(leaves, &observer);
+    seed_and_run(loss, Tensor<T, AnyShape, B>::full(loss.dims(), T(1)), leaves, &observer);
   }
   /// Runs the recorded steps in reverse from the gradients already in place: the caller has put
   /// the upstream gradient of each output it differentiates into that output's VarData::grad
@@ -227,11 +225,14 @@ class Tape {
     if (d.numel() != 1) throw ShapeError("Tape::backward: loss must have one element, got shape " + d.str());
   }
 
+  /// Adds seed to out's gradient and runs the recorded steps, telling obs (if any) when each of
+  /// `leaves` is final.
   template <class T, class S, class B, class S2>
-  void seed_and_run(const Var<T, S, B>& out, const Tensor<T, S2, B>& seed) {
+  void seed_and_run(const Var<T, S, B>& out, const Tensor<T, S2, B>& seed, std::span<const void* const> leaves = {},
+                    BackwardObserver* obs = nullptr) {
     auto& g = out.data()->grad_ref();
     g += seed.erased();
-    run_steps({}, nullptr);
+    run_steps(leaves, obs);
   }
 
   void run_steps(std::span<const void* const> leaves, BackwardObserver* obs, bool drop = false) {

@@ -96,6 +96,13 @@ class RuntimeLinear : public Module {
 /// Padded positions: the mask removes padded keys from the attention; every query row is computed
 /// (PaddedRows::compute), as PyTorch's training path does, so the output matches PyTorch at every
 /// position, padded ones included.
+/// forward_rows_with_weights' result: the first rows' output (B, rows, Dim) and their attention
+/// weights (B, Heads, rows, T), both on the tape.
+template <class T, class B>
+struct RowsOutput {
+  Var<T, AnyShape, B> out, weights;
+};
+
 template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
 class TransformerEncoderLayer : public Module {
   static_assert(Heads > 0 && Heads != dyn && Dim > 0 && Dim != dyn,
@@ -175,6 +182,21 @@ class TransformerEncoderLayer : public Module {
   Var<T, AnyShape, B> forward_rows(C& ctx, const Var<T, S, B>& x, std::size_t rows) const {
     return rows_impl(ctx, x, static_cast<const Lengths*>(nullptr), rows);
   }
+  /// forward_rows, also giving those rows' attention weights (B, Heads, rows, T), before attention
+  /// dropout, as a Var recorded on ctx: a training loss may use them (an entropy penalty, attention
+  /// supervision) and backward reaches x and the layer's parameters through them too.
+  template <Context C, class S, TokenMask M>
+  RowsOutput<T, B> forward_rows_with_weights(C& ctx, const Var<T, S, B>& x, const M& mask, std::size_t rows) const {
+    RowsOutput<T, B> r;
+    r.out = rows_impl(ctx, x, &mask, rows, &r.weights);
+    return r;
+  }
+  template <Context C, class S>
+  RowsOutput<T, B> forward_rows_with_weights(C& ctx, const Var<T, S, B>& x, std::size_t rows) const {
+    RowsOutput<T, B> r;
+    r.out = rows_impl(ctx, x, static_cast<const Lengths*>(nullptr), rows, &r.weights);
+    return r;
+  }
 
   const TransformerEncoderLayerOptions& options() const noexcept { return opt_; }
   /// The feed-forward width F.
@@ -212,7 +234,8 @@ class TransformerEncoderLayer : public Module {
   }
 
   template <Context C, class S, class M>
-  Var<T, AnyShape, B> rows_impl(C& ctx, const Var<T, S, B>& x_in, const M* key_mask, std::size_t rows) const {
+  Var<T, AnyShape, B> rows_impl(C& ctx, const Var<T, S, B>& x_in, const M* key_mask, std::size_t rows,
+                                Var<T, AnyShape, B>* weights = nullptr) const {
     const Dims& d = x_in.dims();
     const std::string who = "nn::TransformerEncoderLayer '" + this->name() + "'::forward_rows";
     if (d.n != 3 || d.v[2] != Dim) throw ShapeError(who + ": input shape " + d.str() + " is not (batch, time, " + std::to_string(Dim) + ")");
@@ -250,7 +273,9 @@ class TransformerEncoderLayer : public Module {
       auto k = split(slice(ctx, kv, 2, 0, Dim), time), v = split(slice(ctx, kv, 2, Dim, Dim), time);
       auto scores = scale(ctx, matmul_nt(ctx, split(q, rows), k), T(1 / std::sqrt(double(hd))));  // (B, H, rows, T)
       if (!pad.empty()) scores = masked_fill(ctx, scores, pad, -std::numeric_limits<T>::infinity());
-      auto w = attn::dropout(ctx, softmax(ctx, scores), opt_.attention_dropout.value_or(opt_.dropout), training());
+      auto sm = softmax(ctx, scores);
+      if (weights) *weights = sm;
+      auto w = attn::dropout(ctx, sm, opt_.attention_dropout.value_or(opt_.dropout), training());
       auto o = reshape(ctx, permute(ctx, matmul(ctx, w, v), {0, 2, 1, 3}), Dims{batch, rows, Dim});
       return Var<T, AnyShape, B>(linear(ctx, o, a.out_proj.weight, a.out_proj.bias));
     };
@@ -383,6 +408,23 @@ class TransformerEncoder : public Module {
         opt_.checkpoint ? attn::checkpoint(ctx, [last, rows](auto& c, const auto& v, const M& m) { return last->forward_rows(c, v, m, rows); }, h, mask)
                         : last->forward_rows(ctx, h, mask, rows);
     return norm_ ? (*norm_)(ctx, y) : y;
+  }
+
+  /// forward_rows, also giving the last layer's attention weights of those rows (B, Heads, rows,
+  /// T), before attention dropout, as a Var on ctx (TransformerEncoderLayer::forward_rows_with_weights).
+  /// With checkpointing the layers before the last are checkpointed as in forward_rows, and the last
+  /// layer is not (the weights are part of its graph): it keeps its keys and values, the rows' scores
+  /// and the rows' activations for backward.
+  template <Context C, class S, TokenMask M>
+  RowsOutput<T, B> forward_rows_with_weights(C& ctx, const Var<T, S, B>& x, const M& mask, std::size_t rows) const {
+    Var<T, S, B> h = x;
+    for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
+      const Layer* l = layers_[i].get();
+      h = opt_.checkpoint ? attn::checkpoint(ctx, [l](auto& c, const auto& v, const M& m) { return (*l)(c, v, m); }, h, mask) : (*l)(ctx, h, mask);
+    }
+    auto r = layers_.back()->forward_rows_with_weights(ctx, h, mask, rows);
+    if (norm_) r.out = (*norm_)(ctx, r.out);
+    return r;
   }
 
   std::size_t size() const noexcept { return layers_.size(); }
