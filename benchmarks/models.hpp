@@ -30,11 +30,7 @@ BatchOn<B> to_backend(const Batch& b) {
   if constexpr (std::is_same_v<B, attn::cpu>) {
     return b;
   } else {
-    auto move = [](const auto& t) {
-      using T = typename std::remove_cvref_t<decltype(t)>::value_type;
-      return Tensor<T, attn::AnyShape, B>::from(t.dims(), std::span<const T>(t.data(), t.numel()));
-    };
-    return {move(b.ids), move(b.pos), b.lengths, move(b.labels)};
+    return {b.ids.template to<B>(), b.pos.template to<B>(), b.lengths, b.labels.template to<B>()};
   }
 }
 

@@ -73,9 +73,7 @@ BatchOn<B> to_backend(const Batch& b) {
   if constexpr (std::is_same_v<B, attn::cpu>) {
     return b;
   } else {
-    return {Tensor<std::int32_t, Shape<dyn, dyn>, B>::from(b.ids.dims(), std::span<const std::int32_t>(b.ids.data(), b.ids.numel())),
-            b.lengths,
-            Tensor<std::int64_t, Shape<dyn>, B>::from(b.labels.dims(), std::span<const std::int64_t>(b.labels.data(), b.labels.numel()))};
+    return {b.ids.template to<B>(), b.lengths, b.labels.template to<B>()};
   }
 }
 

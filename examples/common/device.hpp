@@ -37,12 +37,7 @@ inline void require_device(const std::string& device) {
 /// t as a host tensor: t itself on the CPU backend, else a copy (which waits for the device).
 template <class T, class S, class B>
 attn::Tensor<T, attn::AnyShape, attn::cpu> to_host(const attn::Tensor<T, S, B>& t) {
-  if constexpr (std::is_same_v<B, attn::cpu>) {
-    return t.erased();
-  } else {
-    const std::vector<T> v = t.to_vector();
-    return attn::Tensor<T, attn::AnyShape, attn::cpu>::from(t.dims(), std::span<const T>(v));
-  }
+  return t.template to<attn::cpu>().erased();
 }
 
 }  // namespace examples

@@ -167,11 +167,7 @@ BatchOn<B> to_backend(const Batch& b) {
   if constexpr (std::is_same_v<B, attn::cpu>) {
     return b;
   } else {
-    auto move = [](const auto& t) {
-      using T = typename std::remove_cvref_t<decltype(t)>::value_type;
-      using S = typename std::remove_cvref_t<decltype(t)>::shape_type;
-      return Tensor<T, S, B>::from(t.dims(), std::span<const T>(t.data(), t.numel()));
-    };
+    auto move = [](const auto& t) { return t.template to<B>(); };
     BatchOn<B> d;
     d.ids = move(b.ids), d.pos = move(b.pos), d.cls = move(b.cls);
     for (auto& g : b.grams) d.grams.push_back(move(g));

@@ -31,7 +31,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       ->check(examples::real(0, 1));
   app.add_option("--attn-entropy", o.attn_entropy,
                  "add this multiple of the [CLS] rows' mean attention entropy (a fraction of the uniform distribution's, last layer, "
-                 "every head) to the training loss: a penalty that makes heads drop the tokens they do not need (--pool cls; 0: none)")
+                 "every head) to the training loss: a penalty that makes heads drop the tokens they do not need, included in the reported training loss (--pool cls; 0: none)")
       ->check(examples::real(0, 100));
   app.add_option("--ngram-dropout", o.ngram_dropout, "in training, drop each token's n-gram embedding whole with this probability (the rest scaled up)")
       ->check(examples::real(0, 0.95));

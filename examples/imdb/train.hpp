@@ -202,7 +202,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
         return to_backend<B>(make_batch(seqs, lab, z, cfg));
       },
       [&](attn::Tape& tape, const BatchOn<B>& b) {
-        if (!(o.attn_entropy > 0) || !cfg.layers) return attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
+        if (!(o.attn_entropy > 0) || !cfg.layers || cfg.pool != Pool::cls) return attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
         attn::Var<float, attn::AnyShape, B> entropy;
         auto loss = attn::cross_entropy(tape, model.forward(tape, b, nullptr, &entropy), b.labels, {.label_smoothing = o.label_smoothing});
         return decltype(loss)(attn::add(tape, loss, attn::scale(tape, entropy, float(o.attn_entropy))));

@@ -30,6 +30,16 @@ TEST_CASE("tensor: from, clone and element access") {
   CHECK_THROWS_AS(t.reshape({4, 2}), attn::ShapeError);
 }
 
+TEST_CASE("tensor: to<B>() on its own backend is the same tensor, as torch's .to") {
+  auto t = attn::Tensor<float, Shape<attn::dyn, 3>>::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto u = t.to<attn::cpu>();
+  static_assert(std::is_same_v<decltype(u), decltype(t)>);
+  CHECK(u.data() == t.data());
+  CHECK(u.dims() == t.dims());
+  auto e = attn::Tensor<std::int64_t, attn::AnyShape>(attn::Dims{0, 4}).to<attn::cpu>();
+  CHECK(e.numel() == 0);
+}
+
 TEST_CASE("tensor: host copies and ranged fill stay inside the tensor") {
   auto t = attn::Tensor<float, Shape<2, 3>>::zeros({2, 3});
   const std::vector<float> in{7, 8};

@@ -262,6 +262,20 @@ TEST_CASE("Tensor works on the cuda backend", "[cuda][tensor]") {
   CHECK(X::full({4, 3}, 2.5f).to_vector() == std::vector<float>(12, 2.5f));
 }
 
+TEST_CASE("Tensor::to moves a tensor between the host and the device", "[cuda][tensor]") {
+  auto h = attn::Tensor<std::int32_t, attn::Shape<attn::dyn, 2>>::from({3, 2}, {1, 2, 3, 4, 5, 6});
+  auto d = h.to<attn::cuda>();
+  static_assert(std::is_same_v<decltype(d), attn::Tensor<std::int32_t, attn::Shape<attn::dyn, 2>, attn::cuda>>);
+  CHECK(d.dims() == h.dims());
+  CHECK(d.to_vector() == h.to_vector());
+  CHECK(d.to<attn::cuda>().data() == d.data());  // the same tensor
+  h.fill(0);                                      // a copy, not a view
+  auto back = d.to<attn::cpu>();
+  CHECK(back.to_vector() == std::vector<std::int32_t>{1, 2, 3, 4, 5, 6});
+  CHECK(back.data() != h.data());
+  CHECK(attn::Tensor<float, attn::AnyShape>(attn::Dims{0}).to<attn::cuda>().numel() == 0);
+}
+
 namespace {
 
 /// Runs cuda::map(f) on device copies of the inputs and f itself on the host, element by element.

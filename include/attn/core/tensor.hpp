@@ -127,6 +127,26 @@ class Tensor {
     if (!v.empty()) B::template to_host<T>(v.data(), data(), v.size());
     return v;
   }
+  /// The tensor on backend B2, as torch's `.to(device)`: this tensor itself (the same storage) when
+  /// B2 is B, else a copy on B2 (through the host when neither side is it; waits for a device).
+  template <class B2>
+  Tensor<T, S, B2> to() const {
+    if constexpr (std::is_same_v<B2, B>) {
+      return *this;
+    } else {
+      Tensor<T, S, B2> t(dims_);
+      if (numel() == 0) return t;
+      if constexpr (B::host_accessible) {
+        t.copy_from_host(std::span<const T>(data(), numel()));
+      } else if constexpr (B2::host_accessible) {
+        copy_to_host(std::span<T>(t.data(), numel()));
+      } else {
+        const std::vector<T> v = to_vector();
+        t.copy_from_host(std::span<const T>(v));
+      }
+      return t;
+    }
+  }
   /// Same storage, new dims (same element count); S2 checked at run time.
   template <class S2 = AnyShape>
   Tensor<T, S2, B> reshape(const Dims& d) const {
