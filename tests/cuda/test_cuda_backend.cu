@@ -5,6 +5,7 @@
 // "SKIPPED: no CUDA device (...)" and exits 77, which ctest reports as skipped.
 #include <catch2/catch.hpp>
 
+#include <attn/backend/cpu.hpp>  // Tensor::to<attn::cpu>
 #include <attn/backend/cuda.hpp>
 #include <attn/core/expr.hpp>
 
