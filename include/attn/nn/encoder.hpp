@@ -89,13 +89,6 @@ class RuntimeLinear : public Module {
 
 }  // namespace detail
 
-/// One encoder layer: self-attention and a feed-forward block (linear1, activation, dropout,
-/// linear2), each with a residual connection, its dropout (dropout1, dropout2) and a LayerNorm
-/// (norm1, norm2), before (norm_first) or after the residual sum. x (B, T, Dim) -> (B, T, Dim).
-///
-/// Padded positions: the mask removes padded keys from the attention; every query row is computed
-/// (PaddedRows::compute), as PyTorch's training path does, so the output matches PyTorch at every
-/// position, padded ones included.
 /// forward_rows_with_weights' result: the first rows' output (B, rows, Dim) and their attention
 /// weights (B, Heads, rows, T), both on the tape.
 template <class T, class B>
@@ -103,6 +96,13 @@ struct RowsOutput {
   Var<T, AnyShape, B> out, weights;
 };
 
+/// One encoder layer: self-attention and a feed-forward block (linear1, activation, dropout,
+/// linear2), each with a residual connection, its dropout (dropout1, dropout2) and a LayerNorm
+/// (norm1, norm2), before (norm_first) or after the residual sum. x (B, T, Dim) -> (B, T, Dim).
+///
+/// Padded positions: the mask removes padded keys from the attention; every query row is computed
+/// (PaddedRows::compute), as PyTorch's training path does, so the output matches PyTorch at every
+/// position, padded ones included.
 template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
 class TransformerEncoderLayer : public Module {
   static_assert(Heads > 0 && Heads != dyn && Dim > 0 && Dim != dyn,
