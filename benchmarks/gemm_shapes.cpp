@@ -9,10 +9,15 @@
 // converted to bf16 in the call (B, the weight, beforehand); dnnl_gemm_u8s8s32 with A quantized
 // per row in the call (attn's own quantizer, the same values) and the int32 sums scaled back to
 // float (W quantized beforehand). One JSON line per shape with --json.
+// Then the flash attention kernels' tile products (kernels::tile::gemm, FP32, one thread, as each of
+// the kernels' threads runs them): the five products of a 128 x 128 query-key tile for heads 16, 32
+// and 128 wide (R1-h8, R3, R1-h1), in the layouts the kernels use, to set beside the per-core FMA
+// peak that `peak` reports.
 //   OMP_NUM_THREADS=2 gemm_shapes [--reps 9] [--json]
 #include <attn/attn.hpp>
 #include <attn/backend/cpu/gemm_bf16.hpp>
 #include <attn/backend/cpu/gemm_int8.hpp>
+#include <attn/backend/cpu/tile_gemm.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -127,6 +132,42 @@ double time_median(int reps, F&& f) {
   return median(t);
 }
 
+/// The flash kernels' tile products for a head hd wide: GFLOP/s of each (tile::gemm on this thread),
+/// as mha_flash_forward / mha_flash_backward call them on a 128 x 128 tile of a (T, 3 D) QKV block
+/// with D = 8 hd.
+void tile_products(int reps, bool json) {
+  constexpr std::size_t br = 128, bc = 128;
+  std::printf("\nflash tile products (tile::gemm, FP32, one thread, %s), GFLOP/s:\n", attn::isa_name(attn::cpu::isa()));
+  std::printf("%-10s %10s %10s %10s %10s %10s %10s\n", "head dim", "S=QK^T", "O+=PV", "dP=dOV^T", "dV+=P^TdO", "dQ+=dSK", "dK+=dS^TQ");
+  for (std::size_t hd : {16, 32, 128}) {
+    const std::size_t D = 8 * hd, ld = 3 * D;
+    std::vector<float> qkv(bc * ld), o(br * D), kt(hd * bc), s(br * bc), dp(br * bc), dq(br * ld);
+    attn::Rng rng(3);
+    for (auto* v : {&qkv, &o, &kt, &s, &dp}) for (auto& x : *v) x = float(rng.uniform()) - 0.5f;
+    const float *Q = qkv.data(), *K = Q + D, *V = K + D;
+    // Many calls per timing: one product is a few microseconds.
+    const int calls = int(std::max<std::size_t>(1, 20000000 / (2 * br * bc * hd)));
+    const double flops = 2.0 * br * bc * hd * calls;
+    auto rate = [&](auto&& f) {
+      return flops / time_median(reps, [&] { for (int c = 0; c < calls; ++c) f(); }) / 1e9;
+    };
+    using attn::kernels::tile::gemm;
+    const double r[6] = {
+        rate([&] { gemm<float>(br, bc, hd, 1.f, Q, ld, 1, kt.data(), bc, false, s.data(), bc); }),
+        rate([&] { gemm<float>(br, hd, bc, 1.f, s.data(), bc, 1, V, ld, true, o.data(), D); }),
+        rate([&] { gemm<float>(br, bc, hd, 1.f, o.data(), D, 1, kt.data(), bc, false, dp.data(), bc); }),
+        rate([&] { gemm<float>(bc, hd, br, 1.f, s.data(), 1, bc, o.data(), D, true, dq.data() + 2 * D, ld); }),
+        rate([&] { gemm<float>(br, hd, bc, 1.f, dp.data(), bc, 1, K, ld, true, dq.data(), ld); }),
+        rate([&] { gemm<float>(bc, hd, br, 1.f, dp.data(), 1, bc, Q, ld, true, dq.data() + D, ld); }),
+    };
+    std::printf("%-10zu %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n", hd, r[0], r[1], r[2], r[3], r[4], r[5]);
+    if (json)
+      std::printf("{\"tile_head_dim\":%zu,\"qk_gflops\":%.2f,\"pv_gflops\":%.2f,\"dp_gflops\":%.2f,\"dv_gflops\":%.2f,"
+                  "\"dq_gflops\":%.2f,\"dk_gflops\":%.2f,\"isa\":\"%s\"}\n",
+                  hd, r[0], r[1], r[2], r[3], r[4], r[5], attn::isa_name(attn::cpu::isa()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -223,5 +264,6 @@ int main(int argc, char** argv) {
                   d32 > 0 ? flops / d32 / 1e9 : 0.0, d16 > 0 ? flops / d16 / 1e9 : 0.0, d8 > 0 ? flops / d8 / 1e9 : 0.0,
                   attn::isa_name(attn::cpu::isa()));
   }
+  tile_products(reps, json);
   return 0;
 }
