@@ -6,6 +6,7 @@
 // a multiply and an add into one FMA, so results agree to rounding, not bit for bit).
 //   const double ss = attn::kernels::sum_squares(attn::cuda{}, g, n);   // waits for the device
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -150,16 +151,15 @@ double sum_squares(cuda, const T* p, std::size_t n) {
 template <class T>
 double sum_squares(cuda, const GradSpan<T>* spans, std::size_t count) {
   using namespace cuda_detail;
+  if (std::none_of(spans, spans + count, [](const GradSpan<T>& s) { return s.n != 0; })) return 0.0;  // no scratch, no wait
   const DeviceState& dev = current_device();
   DeviceScratch<double> out(1, 0.0);
-  bool any = false;
   for (std::size_t k = 0; k < count; ++k) {
     if (spans[k].n == 0) continue;
     sum_squares_kernel<T><<<grid_blocks(spans[k].n, dev), block_threads, 0, dev.stream>>>(spans[k].p, spans[k].n, out.get());
     check_launch("cuda optim: sum_squares_kernel launch");
-    any = true;
   }
-  return any ? out.read() : 0.0;
+  return out.read();
 }
 
 template <class T>
@@ -180,17 +180,14 @@ bool all_finite(cuda, const T* p, std::size_t n) {
 template <class T>
 std::size_t first_non_finite(cuda, const GradSpan<T>* spans, std::size_t count) {
   using namespace cuda_detail;
-  if (count == 0) return 0;
+  if (std::none_of(spans, spans + count, [](const GradSpan<T>& s) { return s.n != 0; })) return count;  // no scratch, no wait
   const DeviceState& dev = current_device();
   DeviceScratch<unsigned> flags(count, 0u);
-  bool any = false;
   for (std::size_t k = 0; k < count; ++k) {
     if (spans[k].n == 0) continue;
     non_finite_kernel<T><<<grid_blocks(spans[k].n, dev), block_threads, 0, dev.stream>>>(spans[k].p, spans[k].n, flags.get() + k);
     check_launch("cuda optim: non_finite_kernel launch");
-    any = true;
   }
-  if (!any) return count;
   const auto bad = flags.read_all();
   for (std::size_t k = 0; k < count; ++k)
     if (bad[k]) return k;
