@@ -10,9 +10,9 @@
 // per row in the call (attn's own quantizer, the same values) and the int32 sums scaled back to
 // float (W quantized beforehand). One JSON line per shape with --json.
 // Then the flash attention kernels' tile products (kernels::tile::gemm, FP32, one thread, as each of
-// the kernels' threads runs them): the five products of a 128 x 128 query-key tile for heads 16, 32
-// and 128 wide (R1-h8, R3, R1-h1), in the layouts the kernels use, to set beside the per-core FMA
-// peak that `peak` reports.
+// the kernels' threads runs them): the six products of a 128 x 128 query-key tile (forward's two,
+// backward's four and its recomputation of the scores) for heads 16, 32 and 128 wide (R1-h8, R3,
+// R1-h1), in the layouts the kernels use, to set beside the per-core FMA peak that `peak` reports.
 //   OMP_NUM_THREADS=2 gemm_shapes [--reps 9] [--json]
 #include <attn/attn.hpp>
 #include <attn/backend/cpu/gemm_bf16.hpp>
