@@ -114,6 +114,25 @@ TEST_CASE("exp_shift_sum at every level: within 3 ulp of std::exp, exact zeros b
   }
 }
 
+TEST_CASE("exp_shift_sum at every level: NaN stays NaN in every lane position, and the sum is NaN") {
+  namespace mha = attn::kernels::mha;
+  for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+    const attn::ScopedIsa scoped{Isa(level)};
+    for (std::size_t n : {1, 5, 16, 17, 40}) {
+      for (std::size_t at = 0; at < n; at += 3) {
+        INFO("level " << attn::isa_name(Isa(level)) << " n " << n << " at " << at);
+        std::vector<float> x(n, -1.0f);
+        x[at] = std::numeric_limits<float>::quiet_NaN();
+        const float s = mha::exp_shift_sum(x.data(), n, 0.0f);
+        CHECK(std::isnan(x[at]));
+        CHECK(std::isnan(s));
+        for (std::size_t j = 0; j < n; ++j)
+          if (j != at) CHECK(x[j] == Approx(std::exp(-1.0)).epsilon(1e-6));
+      }
+    }
+  }
+}
+
 TEST_CASE("row_max at every level: the maximum for every tail length, -inf for a row of -inf") {
   namespace mha = attn::kernels::mha;
   const float inf = std::numeric_limits<float>::infinity();

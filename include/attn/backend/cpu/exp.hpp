@@ -103,23 +103,22 @@ __attribute__((target("avx2,fma"))) inline std::size_t exp_shift_sum_avx2(float*
   *sum += hsum_ps(h);
   return j;
 }
-/// exp8_ps for 16 floats with AVX-512: the same reduction and polynomial, so both levels give the
-/// same results lane for lane.
+/// exp8_ps for 16 floats with AVX-512: the same clamp at 88, reduction and polynomial, so both
+/// levels give the same results lane for lane. p 2^n comes from vscalefps, which is exact while the
+/// result is normal (as adding n to the exponent is) and takes the zeroing below -87 (and of -inf)
+/// as its write mask: five instructions fewer than AVX2's integer route, which counts on Zen 4,
+/// where the exponentials of a 128 x 128 tile cost a fifth of its two products.
 ATTN_TARGET_AVX512 inline __m512 exp16_ps(__m512 v) {
-  const __m512 lo = _mm512_set1_ps(exp5::lo);
-  const __m512 c = _mm512_min_ps(_mm512_set1_ps(exp5::hi), _mm512_max_ps(lo, v));
+  // min(88, v) returns v for NaN: NaN goes through the polynomial and scalef as NaN.
+  const __m512 c = _mm512_min_ps(_mm512_set1_ps(exp5::hi), v);
   const __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(exp5::log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fmadd_ps(fn, _mm512_set1_ps(-exp5::ln2_hi), c);
   r = _mm512_fmadd_ps(fn, _mm512_set1_ps(-exp5::ln2_lo), r);
   __m512 p = _mm512_set1_ps(exp5::c[0]);
   for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp5::c[i]));
-  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(fn), 23);
-  const __m512 y = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
-  // Zero below -87 and for -inf; NaN: max/min above return their second operand (lo, then 88), so
-  // it is restored from v.
-  const __mmask16 keep = _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(keep, y), nan, v);
+  // Kept: v >= -87, or NaN (not less than, unordered); -inf and everything below -87 give 0.
+  const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_set1_ps(exp5::lo), _CMP_NLT_UQ);
+  return _mm512_maskz_scalef_ps(keep, p, fn);
 }
 /// exp_shift_sum's AVX-512 body: all of x[0..n), the tail under a mask; returns n and adds to *sum.
 ATTN_TARGET_AVX512 inline std::size_t exp_shift_sum_avx512(float* x, std::size_t n, float m, float* sum) {

@@ -140,12 +140,13 @@ ATTN_TARGET_AVX512 inline void micro512(std::size_t k, float alpha, const float*
     }
   }
   const __m512 al = _mm512_set1_ps(alpha);
+  const bool scaled = alpha != 1.0f;  // most of the flash kernels' products have alpha 1
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     float* cr = c + r * ldc;
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
-      __m512 o = _mm512_mul_ps(al, s[r][v]);
+      __m512 o = scaled ? _mm512_mul_ps(al, s[r][v]) : s[r][v];
       if constexpr (Mask) {
         if (accumulate) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(mask, cr));
         _mm512_mask_storeu_ps(cr, mask, o);
