@@ -55,12 +55,12 @@ struct DropMask {
 
 /// Working memory of the calling thread, kept between calls (a thread's buffer in `slot` grows to
 /// the largest n asked for and is reused), so the kernels allocate nothing once warmed up. The
-/// contents are uninitialised. Slots 0-2 hold the masks below, 3-9 the per-thread tiles.
+/// contents are uninitialised. Slots 0-2 hold the masks below, 3-10 the per-thread tiles.
 template <class T>
 class Scratch {
  public:
   Scratch(std::size_t slot, std::size_t n) {
-    thread_local std::vector<T> bufs[10];
+    thread_local std::vector<T> bufs[11];
     auto& v = bufs[slot];
     if (v.size() < n) v.resize(n);
     p_ = v.data();
@@ -361,7 +361,7 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   const long long tasks = static_cast<long long>(p.batch * H);
   const int nt = threads_for(std::size_t(tasks));
   const DropMask<T> drop(p.dropout, p.seed);
-  const std::size_t per_thread = 2 * block_q * block_k + n + 2 * hd * block_k + 2 * hd * block_q;
+  const std::size_t per_thread = 2 * block_q * block_k + n + 3 * hd * block_k + 2 * hd * block_q;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
   const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
@@ -369,7 +369,7 @@ ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
     const Scratch<T> kt(6, hd * block_k), vt(7, hd * block_k);
-    const Scratch<T> qp(8, hd * block_q), gp(9, hd * block_q);  // packed Q_i and dO_i
+    const Scratch<T> qp(8, hd * block_q), gp(9, hd * block_q), kp(10, hd * block_k);  // packed Q_i, dO_i and K_j
 ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
@@ -396,6 +396,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         const std::size_t bc = std::min(block_k, kend - j0);
         if (!p.scores) transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());  // K^T for recomputing the scores
         transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
+        pack_rows(K + j0 * ld, ld, bc, hd, kp.data());
         const TileSet runs = masks.query_tiles(p, b, kb, j0, j0 + bc);
         for (std::size_t qb = runs.begin(); qb < runs.end(); qb = runs.next(qb)) {
           const std::size_t i0 = qb * block_q;
@@ -433,7 +434,7 @@ ATTN_MHA_OMP("omp simd")
           }
           // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
           product<T>(bf16, bc, hd, br, T(1), pt.data(), 1, bc, gp.data(), hd, true, dV + j0 * ld, ld);
-          product<T>(bf16, br, hd, bc, p.scale, dp.data(), bc, 1, K + j0 * ld, ld, true, dQ + i0 * ld, ld);
+          product<T>(bf16, br, hd, bc, p.scale, dp.data(), bc, 1, kp.data(), hd, true, dQ + i0 * ld, ld);
           product<T>(bf16, bc, hd, br, p.scale, dp.data(), 1, bc, qp.data(), hd, true, dK + j0 * ld, ld);
         }
       }
