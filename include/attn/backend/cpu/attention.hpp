@@ -55,12 +55,12 @@ struct DropMask {
 
 /// Working memory of the calling thread, kept between calls (a thread's buffer in `slot` grows to
 /// the largest n asked for and is reused), so the kernels allocate nothing once warmed up. The
-/// contents are uninitialised. Slots 0-2 hold the masks below, 3-10 the per-thread tiles.
+/// contents are uninitialised. Slots 0-2 hold the masks below, 3-13 the per-thread tiles.
 template <class T>
 class Scratch {
  public:
   Scratch(std::size_t slot, std::size_t n) {
-    thread_local std::vector<T> bufs[11];
+    thread_local std::vector<T> bufs[14];
     auto& v = bufs[slot];
     if (v.size() < n) v.resize(n);
     p_ = v.data();
@@ -231,6 +231,17 @@ void pack_rows(const T* src, std::size_t ld, std::size_t rows, std::size_t hd, T
   for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * ld, hd, dst + r * hd);
 }
 
+/// rows [0, rows) of dst (row stride ld) += src (rows, hd), contiguous: pack_rows' way back, for sums.
+template <class T>
+void add_rows(const T* src, std::size_t rows, std::size_t hd, T* dst, std::size_t ld) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* d = dst + r * ld;
+    const T* a = src + r * hd;
+ATTN_MHA_OMP("omp simd")
+    for (std::size_t c = 0; c < hd; ++c) d[c] += a[c];
+  }
+}
+
 /// A tile product of the flash kernels: tile::gemm, or tile::gemm_bf16 (bfloat16 operands, float
 /// sums) when the problem asks for bf16 products (MhaProblem::bf16; float only).
 template <class T>
@@ -260,6 +271,16 @@ inline int threads_for(std::size_t tasks) {
 #endif
 }
 
+/// Query tiles per forward task, for `heads` (batch x heads) heads of nqb query tiles: a task runs
+/// consecutive query tiles of one head, so that each key tile it reaches is transposed and packed
+/// once for all of them rather than once per query tile (16 times over at T = 2048). As many as
+/// still leave four tasks per thread, which dynamic scheduling balances over causal or windowed rows.
+inline std::size_t query_group(std::size_t heads, std::size_t nqb) {
+  const std::size_t want = 4 * static_cast<std::size_t>(threads_for(std::size_t(-1)));
+  const std::size_t chunks = std::clamp<std::size_t>((want + heads - 1) / std::max<std::size_t>(heads, 1), 1, std::max<std::size_t>(nqb, 1));
+  return (std::max<std::size_t>(nqb, 1) + chunks - 1) / chunks;
+}
+
 }  // namespace mha
 
 /// Flash forward. out (B, T, D) = softmax(Q K^T * scale + masks) V per head, tile by tile with a
@@ -271,74 +292,88 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
   const Masks<T> masks(p, block_q, block_k);
   const std::size_t nqb = masks.nqb, nkb = masks.nkb;
-  const long long tasks = static_cast<long long>(p.batch * H * nqb);
+  const std::size_t group = query_group(p.batch * H, nqb), nqc = (nqb + group - 1) / group;
+  const long long tasks = static_cast<long long>(p.batch * H * nqc);
   const int nt = threads_for(std::size_t(tasks));
   const DropMask<T> drop(p.dropout, p.seed);
-  const std::size_t per_thread = block_q * block_k + 2 * block_q + hd * block_k + hd * (block_q + block_k);
+  const std::size_t cache = hd * nkb * block_k;  // a head's K^T and V tiles, each made once per task
+  const std::size_t per_thread = block_q * block_k + 2 * block_q + 2 * hd * block_q + 2 * cache;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
   const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
-    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kt(6, hd * block_k);
-    const Scratch<T> qp(8, hd * block_q), vp(9, hd * block_k);  // packed Q_i and V_j
+    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kc(6, cache);
+    const Scratch<T> qp(8, hd * block_q), vc(9, cache);  // packed Q_i; the task's K_j^T and packed V_j
+    const Scratch<T> oa(7, hd * block_q);                 // O_i's running sum, contiguous (see below)
+    const Scratch<unsigned char> made(5, nkb);            // which key tiles kc and vc hold for this task
 ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
     for (long long task = 0; task < tasks; ++task) {
-      const std::size_t b = std::size_t(task) / (H * nqb), h = std::size_t(task) / nqb % H, qb = std::size_t(task) % nqb;
-      const std::size_t i0 = qb * block_q, rows = std::min(block_q, n - i0), kend = masks.kend[b];
-      const std::size_t qend = masks.qend(p, b), br = qend > i0 ? std::min(rows, qend - i0) : 0;
-      const T *Q = p.qkv + (b * n + i0) * ld + h * hd, *K = p.qkv + b * n * ld + D + h * hd, *V = K + D;
-      T* O = out + (b * n + i0) * D + h * hd;  // (br, hd), row stride D: the accumulator
-      T* L = lse + (b * H + h) * n + i0;
-      for (std::size_t r = 0; r < rows; ++r) std::fill_n(O + r * D, hd, T(0));
-      for (std::size_t r = br; r < rows; ++r) L[r] = std::numeric_limits<T>::infinity();  // skipped query rows
-      if (br == 0) continue;
-      std::fill_n(m.data(), br, neg_inf<T>);
-      std::fill_n(l.data(), br, T(0));
-      const TileSet runs = masks.key_tiles(p, b, qb, i0, i0 + br);
-      pack_rows(Q, ld, br, hd, qp.data());
-      for (std::size_t kb = runs.begin(); kb < runs.end(); kb = runs.next(kb)) {
-        const std::size_t j0 = kb * block_k;
-        if (j0 >= kend) break;  // the rest of the keys are padding
-        if (!masks.kblock[b * nkb + kb] || !masks.alive(qb, kb)) continue;
-        const std::size_t bc = std::min(block_k, kend - j0);
-        ++tiles;
-        // s (br, bc) = scale * Q_i K_j^T + masks
-        transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());
-        product<T>(bf16, br, bc, hd, p.scale, qp.data(), hd, 1, kt.data(), bc, false, s.data(), bc);
-        masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
-        if (p.scores) {  // kept for backward
-          T* keep = p.scores + ((b * H + h) * n + i0) * n + j0;
-          for (std::size_t r = 0; r < br; ++r) std::copy_n(s.data() + r * bc, bc, keep + r * n);
+      const std::size_t b = std::size_t(task) / (H * nqc), h = std::size_t(task) / nqc % H, qc = std::size_t(task) % nqc;
+      std::fill_n(made.data(), nkb, static_cast<unsigned char>(0));
+      for (std::size_t qb = qc * group; qb < std::min(nqb, (qc + 1) * group); ++qb) {
+        const std::size_t i0 = qb * block_q, rows = std::min(block_q, n - i0), kend = masks.kend[b];
+        const std::size_t qend = masks.qend(p, b), br = qend > i0 ? std::min(rows, qend - i0) : 0;
+        const T *Q = p.qkv + (b * n + i0) * ld + h * hd, *K = p.qkv + b * n * ld + D + h * hd, *V = K + D;
+        // O_i (br, hd) sums in oa, row stride hd: a tile of out itself (row stride D, 1 KiB at D = 256)
+        // puts its 128 rows in 8 of the L1's 64 sets, and P V_j runs 10-20% slower into it.
+        T* O = out + (b * n + i0) * D + h * hd;
+        T* L = lse + (b * H + h) * n + i0;
+        std::fill_n(oa.data(), br * hd, T(0));
+        for (std::size_t r = br; r < rows; ++r) std::fill_n(O + r * D, hd, T(0));
+        for (std::size_t r = br; r < rows; ++r) L[r] = std::numeric_limits<T>::infinity();  // skipped query rows
+        if (br == 0) continue;
+        std::fill_n(m.data(), br, neg_inf<T>);
+        std::fill_n(l.data(), br, T(0));
+        const TileSet runs = masks.key_tiles(p, b, qb, i0, i0 + br);
+        pack_rows(Q, ld, br, hd, qp.data());
+        for (std::size_t kb = runs.begin(); kb < runs.end(); kb = runs.next(kb)) {
+          const std::size_t j0 = kb * block_k;
+          if (j0 >= kend) break;  // the rest of the keys are padding
+          if (!masks.kblock[b * nkb + kb] || !masks.alive(qb, kb)) continue;
+          const std::size_t bc = std::min(block_k, kend - j0);
+          ++tiles;
+          T *ktj = kc.data() + kb * hd * block_k, *vpj = vc.data() + kb * block_k * hd;
+          if (!made[kb]) {
+            transpose_tile(K + j0 * ld, ld, bc, hd, ktj);
+            pack_rows(V + j0 * ld, ld, bc, hd, vpj);
+            made[kb] = 1;
+          }
+          // s (br, bc) = scale * Q_i K_j^T + masks
+          product<T>(bf16, br, bc, hd, p.scale, qp.data(), hd, 1, ktj, bc, false, s.data(), bc);
+          masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
+          if (p.scores) {  // kept for backward
+            T* keep = p.scores + ((b * H + h) * n + i0) * n + j0;
+            for (std::size_t r = 0; r < br; ++r) std::copy_n(s.data() + r * bc, bc, keep + r * n);
+          }
+          for (std::size_t r = 0; r < br; ++r) {
+            T* row = s.data() + r * bc;
+            const auto step = elem::online_softmax_step(m[r], row_max(row, bc));
+            if (step.m_new == neg_inf<T>) {  // nothing visible yet in this row
+              std::fill_n(row, bc, T(0));
+              continue;
+            }
+            l[r] = l[r] * step.alpha + exp_shift_sum(row, bc, step.m_new);
+            m[r] = step.m_new;
+            if (step.alpha != T(1))
+              for (std::size_t c = 0; c < hd; ++c) oa[r * hd + c] *= step.alpha;
+            if (drop.active) {
+              const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
+              for (std::size_t j = 0; j < bc; ++j) row[j] *= drop(base + j);
+            }
+          }
+          // O_i += P V_j: (br, bc) x (bc, hd)
+          product<T>(bf16, br, hd, bc, T(1), s.data(), bc, 1, vpj, hd, true, oa.data(), hd);
         }
         for (std::size_t r = 0; r < br; ++r) {
-          T* row = s.data() + r * bc;
-          const auto step = elem::online_softmax_step(m[r], row_max(row, bc));
-          if (step.m_new == neg_inf<T>) {  // nothing visible yet in this row
-            std::fill_n(row, bc, T(0));
-            continue;
+          T* o = O + r * D;
+          L[r] = elem::log_sum_exp(m[r], l[r]);
+          if (l[r] > T(0)) {
+            const T inv = T(1) / l[r];
+            for (std::size_t c = 0; c < hd; ++c) o[c] = oa[r * hd + c] * inv;
+          } else {
+            std::fill_n(o, hd, T(0));
           }
-          l[r] = l[r] * step.alpha + exp_shift_sum(row, bc, step.m_new);
-          m[r] = step.m_new;
-          if (step.alpha != T(1))
-            for (std::size_t c = 0; c < hd; ++c) O[r * D + c] *= step.alpha;
-          if (drop.active) {
-            const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
-            for (std::size_t j = 0; j < bc; ++j) row[j] *= drop(base + j);
-          }
-        }
-        // O_i += P V_j: (br, bc) x (bc, hd)
-        pack_rows(V + j0 * ld, ld, bc, hd, vp.data());
-        product<T>(bf16, br, hd, bc, T(1), s.data(), bc, 1, vp.data(), hd, true, O, D);
-      }
-      for (std::size_t r = 0; r < br; ++r) {
-        T* o = O + r * D;
-        L[r] = elem::log_sum_exp(m[r], l[r]);
-        if (l[r] > T(0)) {
-          const T inv = T(1) / l[r];
-          for (std::size_t c = 0; c < hd; ++c) o[c] *= inv;
-        } else {
-          std::fill_n(o, hd, T(0));
         }
       }
     }
@@ -361,7 +396,8 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   const long long tasks = static_cast<long long>(p.batch * H);
   const int nt = threads_for(std::size_t(tasks));
   const DropMask<T> drop(p.dropout, p.seed);
-  const std::size_t per_thread = 2 * block_q * block_k + n + 3 * hd * block_k + 2 * hd * block_q;
+  const std::size_t rows = masks.nqb * block_q;  // a head's Q and dO rows, packed once per task
+  const std::size_t per_thread = 2 * block_q * block_k + n + 5 * hd * block_k + 3 * hd * rows;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
   const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
@@ -369,7 +405,11 @@ ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
     const Scratch<T> kt(6, hd * block_k), vt(7, hd * block_k);
-    const Scratch<T> qp(8, hd * block_q), gp(9, hd * block_q), kp(10, hd * block_k);  // packed Q_i, dO_i and K_j
+    const Scratch<T> qp(8, hd * rows), gp(9, hd * rows), kp(10, hd * block_k);  // the head's packed Q and dO; packed K_j
+    // The sums of dQ (the head's rows), dK_j and dV_j, contiguous: the head's slices of dqkv have rows
+    // 3D floats apart (3 KiB at D = 256), which put a key tile's 128 rows in 8 of the L1's 64 sets
+    // and a head's dQ rows in 128 of the L2's 1024: the products into them ran 15-25% slower.
+    const Scratch<T> dqa(11, hd * rows), dka(12, hd * block_k), dva(13, hd * block_k);
 ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
@@ -389,6 +429,9 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         for (std::size_t c = 0; c < hd; ++c) acc += dO[i * D + c] * O[i * D + c];
         Dv[i] = acc;
       }
+      pack_rows(Q, ld, qend, hd, qp.data());
+      pack_rows(dO, D, qend, hd, gp.data());
+      std::fill_n(dqa.data(), qend * hd, T(0));
       for (std::size_t kb = 0; kb < nkb; ++kb) {
         const std::size_t j0 = kb * block_k;
         if (j0 >= kend) break;  // the rest of the keys are padding: no weight, no gradient
@@ -397,6 +440,8 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         if (!p.scores) transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());  // K^T for recomputing the scores
         transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
         pack_rows(K + j0 * ld, ld, bc, hd, kp.data());
+        std::fill_n(dka.data(), bc * hd, T(0));
+        std::fill_n(dva.data(), bc * hd, T(0));
         const TileSet runs = masks.query_tiles(p, b, kb, j0, j0 + bc);
         for (std::size_t qb = runs.begin(); qb < runs.end(); qb = runs.next(qb)) {
           const std::size_t i0 = qb * block_q;
@@ -404,18 +449,17 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           if (!masks.alive(qb, kb)) continue;
           const std::size_t br = std::min(block_q, qend - i0);
           ++tiles;
-          pack_rows(Q + i0 * ld, ld, br, hd, qp.data());
-          pack_rows(dO + i0 * D, D, br, hd, gp.data());
+          const T *Qi = qp.data() + i0 * hd, *dOi = gp.data() + i0 * hd;
           if (p.scores) {  // the forward's scores of this tile
             const T* kept = p.scores + ((b * H + h) * n + i0) * n + j0;
-            for (std::size_t r = 0; r < br; ++r) std::copy_n(kept + r * n, bc, pt.data() + r * bc);
+            pack_rows(kept, n, br, bc, pt.data());
           } else {
-            product<T>(bf16, br, bc, hd, p.scale, qp.data(), hd, 1, kt.data(), bc, false, pt.data(), bc);
+            product<T>(bf16, br, bc, hd, p.scale, Qi, hd, 1, kt.data(), bc, false, pt.data(), bc);
             masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
           }
           for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
           // dP (br, bc) = dO_i V_j^T
-          product<T>(bf16, br, bc, hd, T(1), gp.data(), hd, 1, vt.data(), bc, false, dp.data(), bc);
+          product<T>(bf16, br, bc, hd, T(1), dOi, hd, 1, vt.data(), bc, false, dp.data(), bc);
           for (std::size_t r = 0; r < br; ++r) {
             T* pr = pt.data() + r * bc;
             T* gr = dp.data() + r * bc;
@@ -433,11 +477,14 @@ ATTN_MHA_OMP("omp simd")
             }
           }
           // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
-          product<T>(bf16, bc, hd, br, T(1), pt.data(), 1, bc, gp.data(), hd, true, dV + j0 * ld, ld);
-          product<T>(bf16, br, hd, bc, p.scale, dp.data(), bc, 1, kp.data(), hd, true, dQ + i0 * ld, ld);
-          product<T>(bf16, bc, hd, br, p.scale, dp.data(), 1, bc, qp.data(), hd, true, dK + j0 * ld, ld);
+          product<T>(bf16, bc, hd, br, T(1), pt.data(), 1, bc, dOi, hd, true, dva.data(), hd);
+          product<T>(bf16, br, hd, bc, p.scale, dp.data(), bc, 1, kp.data(), hd, true, dqa.data() + i0 * hd, hd);
+          product<T>(bf16, bc, hd, br, p.scale, dp.data(), 1, bc, Qi, hd, true, dka.data(), hd);
         }
+        add_rows(dka.data(), bc, hd, dK + j0 * ld, ld);
+        add_rows(dva.data(), bc, hd, dV + j0 * ld, ld);
       }
+      add_rows(dqa.data(), qend, hd, dQ, ld);
     }
   }
   if (stats) stats->tiles += tiles;

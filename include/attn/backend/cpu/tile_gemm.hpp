@@ -56,12 +56,13 @@ __attribute__((target("avx2,fma"))) inline void micro(std::size_t k, float alpha
     }
   }
   const __m256 al = _mm256_set1_ps(alpha);
+  const bool scaled = alpha != 1.0f;  // most of the flash kernels' products have alpha 1
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     float* cr = c + r * ldc;
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
-      __m256 o = _mm256_mul_ps(al, s[r][v]);
+      __m256 o = scaled ? _mm256_mul_ps(al, s[r][v]) : s[r][v];
       if constexpr (Mask) {
         if (accumulate) o = _mm256_add_ps(o, _mm256_maskload_ps(cr, mask));
         _mm256_maskstore_ps(cr, mask, o);
