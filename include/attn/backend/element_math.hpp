@@ -158,7 +158,8 @@ ATTN_HD OnlineSoftmaxStep<T> online_softmax_step(T m, T block_max) {
   using std::exp;
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   const T m_new = block_max > m ? block_max : m;
-  return {m_new, m == neg_inf ? T(0) : exp(m - m_new)};
+  // exp(0) is 1 exactly: a block that leaves the max where it was (most blocks) needs no exp.
+  return {m_new, m == neg_inf ? T(0) : m_new == m ? T(1) : exp(m - m_new)};
 }
 
 /// The log-sum-exp m + log l of a row whose max is m and l = sum exp(x - m) (a softmax row, or an

@@ -194,6 +194,13 @@ ATTN_TARGET_AVX512 inline void gemm_avx512(std::size_t m, std::size_t n, std::si
   }
 }
 
+/// dst (rows, cols) = src (rows, cols), row strides ld and ldd; cols a multiple of 8.
+__attribute__((target("avx2,fma"))) inline void copy_rows_avx2(const float* src, std::size_t ld, std::size_t rows, std::size_t cols,
+                                                               float* dst, std::size_t ldd) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; c += 8) _mm256_storeu_ps(dst + r * ldd + c, _mm256_loadu_ps(src + r * ld + c));
+}
+
 /// dst (cols, rows) = the transpose of src (rows, cols) (row strides ld and ldd), in 8 x 8 blocks of
 /// AVX registers (unpack, shuffle, lane permute); the edges element by element.
 __attribute__((target("avx2,fma"))) inline void transpose_avx2(const float* src, std::size_t ld, std::size_t rows,
