@@ -5,6 +5,7 @@
 #include "attention_test_util.hpp"
 #include "../golden_util.hpp"
 
+#include <cstring>
 #include <limits>
 
 #include <attn/autograd/attention.hpp>
@@ -577,6 +578,42 @@ TEST_CASE("a first gradient is written over an uninitialised buffer (flash backw
   bool doubled = true;
   for (std::size_t i = 0; i < first.numel(); ++i) doubled = doubled && x.grad()[i] == 2 * first[i];
   CHECK(doubled);
+}
+
+TEST_CASE("flash backward, clear_grad: over a buffer of NaN it writes what accumulating into zeros gives, bit for bit") {
+  // Every row of each head's dQ, dK and dV is written: rows with sums, a key tile with no real key
+  // (keys 128-255 of sample 0 masked), keys and queries after the last real key (skip_padded_queries),
+  // a fully padded sample, and the tiles a window pattern skips.
+  constexpr std::size_t B = 3, T = 300, H = 2, hd = 16, D = H * hd;
+  const auto qkv = random<float>({B, T, 3 * D});
+  const auto dout = random<float>({B, T, D});
+  Tensor<float> keep = lengths_mask<float>({T, 170, 0}, T);
+  for (std::size_t j = 128; j < 256; ++j) keep(0, j) = 0.f;
+  for (bool window : {false, true})
+    for (bool skip : {false, true}) {
+      INFO((window ? "window 40, 2 global" : "dense") << (skip ? ", skip_padded_queries" : ""));
+      attn::kernels::MhaProblem<float> p;
+      p.batch = B, p.time = T, p.heads = H, p.head_dim = hd;
+      p.qkv = qkv.data(), p.key_mask = keep.data();
+      p.scale = 1.f / std::sqrt(float(hd));
+      p.skip_padded_queries = skip;
+      if (window) p.pattern.window = 40, p.pattern.global = 2;
+      Tensor<float> out({B, T, D}), lse({B, H, T});
+      attn::kernels::mha_flash_forward(attn::cpu{}, p, out.data(), lse.data(), nullptr);
+      auto added = Tensor<float>::zeros({B, T, 3 * D});
+      attn::kernels::mha_flash_backward(attn::cpu{}, p, out.data(), dout.data(), lse.data(), added.data(), nullptr);
+      Tensor<float> written({B, T, 3 * D});
+      for (std::size_t i = 0; i < written.numel(); ++i) written[i] = std::numeric_limits<float>::quiet_NaN();
+      p.clear_grad = true;
+      attn::kernels::mha_flash_backward(attn::cpu{}, p, out.data(), dout.data(), lse.data(), written.data(), nullptr);
+      std::size_t differ = 0, nonzero = 0;
+      for (std::size_t i = 0; i < added.numel(); ++i) {
+        differ += std::memcmp(&added[i], &written[i], sizeof(float)) != 0;
+        nonzero += added[i] != 0.f;
+      }
+      CHECK(differ == 0);
+      CHECK(nonzero > added.numel() / 4);
+    }
 }
 
 TEST_CASE("flash, scores kept by forward: backward reads them and gives the recomputing backward's gradient, bit for bit") {

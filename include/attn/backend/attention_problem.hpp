@@ -94,7 +94,7 @@ struct MhaProblem {
   bool skip_padded_queries = false;  // flash: rows from key_end(b) on are zero (lse +inf) and get no gradient
   AttentionPattern pattern = {};     // sparse pattern; the default hides nothing
   bool bf16 = false;                 // CPU flash kernels, float, at avx512_bf16: tile products on bfloat16 operands
-  bool clear_grad = false;           // CPU flash backward: dqkv is uninitialised, each (b, h) clears its slices first
+  bool clear_grad = false;           // CPU flash backward: dqkv is uninitialised, each (b, h) writes every row of its slices
   /// CPU flash kernels, dense pattern only: (B, H, T, T) where forward stores the scaled, masked
   /// scores of every tile it computes and backward reads them instead of recomputing Q K^T (the
   /// same values, bit for bit). Null: backward recomputes them (the O(T) memory of flash).

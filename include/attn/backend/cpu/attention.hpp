@@ -237,15 +237,30 @@ void pack_rows(const T* src, std::size_t ld, std::size_t rows, std::size_t hd, T
   for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * ld, hd, dst + r * hd);
 }
 
-/// rows [0, rows) of dst (row stride ld) += src (rows, hd), contiguous: pack_rows' way back, for sums.
+/// rows [0, rows) of dst (row stride ld) += src (rows, hd), contiguous: pack_rows' way back, for
+/// sums; with `assign`, dst = src instead (dst's old contents are not read: it may be uninitialised).
 template <class T>
-void add_rows(const T* src, std::size_t rows, std::size_t hd, T* dst, std::size_t ld) {
+void add_rows(const T* src, std::size_t rows, std::size_t hd, T* dst, std::size_t ld, bool assign = false) {
+  if (assign) {
+#if defined(ATTN_TILE_GEMM_AVX2)
+    if constexpr (std::is_same_v<T, float>)
+      if (hd % 8 == 0 && tile::available()) return tile::copy_rows_avx2(src, hd, rows, hd, dst, ld);
+#endif
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * hd, hd, dst + r * ld);
+    return;
+  }
   for (std::size_t r = 0; r < rows; ++r) {
     T* d = dst + r * ld;
     const T* a = src + r * hd;
 ATTN_MHA_OMP("omp simd")
     for (std::size_t c = 0; c < hd; ++c) d[c] += a[c];
   }
+}
+
+/// rows [r0, r1) of dst (row stride ld), hd wide, = 0.
+template <class T>
+void zero_rows(T* dst, std::size_t r0, std::size_t r1, std::size_t hd, std::size_t ld) {
+  for (std::size_t r = r0; r < r1; ++r) std::fill_n(dst + r * ld, hd, T(0));
 }
 
 /// A tile product of the flash kernels: tile::gemm, or tile::gemm_bf16 (bfloat16 operands, float
@@ -326,8 +341,10 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         T* O = out + (b * n + i0) * D + h * hd;
         T* L = lse + (b * H + h) * n + i0;
         std::fill_n(oa.data(), br * hd, T(0));
-        for (std::size_t r = br; r < rows; ++r) std::fill_n(O + r * D, hd, T(0));
-        for (std::size_t r = br; r < rows; ++r) L[r] = std::numeric_limits<T>::infinity();  // skipped query rows
+        for (std::size_t r = br; r < rows; ++r) {  // skipped query rows
+          std::fill_n(O + r * D, hd, T(0));
+          L[r] = std::numeric_limits<T>::infinity();
+        }
         if (br == 0) continue;
         std::fill_n(m.data(), br, neg_inf<T>);
         std::fill_n(l.data(), br, T(0));
@@ -424,25 +441,28 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
       T *dQ = dqkv + qoff, *dK = dQ + D, *dV = dK + D;
       const T* L = lse + (b * H + h) * n;
       const std::size_t kend = masks.kend[b], qend = masks.qend(p, b);
-      if (p.clear_grad)  // this task's slices of dQ, dK and dV, every row, cleared where they are about to be used
-        for (std::size_t i = 0; i < n; ++i) {
-          std::fill_n(dQ + i * ld, hd, T(0));
-          std::fill_n(dK + i * ld, hd, T(0));
-          std::fill_n(dV + i * ld, hd, T(0));
-        }
-      for (std::size_t i = 0; i < qend; ++i) {
-        T acc = 0;
-        for (std::size_t c = 0; c < hd; ++c) acc += dO[i * D + c] * O[i * D + c];
-        Dv[i] = acc;
-      }
+      // With p.clear_grad every row of this task's slices of dQ, dK and dV is written once, by its
+      // sum (add_rows' assign) or as 0 (rows with no sum), and never read.
+      const bool put = p.clear_grad;
       pack_rows(Q, ld, qend, hd, qp.data());
       pack_rows(dO, D, qend, hd, gp.data());
+      for (std::size_t i = 0; i < qend; ++i) {  // D_i = rowsum(dO_i * O_i), dO_i from its packed copy
+        T acc = 0;
+        for (std::size_t c = 0; c < hd; ++c) acc += gp[i * hd + c] * O[i * D + c];
+        Dv[i] = acc;
+      }
       std::fill_n(dqa.data(), qend * hd, T(0));
       for (std::size_t kb = 0; kb < nkb; ++kb) {
         const std::size_t j0 = kb * block_k;
         if (j0 >= kend) break;  // the rest of the keys are padding: no weight, no gradient
-        if (!masks.kblock[b * nkb + kb]) continue;
         const std::size_t bc = std::min(block_k, kend - j0);
+        if (!masks.kblock[b * nkb + kb]) {
+          if (put) {
+            zero_rows(dK, j0, j0 + bc, hd, ld);
+            zero_rows(dV, j0, j0 + bc, hd, ld);
+          }
+          continue;
+        }
         if (!p.scores) transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());  // K^T for recomputing the scores
         transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
         pack_rows(K + j0 * ld, ld, bc, hd, kp.data());
@@ -487,10 +507,15 @@ ATTN_MHA_OMP("omp simd")
           product<T>(bf16, br, hd, bc, p.scale, dp.data(), bc, 1, kp.data(), hd, true, dqa.data() + i0 * hd, hd);
           product<T>(bf16, bc, hd, br, p.scale, dp.data(), 1, bc, Qi, hd, true, dka.data(), hd);
         }
-        add_rows(dka.data(), bc, hd, dK + j0 * ld, ld);
-        add_rows(dva.data(), bc, hd, dV + j0 * ld, ld);
+        add_rows(dka.data(), bc, hd, dK + j0 * ld, ld, put);
+        add_rows(dva.data(), bc, hd, dV + j0 * ld, ld, put);
       }
-      add_rows(dqa.data(), qend, hd, dQ, ld);
+      add_rows(dqa.data(), qend, hd, dQ, ld, put);
+      if (put) {
+        zero_rows(dQ, qend, n, hd, ld);
+        zero_rows(dK, std::min(kend, n), n, hd, ld);
+        zero_rows(dV, std::min(kend, n), n, hd, ld);
+      }
     }
   }
   if (stats) stats->tiles += tiles;

@@ -14,7 +14,22 @@
 
 namespace attn::kernels {
 
-/// out[i, :] = table[ids[i], :] for i < n; ids are checked against rows.
+namespace embedding_detail {
+/// Threads for n rows of dim elements: one below 2^15 elements, where starting a team costs more
+/// than the copies.
+inline int threads(std::size_t n, std::size_t dim) {
+#if defined(_OPENMP)
+  if (n * dim <= (std::size_t(1) << 15)) return 1;
+  return static_cast<int>(std::clamp<std::size_t>(n, 1, static_cast<std::size_t>(omp_get_max_threads())));
+#else
+  (void)n, (void)dim;
+  return 1;
+#endif
+}
+}  // namespace embedding_detail
+
+/// out[i, :] = table[ids[i], :] for i < n; ids are checked against rows (all of them, before any
+/// row is written). The rows are split over the threads.
 template <class T, class I>
 void gather_rows(cpu, const T* table, std::size_t rows, std::size_t dim, const I* ids, std::size_t n, T* out) {
   for (std::size_t i = 0; i < n; ++i) {
@@ -22,18 +37,37 @@ void gather_rows(cpu, const T* table, std::size_t rows, std::size_t dim, const I
     if (id < 0 || static_cast<std::size_t>(id) >= rows)
       throw ShapeError("embedding: id " + std::to_string(static_cast<long long>(id)) + " at position " + std::to_string(i) +
                        " is outside the table of " + std::to_string(rows) + " rows");
-    std::copy_n(table + static_cast<std::size_t>(id) * dim, dim, out + i * dim);
   }
+  const long long len = static_cast<long long>(n);
+  const int nt = embedding_detail::threads(n, dim);
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+  for (long long i = 0; i < len; ++i)
+    std::copy_n(table + static_cast<std::size_t>(ids[i]) * dim, dim, out + static_cast<std::size_t>(i) * dim);
 }
 
 /// table_grad[ids[i], :] += g[i, :], skipping ids equal to skip (the padding index, or -1 for none).
+/// Each thread owns the table rows id % threads == its number and adds into them in the order of i,
+/// so the sums are the same, bit for bit, whatever the thread count.
 template <class T, class I>
 void scatter_add_rows(cpu, T* table_grad, std::size_t dim, const I* ids, std::size_t n, const T* g, long long skip) {
-  for (std::size_t i = 0; i < n; ++i) {
-    if (static_cast<long long>(ids[i]) == skip) continue;
-    T* dst = table_grad + static_cast<std::size_t>(ids[i]) * dim;
-    const T* src = g + i * dim;
-    for (std::size_t j = 0; j < dim; ++j) dst[j] += src[j];
+  const int nt = embedding_detail::threads(n, dim);
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+  {
+#if defined(_OPENMP)
+    const std::size_t t = static_cast<std::size_t>(omp_get_thread_num()), nth = static_cast<std::size_t>(omp_get_num_threads());
+#else
+    const std::size_t t = 0, nth = 1;
+#endif
+    for (std::size_t i = 0; i < n; ++i) {
+      if (static_cast<long long>(ids[i]) == skip || static_cast<std::size_t>(ids[i]) % nth != t) continue;
+      T* dst = table_grad + static_cast<std::size_t>(ids[i]) * dim;
+      const T* src = g + i * dim;
+      for (std::size_t j = 0; j < dim; ++j) dst[j] += src[j];
+    }
   }
 }
 

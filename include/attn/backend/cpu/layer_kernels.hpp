@@ -70,7 +70,13 @@ void cross_entropy_backward(cpu, const T* logp, const I* targets, std::size_t n,
 /// times inv[i] = 1 / count (0 when no position is unmasked). out must be zero on entry.
 template <class T>
 void masked_mean_forward(cpu, const T* x, const T* mask, std::size_t b, std::size_t t, std::size_t d, T* out, T* inv) {
-  for (std::size_t i = 0; i < b; ++i) {
+  const long long nb = static_cast<long long>(b);
+  const int nt = vec::threads_for(b, b * t * d);
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+  for (long long ib = 0; ib < nb; ++ib) {
+    const std::size_t i = static_cast<std::size_t>(ib);
     double cnt = 0;
     for (std::size_t s = 0; s < t; ++s) cnt += mask[i * t + s] != T(0);
     inv[i] = cnt > 0 ? T(1.0 / cnt) : T(0);
@@ -87,8 +93,13 @@ void masked_mean_forward(cpu, const T* x, const T* mask, std::size_t b, std::siz
 /// gx (b, t, d) [i, s, :] += g (b, d) [i, :] * inv[i] where mask != 0.
 template <class T>
 void masked_mean_backward(cpu, const T* g, const T* mask, const T* inv, std::size_t b, std::size_t t, std::size_t d, T* gx) {
-  for (std::size_t i = 0; i < b; ++i)
-    for (std::size_t s = 0; s < t; ++s) {
+  const long long nb = static_cast<long long>(b);
+  const int nt = vec::threads_for(b, b * t * d);
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+  for (long long ib = 0; ib < nb; ++ib)
+    for (std::size_t s = 0, i = static_cast<std::size_t>(ib); s < t; ++s) {
       if (mask[i * t + s] == T(0)) continue;
       const T* gi = g + i * d;
       T* dst = gx + (i * t + s) * d;
