@@ -222,33 +222,32 @@ void transpose_tile(const T* src, std::size_t ld, std::size_t bc, std::size_t hd
   tile::transpose(src, ld, bc, hd, dst, bc);
 }
 
+/// Rows [0, rows) of dst (row stride ldd) = those of src (row stride ld), hd wide. Float rows a
+/// multiple of 8 wide are copied in AVX registers: a head's row is 64-512 bytes, and a call to
+/// memmove per row cost more than the copy.
+template <class T>
+void strided_copy(const T* src, std::size_t ld, std::size_t rows, std::size_t hd, T* dst, std::size_t ldd) {
+#if defined(ATTN_TILE_GEMM_AVX2)
+  if constexpr (std::is_same_v<T, float>)
+    if (hd % 8 == 0 && tile::available()) return tile::copy_rows_avx2(src, ld, rows, hd, dst, ldd);
+#endif
+  for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * ld, hd, dst + r * ldd);
+}
+
 /// dst (rows, hd), contiguous = rows [0, rows) of src (row stride ld). The kernels read a head's
 /// rows of qkv, out and dout through this copy: rows 3D (or D) floats apart fall into a few L1 sets
 /// (a 3 KiB stride meets only 8 of 64), and a tile product that broadcasts from eight such rows, or
 /// streams 128 of them as its B operand, runs 10-20% under the same product on a packed tile.
-/// Float rows a multiple of 8 wide are copied in AVX registers: a head's row is 64-512 bytes, and a
-/// call to memmove per row cost more than the copy.
 template <class T>
 void pack_rows(const T* src, std::size_t ld, std::size_t rows, std::size_t hd, T* dst) {
-#if defined(ATTN_TILE_GEMM_AVX2)
-  if constexpr (std::is_same_v<T, float>)
-    if (hd % 8 == 0 && tile::available()) return tile::copy_rows_avx2(src, ld, rows, hd, dst, hd);
-#endif
-  for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * ld, hd, dst + r * hd);
+  strided_copy(src, ld, rows, hd, dst, hd);
 }
 
 /// rows [0, rows) of dst (row stride ld) += src (rows, hd), contiguous: pack_rows' way back, for
 /// sums; with `assign`, dst = src instead (dst's old contents are not read: it may be uninitialised).
 template <class T>
 void add_rows(const T* src, std::size_t rows, std::size_t hd, T* dst, std::size_t ld, bool assign = false) {
-  if (assign) {
-#if defined(ATTN_TILE_GEMM_AVX2)
-    if constexpr (std::is_same_v<T, float>)
-      if (hd % 8 == 0 && tile::available()) return tile::copy_rows_avx2(src, hd, rows, hd, dst, ld);
-#endif
-    for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * hd, hd, dst + r * ld);
-    return;
-  }
+  if (assign) return strided_copy(src, hd, rows, hd, dst, ld);
   for (std::size_t r = 0; r < rows; ++r) {
     T* d = dst + r * ld;
     const T* a = src + r * hd;
@@ -513,8 +512,8 @@ ATTN_MHA_OMP("omp simd")
       add_rows(dqa.data(), qend, hd, dQ, ld, put);
       if (put) {
         zero_rows(dQ, qend, n, hd, ld);
-        zero_rows(dK, std::min(kend, n), n, hd, ld);
-        zero_rows(dV, std::min(kend, n), n, hd, ld);
+        zero_rows(dK, kend, n, hd, ld);
+        zero_rows(dV, kend, n, hd, ld);
       }
     }
   }

@@ -11,22 +11,9 @@
 #include "../../core/error.hpp"
 #include "../../core/instantiate.hpp"
 #include "../cpu.hpp"
+#include "vector_kernels.hpp"
 
 namespace attn::kernels {
-
-namespace embedding_detail {
-/// Threads for n rows of dim elements: one below 2^15 elements, where starting a team costs more
-/// than the copies.
-inline int threads(std::size_t n, std::size_t dim) {
-#if defined(_OPENMP)
-  if (n * dim <= (std::size_t(1) << 15)) return 1;
-  return static_cast<int>(std::clamp<std::size_t>(n, 1, static_cast<std::size_t>(omp_get_max_threads())));
-#else
-  (void)n, (void)dim;
-  return 1;
-#endif
-}
-}  // namespace embedding_detail
 
 /// out[i, :] = table[ids[i], :] for i < n; ids are checked against rows (all of them, before any
 /// row is written). The rows are split over the threads.
@@ -39,7 +26,7 @@ void gather_rows(cpu, const T* table, std::size_t rows, std::size_t dim, const I
                        " is outside the table of " + std::to_string(rows) + " rows");
   }
   const long long len = static_cast<long long>(n);
-  const int nt = embedding_detail::threads(n, dim);
+  const int nt = vec::threads_for(n, n * dim);
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
@@ -52,7 +39,7 @@ void gather_rows(cpu, const T* table, std::size_t rows, std::size_t dim, const I
 /// so the sums are the same, bit for bit, whatever the thread count.
 template <class T, class I>
 void scatter_add_rows(cpu, T* table_grad, std::size_t dim, const I* ids, std::size_t n, const T* g, long long skip) {
-  const int nt = embedding_detail::threads(n, dim);
+  const int nt = vec::threads_for(n, n * dim);
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
