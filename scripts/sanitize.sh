@@ -58,6 +58,9 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN
 # Two threads keep OpenMP regions parallel (so races in them are exercised) without
 # oversubscribing a small CI machine that also runs ctest in parallel.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Idle OpenMP threads sleep rather than spin on the cores that the other test program needs
+# (scripts/test.sh says more).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 ctest --test-dir "$build" --output-on-failure -j"${ATTN_TEST_JOBS:-2}" -E "$exclude" -LE mpi "${filter[@]}"
 # The MPI jobs (label mpi) run with every ASan and UBSan check except leak detection: Open MPI
 # keeps allocations from its dlopen'ed plugins until exit, which LeakSanitizer reports from
