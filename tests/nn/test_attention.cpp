@@ -249,7 +249,7 @@ LayerRun run_layer(AttentionKernel kernel, const Tensor<float>& x, const Tensor<
 /// Flash against naive in float, outputs and every gradient, at T = 1, 7, 64, 130, 200 (one tile, a
 /// partial tile, two tiles with a 2-row or 72-row tail), with and without a causal mask and dropout.
 /// The head widths cover the flash kernel's tile GEMM paths: 8 (one vector), 16, 20 (16 + a masked
-/// tail of 4), 24 (16 + 8), 64.
+/// tail of 4), 24 (16 + 8), 64 and 128 (whose packed tiles the kernels lay out with padded rows).
 template <std::size_t H, std::size_t D>
 void flash_matches_naive() {
   for (std::size_t n : {1, 7, 64, 130, 200}) {
@@ -285,12 +285,13 @@ void flash_matches_naive() {
 
 }  // namespace
 
-TEST_CASE("flash and naive agree in float32 on outputs and every gradient (head widths 8, 16, 20, 24, 64)") {
+TEST_CASE("flash and naive agree in float32 on outputs and every gradient (head widths 8, 16, 20, 24, 64, 128)") {
   flash_matches_naive<4, 32>();
   flash_matches_naive<2, 32>();
   flash_matches_naive<2, 40>();
   flash_matches_naive<1, 24>();
   flash_matches_naive<2, 128>();
+  flash_matches_naive<1, 128>();
 }
 
 namespace {

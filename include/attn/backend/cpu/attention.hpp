@@ -215,11 +215,19 @@ ATTN_MHA_OMP("omp simd")
   }
 };
 
-/// dst (hd, bc) = the transpose of rows [0, bc) of src (row stride ld, hd columns): a key or value
-/// tile laid out as the B operand of tile::gemm for S = Q K^T and dP = dO V^T.
+/// The row stride of a scratch tile whose rows hold `cols` values: cols, or cols + 16 when cols is
+/// a multiple of 64. Rows 256 bytes apart or a power-of-two multiple of that fall into a few of the
+/// L1's 64 sets (512 bytes: 8 sets, 64 lines for a 128-row operand of 128 lines), so the tile
+/// products that step down such a tile's rows (B, and A^T) miss the L1 on every row; one more
+/// cache line per row spreads them over all sets. On a Zen 3 at head dim 128 this took the
+/// backward's products from 65-80 to 83-88 GFLOP/s on one core.
+inline std::size_t tile_ld(std::size_t cols) { return cols % 64 == 0 ? cols + 16 : cols; }
+
+/// dst (hd, bc) (row stride ldd) = the transpose of rows [0, bc) of src (row stride ld, hd columns):
+/// a key or value tile laid out as the B operand of tile::gemm for S = Q K^T and dP = dO V^T.
 template <class T>
-void transpose_tile(const T* src, std::size_t ld, std::size_t bc, std::size_t hd, T* dst) {
-  tile::transpose(src, ld, bc, hd, dst, bc);
+void transpose_tile(const T* src, std::size_t ld, std::size_t bc, std::size_t hd, T* dst, std::size_t ldd) {
+  tile::transpose(src, ld, bc, hd, dst, ldd);
 }
 
 /// Rows [0, rows) of dst (row stride ldd) = those of src (row stride ld), hd wide. Float rows a
@@ -234,23 +242,25 @@ void strided_copy(const T* src, std::size_t ld, std::size_t rows, std::size_t hd
   for (std::size_t r = 0; r < rows; ++r) std::copy_n(src + r * ld, hd, dst + r * ldd);
 }
 
-/// dst (rows, hd), contiguous = rows [0, rows) of src (row stride ld). The kernels read a head's
-/// rows of qkv, out and dout through this copy: rows 3D (or D) floats apart fall into a few L1 sets
-/// (a 3 KiB stride meets only 8 of 64), and a tile product that broadcasts from eight such rows, or
-/// streams 128 of them as its B operand, runs 10-20% under the same product on a packed tile.
+/// dst (rows, hd), row stride tile_ld(hd) = rows [0, rows) of src (row stride ld). The kernels read a
+/// head's rows of qkv, out and dout through this copy: rows 3D (or D) floats apart fall into a few
+/// L1 sets (a 3 KiB stride meets only 8 of 64), and a tile product that broadcasts from eight such
+/// rows, or streams 128 of them as its B operand, runs 10-20% under the same product on a packed tile.
 template <class T>
 void pack_rows(const T* src, std::size_t ld, std::size_t rows, std::size_t hd, T* dst) {
-  strided_copy(src, ld, rows, hd, dst, hd);
+  strided_copy(src, ld, rows, hd, dst, tile_ld(hd));
 }
 
-/// rows [0, rows) of dst (row stride ld) += src (rows, hd), contiguous: pack_rows' way back, for
-/// sums; with `assign`, dst = src instead (dst's old contents are not read: it may be uninitialised).
+/// rows [0, rows) of dst (row stride ld) += src (rows, hd), row stride tile_ld(hd): pack_rows' way
+/// back, for sums; with `assign`, dst = src instead (dst's old contents are not read: it may be
+/// uninitialised).
 template <class T>
 void add_rows(const T* src, std::size_t rows, std::size_t hd, T* dst, std::size_t ld, bool assign = false) {
-  if (assign) return strided_copy(src, hd, rows, hd, dst, ld);
+  const std::size_t ls = tile_ld(hd);
+  if (assign) return strided_copy(src, ls, rows, hd, dst, ld);
   for (std::size_t r = 0; r < rows; ++r) {
     T* d = dst + r * ld;
-    const T* a = src + r * hd;
+    const T* a = src + r * ls;
 ATTN_MHA_OMP("omp simd")
     for (std::size_t c = 0; c < hd; ++c) d[c] += a[c];
   }
@@ -316,16 +326,20 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   const long long tasks = static_cast<long long>(p.batch * H * nqc);
   const int nt = threads_for(std::size_t(tasks));
   const DropMask<T> drop(p.dropout, p.seed);
-  const std::size_t cache = hd * nkb * block_k;  // a head's K^T and V tiles, each made once per task
-  const std::size_t per_thread = block_q * block_k + 2 * block_q + 2 * hd * block_q + 2 * cache;
+  // Row strides of the scratch tiles: lh for the hd-wide ones (Q_i, V_j, O_i), lk for those with a
+  // row per key column or a column per key (S, K_j^T), whatever the tile's bc.
+  const std::size_t lh = tile_ld(hd), lk = tile_ld(block_k);
+  const std::size_t kvt = std::max(hd * lk, block_k * lh);  // a key tile's slot in the caches below
+  const std::size_t cache = nkb * kvt;                       // a head's K^T and V tiles, each made once per task
+  const std::size_t per_thread = block_q * lk + 2 * block_q + 2 * lh * block_q + 2 * cache;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
   const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
-    const Scratch<T> s(3, block_q * block_k), m(4, block_q), l(5, block_q), kc(6, cache);
-    const Scratch<T> qp(8, hd * block_q), vc(9, cache);  // packed Q_i; the task's K_j^T and packed V_j
-    const Scratch<T> oa(7, hd * block_q);                 // O_i's running sum, contiguous (see below)
+    const Scratch<T> s(3, block_q * lk), m(4, block_q), l(5, block_q), kc(6, cache);
+    const Scratch<T> qp(8, lh * block_q), vc(9, cache);  // packed Q_i; the task's K_j^T and packed V_j
+    const Scratch<T> oa(7, lh * block_q);                 // O_i's running sum, packed (see below)
     const Scratch<unsigned char> made(5, nkb);            // which key tiles kc and vc hold for this task
 ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
     for (long long task = 0; task < tasks; ++task) {
@@ -339,7 +353,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
         // puts its 128 rows in 8 of the L1's 64 sets, and P V_j runs 10-20% slower into it.
         T* O = out + (b * n + i0) * D + h * hd;
         T* L = lse + (b * H + h) * n + i0;
-        std::fill_n(oa.data(), br * hd, T(0));
+        std::fill_n(oa.data(), br * lh, T(0));
         for (std::size_t r = br; r < rows; ++r) {  // skipped query rows
           std::fill_n(O + r * D, hd, T(0));
           L[r] = std::numeric_limits<T>::infinity();
@@ -353,23 +367,21 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           const std::size_t j0 = kb * block_k;
           if (j0 >= kend) break;  // the rest of the keys are padding
           if (!masks.kblock[b * nkb + kb] || !masks.alive(qb, kb)) continue;
-          const std::size_t bc = std::min(block_k, kend - j0);
+          const std::size_t bc = std::min(block_k, kend - j0), ls = tile_ld(bc);
           ++tiles;
-          T *ktj = kc.data() + kb * hd * block_k, *vpj = vc.data() + kb * block_k * hd;
+          T *ktj = kc.data() + kb * kvt, *vpj = vc.data() + kb * kvt;
           if (!made[kb]) {
-            transpose_tile(K + j0 * ld, ld, bc, hd, ktj);
+            transpose_tile(K + j0 * ld, ld, bc, hd, ktj, ls);
             pack_rows(V + j0 * ld, ld, bc, hd, vpj);
             made[kb] = 1;
           }
           // s (br, bc) = scale * Q_i K_j^T + masks
-          product<T>(bf16, br, bc, hd, p.scale, qp.data(), hd, 1, ktj, bc, false, s.data(), bc);
-          masks.apply(p, b, kb, s.data(), bc, i0, br, j0, bc);
-          if (p.scores) {  // kept for backward
-            T* keep = p.scores + ((b * H + h) * n + i0) * n + j0;
-            for (std::size_t r = 0; r < br; ++r) std::copy_n(s.data() + r * bc, bc, keep + r * n);
-          }
+          product<T>(bf16, br, bc, hd, p.scale, qp.data(), lh, 1, ktj, ls, false, s.data(), ls);
+          masks.apply(p, b, kb, s.data(), ls, i0, br, j0, bc);
+          if (p.scores)  // kept for backward
+            strided_copy(s.data(), ls, br, bc, p.scores + ((b * H + h) * n + i0) * n + j0, n);
           for (std::size_t r = 0; r < br; ++r) {
-            T* row = s.data() + r * bc;
+            T* row = s.data() + r * ls;
             const auto step = elem::online_softmax_step(m[r], row_max(row, bc));
             if (step.m_new == neg_inf<T>) {  // nothing visible yet in this row
               std::fill_n(row, bc, T(0));
@@ -378,21 +390,21 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
             l[r] = l[r] * step.alpha + exp_shift_sum(row, bc, step.m_new);
             m[r] = step.m_new;
             if (step.alpha != T(1))
-              for (std::size_t c = 0; c < hd; ++c) oa[r * hd + c] *= step.alpha;
+              for (std::size_t c = 0; c < hd; ++c) oa[r * lh + c] *= step.alpha;
             if (drop.active) {
               const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
               for (std::size_t j = 0; j < bc; ++j) row[j] *= drop(base + j);
             }
           }
           // O_i += P V_j: (br, bc) x (bc, hd)
-          product<T>(bf16, br, hd, bc, T(1), s.data(), bc, 1, vpj, hd, true, oa.data(), hd);
+          product<T>(bf16, br, hd, bc, T(1), s.data(), ls, 1, vpj, lh, true, oa.data(), lh);
         }
         for (std::size_t r = 0; r < br; ++r) {
           T* o = O + r * D;
           L[r] = elem::log_sum_exp(m[r], l[r]);
           if (l[r] > T(0)) {
             const T inv = T(1) / l[r];
-            for (std::size_t c = 0; c < hd; ++c) o[c] = oa[r * hd + c] * inv;
+            for (std::size_t c = 0; c < hd; ++c) o[c] = oa[r * lh + c] * inv;
           } else {
             std::fill_n(o, hd, T(0));
           }
@@ -419,19 +431,20 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   const int nt = threads_for(std::size_t(tasks));
   const DropMask<T> drop(p.dropout, p.seed);
   const std::size_t rows = masks.nqb * block_q;  // a head's Q and dO rows, packed once per task
-  const std::size_t per_thread = 2 * block_q * block_k + n + 5 * hd * block_k + 3 * hd * rows;
+  const std::size_t lh = tile_ld(hd), lk = tile_ld(block_k);  // scratch row strides, as in the forward
+  const std::size_t per_thread = 2 * block_q * lk + n + 2 * hd * lk + 3 * lh * block_k + 3 * lh * rows;
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
   const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
-    const Scratch<T> pt(3, block_q * block_k), dp(4, block_q * block_k), Dv(5, n);
-    const Scratch<T> kt(6, hd * block_k), vt(7, hd * block_k);
-    const Scratch<T> qp(8, hd * rows), gp(9, hd * rows), kp(10, hd * block_k);  // the head's packed Q and dO; packed K_j
+    const Scratch<T> pt(3, block_q * lk), dp(4, block_q * lk), Dv(5, n);
+    const Scratch<T> kt(6, hd * lk), vt(7, hd * lk);
+    const Scratch<T> qp(8, lh * rows), gp(9, lh * rows), kp(10, lh * block_k);  // the head's packed Q and dO; packed K_j
     // The sums of dQ (the head's rows), dK_j and dV_j, contiguous: the head's slices of dqkv have rows
     // 3D floats apart (3 KiB at D = 256), which put a key tile's 128 rows in 8 of the L1's 64 sets
     // and a head's dQ rows in 128 of the L2's 1024: the products into them ran 15-25% slower.
-    const Scratch<T> dqa(11, hd * rows), dka(12, hd * block_k), dva(13, hd * block_k);
+    const Scratch<T> dqa(11, lh * rows), dka(12, lh * block_k), dva(13, lh * block_k);
 ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
@@ -447,14 +460,14 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
       pack_rows(dO, D, qend, hd, gp.data());
       for (std::size_t i = 0; i < qend; ++i) {  // D_i = rowsum(dO_i * O_i), dO_i from its packed copy
         T acc = 0;
-        for (std::size_t c = 0; c < hd; ++c) acc += gp[i * hd + c] * O[i * D + c];
+        for (std::size_t c = 0; c < hd; ++c) acc += gp[i * lh + c] * O[i * D + c];
         Dv[i] = acc;
       }
-      std::fill_n(dqa.data(), qend * hd, T(0));
+      std::fill_n(dqa.data(), qend * lh, T(0));
       for (std::size_t kb = 0; kb < nkb; ++kb) {
         const std::size_t j0 = kb * block_k;
         if (j0 >= kend) break;  // the rest of the keys are padding: no weight, no gradient
-        const std::size_t bc = std::min(block_k, kend - j0);
+        const std::size_t bc = std::min(block_k, kend - j0), ls = tile_ld(bc);
         if (!masks.kblock[b * nkb + kb]) {
           if (put) {
             zero_rows(dK, j0, j0 + bc, hd, ld);
@@ -462,11 +475,11 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           }
           continue;
         }
-        if (!p.scores) transpose_tile(K + j0 * ld, ld, bc, hd, kt.data());  // K^T for recomputing the scores
-        transpose_tile(V + j0 * ld, ld, bc, hd, vt.data());
+        if (!p.scores) transpose_tile(K + j0 * ld, ld, bc, hd, kt.data(), ls);  // K^T for recomputing the scores
+        transpose_tile(V + j0 * ld, ld, bc, hd, vt.data(), ls);
         pack_rows(K + j0 * ld, ld, bc, hd, kp.data());
-        std::fill_n(dka.data(), bc * hd, T(0));
-        std::fill_n(dva.data(), bc * hd, T(0));
+        std::fill_n(dka.data(), bc * lh, T(0));
+        std::fill_n(dva.data(), bc * lh, T(0));
         const TileSet runs = masks.query_tiles(p, b, kb, j0, j0 + bc);
         for (std::size_t qb = runs.begin(); qb < runs.end(); qb = runs.next(qb)) {
           const std::size_t i0 = qb * block_q;
@@ -474,20 +487,19 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           if (!masks.alive(qb, kb)) continue;
           const std::size_t br = std::min(block_q, qend - i0);
           ++tiles;
-          const T *Qi = qp.data() + i0 * hd, *dOi = gp.data() + i0 * hd;
+          const T *Qi = qp.data() + i0 * lh, *dOi = gp.data() + i0 * lh;
           if (p.scores) {  // the forward's scores of this tile
-            const T* kept = p.scores + ((b * H + h) * n + i0) * n + j0;
-            pack_rows(kept, n, br, bc, pt.data());
+            strided_copy(p.scores + ((b * H + h) * n + i0) * n + j0, n, br, bc, pt.data(), ls);
           } else {
-            product<T>(bf16, br, bc, hd, p.scale, Qi, hd, 1, kt.data(), bc, false, pt.data(), bc);
-            masks.apply(p, b, kb, pt.data(), bc, i0, br, j0, bc);
+            product<T>(bf16, br, bc, hd, p.scale, Qi, lh, 1, kt.data(), ls, false, pt.data(), ls);
+            masks.apply(p, b, kb, pt.data(), ls, i0, br, j0, bc);
           }
-          for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * bc, bc, L[i0 + r]);
+          for (std::size_t r = 0; r < br; ++r) exp_shift_sum(pt.data() + r * ls, bc, L[i0 + r]);
           // dP (br, bc) = dO_i V_j^T
-          product<T>(bf16, br, bc, hd, T(1), dOi, hd, 1, vt.data(), bc, false, dp.data(), bc);
+          product<T>(bf16, br, bc, hd, T(1), dOi, lh, 1, vt.data(), ls, false, dp.data(), ls);
           for (std::size_t r = 0; r < br; ++r) {
-            T* pr = pt.data() + r * bc;
-            T* gr = dp.data() + r * bc;
+            T* pr = pt.data() + r * ls;
+            T* gr = dp.data() + r * ls;
             const T di = Dv[i0 + r];
             if (drop.active) {
               const std::uint64_t base = ((b * H + h) * n + i0 + r) * n + j0;
@@ -502,9 +514,9 @@ ATTN_MHA_OMP("omp simd")
             }
           }
           // dV_j += P^T dO_i; dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
-          product<T>(bf16, bc, hd, br, T(1), pt.data(), 1, bc, dOi, hd, true, dva.data(), hd);
-          product<T>(bf16, br, hd, bc, p.scale, dp.data(), bc, 1, kp.data(), hd, true, dqa.data() + i0 * hd, hd);
-          product<T>(bf16, bc, hd, br, p.scale, dp.data(), 1, bc, Qi, hd, true, dka.data(), hd);
+          product<T>(bf16, bc, hd, br, T(1), pt.data(), 1, ls, dOi, lh, true, dva.data(), lh);
+          product<T>(bf16, br, hd, bc, p.scale, dp.data(), ls, 1, kp.data(), lh, true, dqa.data() + i0 * lh, lh);
+          product<T>(bf16, bc, hd, br, p.scale, dp.data(), 1, ls, Qi, lh, true, dka.data(), lh);
         }
         add_rows(dka.data(), bc, hd, dK + j0 * ld, ld, put);
         add_rows(dva.data(), bc, hd, dV + j0 * ld, ld, put);
