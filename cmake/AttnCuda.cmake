@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: MIT
-# The attn::cuda target: attn plus cuBLAS and the nvcc flags that Eigen 3.4 and fmt 9 need.
+# The attn::cuda target: attn plus the CUDA runtime and the nvcc flags that Eigen 3.4 and fmt 9 need.
+# cuBLAS is not linked: attn opens it on first use (dlopen, include/attn/backend/cuda/runtime.cuh),
+# so that a program built with the backend starts without loading it and runs on the CPU without it.
 find_package(CUDAToolkit REQUIRED)
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
   set(CMAKE_CUDA_ARCHITECTURES 90)
@@ -7,7 +9,7 @@ endif()
 add_library(attn_cuda INTERFACE)
 add_library(attn::cuda ALIAS attn_cuda)
 set_target_properties(attn_cuda PROPERTIES EXPORT_NAME cuda)
-target_link_libraries(attn_cuda INTERFACE attn CUDA::cudart CUDA::cublas)
+target_link_libraries(attn_cuda INTERFACE attn CUDA::cudart ${CMAKE_DL_LIBS})
 if("cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
   target_compile_features(attn_cuda INTERFACE cuda_std_20)
 else()

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 // The host side of attn::cuda, which runs with or without a GPU: the row-major to cuBLAS mapping
 // (checked against a column-major GEMM written from cuBLAS's definition), argument checks, calls
-// that must not touch the device, and clean attn::Errors when there is no device.
+// that must not touch the device, clean attn::Errors when there is no device, and cuBLAS loaded on
+// first use rather than at start-up.
 // Also compiles the attn/cuda.hpp umbrella (Eigen and all) under nvcc.
 #include <catch2/catch.hpp>
 
 #include <attn/cuda.hpp>
+#include <dlfcn.h>
 
 #include <cmath>
 #include <limits>
@@ -82,6 +84,32 @@ TEMPLATE_TEST_CASE("row-major GEMMs map onto column-major cuBLAS with operands s
       }
     }
   }
+}
+
+namespace {
+const std::string cublas_soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+/// Whether cuBLAS was in the process before main: RTLD_NOLOAD finds a library only if it is loaded.
+bool loaded(const std::string& soname) {
+  void* h = dlopen(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (h) dlclose(h);
+  return h != nullptr;
+}
+const bool cublas_at_start = loaded(cublas_soname);
+}  // namespace
+
+TEST_CASE("cuBLAS is opened on first use, not linked: a program starts without it", "[cuda][cublas]") {
+  CHECK_FALSE(cublas_at_start);
+  const attn::cuda_detail::CublasApi& api = attn::cuda_detail::cublas();
+  CHECK(loaded(cublas_soname));
+  CHECK(&api == &attn::cuda_detail::cublas());  // loaded once
+  // The table's entries are cuBLAS's own: its status names and texts need no device.
+  CHECK(std::string(api.status_name(CUBLAS_STATUS_INVALID_VALUE)) == "CUBLAS_STATUS_INVALID_VALUE");
+  CHECK(std::string(api.status_string(CUBLAS_STATUS_NOT_INITIALIZED)).size() > 0);
+  for (const void* f : {(const void*)api.create, (const void*)api.destroy, (const void*)api.set_stream, (const void*)api.sgemm,
+                        (const void*)api.dgemm, (const void*)api.sgemm_strided_batched, (const void*)api.dgemm_strided_batched})
+    CHECK(f != nullptr);
+  CHECK_THROWS_WITH(attn::cuda_detail::check(CUBLAS_STATUS_INVALID_VALUE, "attn::cuda: some call"),
+                    Catch::Contains("attn::cuda: some call: CUBLAS_STATUS_INVALID_VALUE (7)"));
 }
 
 TEST_CASE("col_major_gemm swaps operands and keeps each one's transpose flag", "[cuda][gemm]") {

@@ -60,10 +60,10 @@ void gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int lda,
   const ColMajorGemm g = col_major_gemm(op, ta, tb, m, n, k, lda, ldb, ldc);
   cublasHandle_t h = blas_handle();
   if constexpr (std::is_same_v<T, float>) {
-    check(cublasSgemm(h, g.op_first, g.op_second, g.m, g.n, g.k, &alpha, B, g.ld_first, A, g.ld_second, &beta, C, g.ldc),
+    check(cublas().sgemm(h, g.op_first, g.op_second, g.m, g.n, g.k, &alpha, B, g.ld_first, A, g.ld_second, &beta, C, g.ldc),
           "cuda::gemm<float>: cublasSgemm");
   } else {
-    check(cublasDgemm(h, g.op_first, g.op_second, g.m, g.n, g.k, &alpha, B, g.ld_first, A, g.ld_second, &beta, C, g.ldc),
+    check(cublas().dgemm(h, g.op_first, g.op_second, g.m, g.n, g.k, &alpha, B, g.ld_first, A, g.ld_second, &beta, C, g.ldc),
           "cuda::gemm<double>: cublasDgemm");
   }
 }
@@ -85,11 +85,11 @@ void gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, T alpha, cons
   const ColMajorGemm g = col_major_gemm(op, ta, tb, m, n, k, lda, ldb, ldc);
   cublasHandle_t h = blas_handle();
   if constexpr (std::is_same_v<T, float>) {
-    check(cublasSgemmStridedBatched(h, g.op_first, g.op_second, g.m, g.n, g.k, &alpha, B, g.ld_first, sb, A, g.ld_second,
+    check(cublas().sgemm_strided_batched(h, g.op_first, g.op_second, g.m, g.n, g.k, &alpha, B, g.ld_first, sb, A, g.ld_second,
                                     sa, &beta, C, g.ldc, sc, batch),
           "cuda::gemm_strided_batched<float>: cublasSgemmStridedBatched");
   } else {
-    check(cublasDgemmStridedBatched(h, g.op_first, g.op_second, g.m, g.n, g.k, &alpha, B, g.ld_first, sb, A, g.ld_second,
+    check(cublas().dgemm_strided_batched(h, g.op_first, g.op_second, g.m, g.n, g.k, &alpha, B, g.ld_first, sb, A, g.ld_second,
                                     sa, &beta, C, g.ldc, sc, batch),
           "cuda::gemm_strided_batched<double>: cublasDgemmStridedBatched");
   }

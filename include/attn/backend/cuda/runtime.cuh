@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: MIT
 // CUDA runtime plumbing for attn::cuda: error checks that throw attn::Error, one stream and memory
-// pool per device, one cuBLAS handle per device per thread, and launch sizes for grid-stride kernels.
+// pool per device, cuBLAS loaded on first use and one cuBLAS handle per device per thread, and
+// launch sizes for grid-stride kernels.
 //   cudaStream_t s = attn::cuda_detail::current_device().stream;
+//   check(cublas().sgemm(blas_handle(), ...), "what");   // cuBLAS through the table cublas() loads
 #pragma once
 #if !defined(__CUDACC__)
 #error "attn's CUDA backend must be compiled by nvcc as CUDA: name the source .cu and link attn::cuda"
 #endif
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "../../core/error.hpp"
 
@@ -35,10 +39,73 @@ inline std::string error_text(cudaError_t e) {
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail(e, what);
 }
+
+/// The cuBLAS functions attn calls, from libcublas.so.<major> opened with dlopen on first use
+/// rather than linked: loading cuBLAS and cuBLASLt (about 600 MB of libraries) cost every start of
+/// a program built with the CUDA backend about 0.2 s, on the CPU too, and tied it to a machine
+/// that has them. Their types come from cublas_v2.h (the _v2 entry points its macros name).
+struct CublasApi {
+  decltype(&::cublasCreate_v2) create = nullptr;
+  decltype(&::cublasDestroy_v2) destroy = nullptr;
+  decltype(&::cublasSetStream_v2) set_stream = nullptr;
+  decltype(&::cublasSgemm_v2) sgemm = nullptr;
+  decltype(&::cublasDgemm_v2) dgemm = nullptr;
+  decltype(&::cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
+  decltype(&::cublasDgemmStridedBatched) dgemm_strided_batched = nullptr;
+  decltype(&::cublasGetStatusName) status_name = nullptr;
+  decltype(&::cublasGetStatusString) status_string = nullptr;
+};
+
+/// Opens cuBLAS of the major version attn was compiled against: by its soname (the loader's
+/// search path: LD_LIBRARY_PATH, ld.so.cache, the program's RUNPATH), else from the directory that
+/// libcudart was loaded from (a CUDA toolkit keeps both in its lib directory). Throws attn::Error
+/// naming the library and the loader's reason.
+inline void* open_cublas() {
+  const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+  if (void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+  std::string why = dlerror();
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &info) && info.dli_fname) {
+    std::string path = info.dli_fname;
+    const std::size_t slash = path.rfind('/');
+    if (slash != std::string::npos) {
+      path = path.substr(0, slash + 1) + soname;
+      if (void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+      why += "; " + std::string(dlerror());
+    }
+  }
+  throw Error("attn::cuda: cannot load cuBLAS (" + soname + "): " + why);
+}
+
+/// The cuBLAS table, loaded once for the process (a failed load throws and is tried again on the
+/// next call).
+inline const CublasApi& cublas() {
+  static const CublasApi api = [] {
+    void* lib = open_cublas();
+    CublasApi a;
+    auto bind = [lib](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (!fn) throw Error(std::string("attn::cuda: cuBLAS lacks ") + name);
+    };
+    bind(a.create, "cublasCreate_v2");
+    bind(a.destroy, "cublasDestroy_v2");
+    bind(a.set_stream, "cublasSetStream_v2");
+    bind(a.sgemm, "cublasSgemm_v2");
+    bind(a.dgemm, "cublasDgemm_v2");
+    bind(a.sgemm_strided_batched, "cublasSgemmStridedBatched");
+    bind(a.dgemm_strided_batched, "cublasDgemmStridedBatched");
+    bind(a.status_name, "cublasGetStatusName");
+    bind(a.status_string, "cublasGetStatusString");
+    return a;
+  }();
+  return api;
+}
+
 inline void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) {
-    throw Error(std::string(what) + ": " + cublasGetStatusName(s) + " (" + std::to_string(static_cast<int>(s)) +
-                "): " + cublasGetStatusString(s));
+    const CublasApi& b = cublas();  // loaded: a status came from it
+    throw Error(std::string(what) + ": " + b.status_name(s) + " (" + std::to_string(static_cast<int>(s)) +
+                "): " + b.status_string(s));
   }
 }
 /// Checks the launch of the kernel just enqueued (bad configuration, no image for this GPU, ...).
@@ -121,7 +188,7 @@ struct BlasHandles {
   BlasHandles& operator=(const BlasHandles&) = delete;
   ~BlasHandles() {
     for (cublasHandle_t h : handles) {
-      if (h) (void)cublasDestroy(h);
+      if (h) (void)cublas().destroy(h);
     }
   }
 };
@@ -132,10 +199,11 @@ inline cublasHandle_t blas_handle() {
   cublasHandle_t& h = local.handles[dev.device];
   if (!h) {
     cublasHandle_t made = nullptr;
-    check(cublasCreate(&made), "attn::cuda: cublasCreate");
-    cublasStatus_t s = cublasSetStream(made, dev.stream);
+    const CublasApi& b = cublas();
+    check(b.create(&made), "attn::cuda: cublasCreate");
+    cublasStatus_t s = b.set_stream(made, dev.stream);
     if (s != CUBLAS_STATUS_SUCCESS) {
-      (void)cublasDestroy(made);
+      (void)b.destroy(made);
       check(s, "attn::cuda: cublasSetStream");
     }
     h = made;
