@@ -11,10 +11,12 @@
 // float (W quantized beforehand). One JSON line per shape with --json.
 // Then the flash attention kernels' tile products (kernels::tile::gemm, FP32, one thread, as each of
 // the kernels' threads runs them): the six products of a 128 x 128 query-key tile (forward's two,
-// backward's four and its recomputation of the scores) for heads 16, 32 and 128 wide (R1-h8, R3,
-// R1-h1), in the layouts the kernels use, to set beside the per-core FMA peak that `peak` reports.
+// backward's four and its recomputation of the scores) for heads 16, 32, 64 and 128 wide (R1-h8, R3,
+// R2-h4, R1-h1), on the packed, padded tiles the kernels use, to set beside the per-core FMA peak
+// that `peak` reports.
 //   OMP_NUM_THREADS=2 gemm_shapes [--reps 9] [--json]
 #include <attn/attn.hpp>
+#include <attn/backend/cpu/attention.hpp>
 #include <attn/backend/cpu/gemm_bf16.hpp>
 #include <attn/backend/cpu/gemm_int8.hpp>
 #include <attn/backend/cpu/tile_gemm.hpp>
@@ -133,18 +135,24 @@ double time_median(int reps, F&& f) {
 }
 
 /// The flash kernels' tile products for a head hd wide: GFLOP/s of each (tile::gemm on this thread),
-/// as mha_flash_forward / mha_flash_backward call them on a 128 x 128 tile of a (T, 3 D) QKV block
-/// with D = 8 hd.
+/// as mha_flash_forward / mha_flash_backward call them on a 128 x 128 tile: every operand and sum in
+/// its packed per-thread tile, rows tile_ld(hd) or tile_ld(bc) floats apart (a head's rows of Q, K,
+/// V and dO copied out of qkv, K_j^T and V_j^T transposed, the score, P and dS tiles, the O, dQ,
+/// dK and dV sums).
 void tile_products(int reps, bool json) {
   constexpr std::size_t br = 128, bc = 128;
+  using attn::kernels::mha::tile_ld;
   std::printf("\nflash tile products (tile::gemm, FP32, one thread, %s), GFLOP/s:\n", attn::isa_name(attn::cpu::isa()));
   std::printf("%-10s %10s %10s %10s %10s %10s %10s\n", "head dim", "S=QK^T", "O+=PV", "dP=dOV^T", "dV+=P^TdO", "dQ+=dSK", "dK+=dS^TQ");
-  for (std::size_t hd : {16, 32, 128}) {
-    const std::size_t D = 8 * hd, ld = 3 * D;
-    std::vector<float> qkv(bc * ld), o(br * D), kt(hd * bc), s(br * bc), dp(br * bc), dq(br * ld);
+  for (std::size_t hd : {16, 32, 64, 128}) {
+    const std::size_t lh = tile_ld(hd), lk = tile_ld(bc);
+    // q, g: Q_i and dO_i (br x hd); k, v: K_j and V_j (bc x hd); kt, vt: their transposes (hd x bc);
+    // s, pt, dp: score, P and dS tiles (br x bc); o, dq, dk, dv: the sums.
+    std::vector<float> q(br * lh), g(br * lh), k(bc * lh), v(bc * lh), kt(hd * lk), vt(hd * lk), s(br * lk), pt(br * lk),
+        dp(br * lk), o(br * lh), dq(br * lh), dk(bc * lh), dv(bc * lh);
     attn::Rng rng(3);
-    for (auto* v : {&qkv, &o, &kt, &s, &dp}) for (auto& x : *v) x = float(rng.uniform()) - 0.5f;
-    const float *Q = qkv.data(), *K = Q + D, *V = K + D;
+    for (auto* x : {&q, &g, &k, &v, &kt, &vt, &s, &pt, &dp})
+      for (auto& e : *x) e = float(rng.uniform()) - 0.5f;
     // Many calls per timing: one product is a few microseconds.
     const int calls = int(std::max<std::size_t>(1, 20000000 / (2 * br * bc * hd)));
     const double flops = 2.0 * br * bc * hd * calls;
@@ -152,13 +160,14 @@ void tile_products(int reps, bool json) {
       return flops / time_median(reps, [&] { for (int c = 0; c < calls; ++c) f(); }) / 1e9;
     };
     using attn::kernels::tile::gemm;
+    const float scale = 0.125f;
     const double r[6] = {
-        rate([&] { gemm<float>(br, bc, hd, 1.f, Q, ld, 1, kt.data(), bc, false, s.data(), bc); }),
-        rate([&] { gemm<float>(br, hd, bc, 1.f, s.data(), bc, 1, V, ld, true, o.data(), D); }),
-        rate([&] { gemm<float>(br, bc, hd, 1.f, o.data(), D, 1, kt.data(), bc, false, dp.data(), bc); }),
-        rate([&] { gemm<float>(bc, hd, br, 1.f, s.data(), 1, bc, o.data(), D, true, dq.data() + 2 * D, ld); }),
-        rate([&] { gemm<float>(br, hd, bc, 1.f, dp.data(), bc, 1, K, ld, true, dq.data(), ld); }),
-        rate([&] { gemm<float>(bc, hd, br, 1.f, dp.data(), 1, bc, Q, ld, true, dq.data() + D, ld); }),
+        rate([&] { gemm<float>(br, bc, hd, scale, q.data(), lh, 1, kt.data(), lk, false, s.data(), lk); }),
+        rate([&] { gemm<float>(br, hd, bc, 1.f, s.data(), lk, 1, v.data(), lh, true, o.data(), lh); }),
+        rate([&] { gemm<float>(br, bc, hd, 1.f, g.data(), lh, 1, vt.data(), lk, false, dp.data(), lk); }),
+        rate([&] { gemm<float>(bc, hd, br, 1.f, pt.data(), 1, lk, g.data(), lh, true, dv.data(), lh); }),
+        rate([&] { gemm<float>(br, hd, bc, scale, dp.data(), lk, 1, k.data(), lh, true, dq.data(), lh); }),
+        rate([&] { gemm<float>(bc, hd, br, scale, dp.data(), 1, lk, q.data(), lh, true, dk.data(), lh); }),
     };
     std::printf("%-10zu %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n", hd, r[0], r[1], r[2], r[3], r[4], r[5]);
     if (json)

@@ -61,9 +61,13 @@ struct CublasApi {
 /// libcudart was loaded from (a CUDA toolkit keeps both in its lib directory). Throws attn::Error
 /// naming the library and the loader's reason.
 inline void* open_cublas() {
+  const auto reason = [] {
+    const char* e = dlerror();
+    return std::string(e ? e : "no reason given");
+  };
   const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
   if (void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
-  std::string why = dlerror();
+  std::string why = reason();
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &info) && info.dli_fname) {
     std::string path = info.dli_fname;
@@ -71,7 +75,7 @@ inline void* open_cublas() {
     if (slash != std::string::npos) {
       path = path.substr(0, slash + 1) + soname;
       if (void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
-      why += "; " + std::string(dlerror());
+      why += "; " + reason();
     }
   }
   throw Error("attn::cuda: cannot load cuBLAS (" + soname + "): " + why);
