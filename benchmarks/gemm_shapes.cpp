@@ -13,7 +13,8 @@
 // the kernels' threads runs them): the six products of a 128 x 128 query-key tile (forward's two,
 // backward's four and its recomputation of the scores) for heads 16, 32, 64 and 128 wide (R1-h8, R3,
 // R2-h4, R1-h1), on the packed, padded tiles the kernels use, to set beside the per-core FMA peak
-// that `peak` reports.
+// that `peak` reports. Between them, the weight-gradient products A^T B on one thread, A and B at 25
+// placements, through cpu::gemm and through dnnl_sgemm directly.
 //   OMP_NUM_THREADS=2 gemm_shapes [--reps 9] [--json]
 #include <attn/attn.hpp>
 #include <attn/backend/cpu/attention.hpp>
@@ -177,6 +178,57 @@ void tile_products(int reps, bool json) {
   }
 }
 
+/// The weight gradients dW = dY^T X (A^T B, A (k, m) and B (k, n), rows m and n floats apart), one
+/// thread each, as attn's Linear and LSTM run them (their rows split over the threads, one GEMM per
+/// thread inside a parallel region): cpu::gemm<float> beside oneDNN's dnnl_sgemm called directly,
+/// with A and B at 25 placements (offsets of 0, 4, 8, 16 and 200 floats from a page), since
+/// oneDNN's speed on these operands depends on where they lie: min / median / max GFLOP/s.
+void weight_gradients(int reps, bool json, const OneDnn& dnnl) {
+  struct Tn {
+    const char* name;
+    int m, n, k;
+  };
+  constexpr Tn shapes[] = {{"R1 qkv dW, a thread's rows (384x4096 -> 128)", 384, 128, 4096},
+                           {"R2 lstm dW (512x3008 -> 128)", 512, 128, 3008},
+                           {"R2 qkv dW, a thread's rows (768x1536 -> 256)", 768, 256, 1536},
+                           {"R6 ffn up dW, a thread's rows (1024x4096 -> 256)", 1024, 256, 4096},
+                           {"R6 ffn down dW, a thread's rows (256x4096 -> 1024)", 256, 1024, 4096}};
+  const int threads = attn::cpu::threads();
+  attn::cpu::set_threads(1);
+  std::printf("\nweight gradients A^T B (FP32, one thread, A and B at 25 placements), GFLOP/s min / median / max:\n");
+  std::printf("%-52s %20s %20s\n", "shape (m x k -> n)", "attn cpu::gemm", dnnl.loaded() ? "dnnl_sgemm direct" : "");
+  for (const Tn& s : shapes) {
+    std::vector<float> a0(std::size_t(s.k) * s.m + 2048), b0(std::size_t(s.k) * s.n + 2048), c(std::size_t(s.m) * s.n);
+    for (std::size_t i = 0; i < a0.size(); ++i) a0[i] = float(int(i * 2654435761u % 2001) - 1000) / 1000.f;
+    for (std::size_t i = 0; i < b0.size(); ++i) b0[i] = float(int(i * 40503u % 2001) - 1000) / 1000.f;
+    auto place = [](std::vector<float>& v, int off) {
+      const auto p = (reinterpret_cast<std::uintptr_t>(v.data()) + 4095) & ~std::uintptr_t(4095);
+      return reinterpret_cast<float*>(p) + off;
+    };
+    const double flops = 2.0 * s.m * s.n * s.k;
+    std::vector<double> mine, theirs;
+    for (int oa : {0, 4, 8, 16, 200})
+      for (int ob : {0, 4, 8, 16, 200}) {
+        const float *a = place(a0, oa), *b = place(b0, ob);
+        mine.push_back(flops / time_median(reps, [&] {
+          attn::cpu::gemm<float>(attn::Trans::yes, attn::Trans::no, s.m, s.n, s.k, 1.f, a, s.m, b, s.n, 1.f, c.data(), s.n);
+        }) / 1e9);
+        if (dnnl.loaded())
+          theirs.push_back(flops / time_median(reps, [&] { dnnl.sgemm('T', 'N', s.m, s.n, s.k, 1.f, a, s.m, b, s.n, 1.f, c.data(), s.n); }) /
+                           1e9);
+      }
+    std::sort(mine.begin(), mine.end());
+    std::sort(theirs.begin(), theirs.end());
+    std::printf("%-52s %6.1f %6.1f %6.1f", s.name, mine.front(), mine[mine.size() / 2], mine.back());
+    if (!theirs.empty()) std::printf(" %6.1f %6.1f %6.1f", theirs.front(), theirs[theirs.size() / 2], theirs.back());
+    std::printf("\n");
+    if (json)
+      std::printf("{\"dw_shape\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"attn_median_gflops\":%.2f,\"dnnl_median_gflops\":%.2f}\n", s.name,
+                  s.m, s.n, s.k, mine[mine.size() / 2], theirs.empty() ? 0.0 : theirs[theirs.size() / 2]);
+  }
+  attn::cpu::set_threads(threads);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -273,6 +325,7 @@ int main(int argc, char** argv) {
                   d32 > 0 ? flops / d32 / 1e9 : 0.0, d16 > 0 ? flops / d16 / 1e9 : 0.0, d8 > 0 ? flops / d8 / 1e9 : 0.0,
                   attn::isa_name(attn::cpu::isa()));
   }
+  weight_gradients(std::max(1, reps / 3), json, dnnl);
   tile_products(reps, json);
   return 0;
 }

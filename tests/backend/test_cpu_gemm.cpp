@@ -74,7 +74,78 @@ void check_gemm(double tol) {
   }
 }
 
+/// cpu::gemm<float>(A^T B) at the given strides against a double loop: C's gap columns untouched,
+/// beta 0 never reading C (NaN there).
+bool tn_matches(int m, int n, int k, int lda, int ldb, float beta) {
+  const int ldc = n + 5;
+  const auto a = filled<float>(std::size_t(k) * lda, 11);
+  const auto b = filled<float>(std::size_t(k) * ldb, 12);
+  auto c = filled<float>(std::size_t(m) * ldc, 13);
+  if (beta == 0.f)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) c[std::size_t(i) * ldc + j] = std::numeric_limits<float>::quiet_NaN();
+  const auto c0 = c;
+  const float alpha = 0.75f;
+  attn::cpu::gemm<float>(Trans::yes, Trans::no, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  bool ok = true;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < ldc; ++j) {
+      const float got = c[std::size_t(i) * ldc + j], old = c0[std::size_t(i) * ldc + j];
+      if (j >= n) {
+        ok = ok && got == old;
+        continue;
+      }
+      double ref = 0, mag = 0;
+      for (int p = 0; p < k; ++p) {
+        const double x = double(a[std::size_t(p) * lda + i]) * double(b[std::size_t(p) * ldb + j]);
+        ref += x;
+        mag += std::abs(x);
+      }
+      const double prior = beta == 0.f ? 0.0 : double(beta) * double(old);
+      ref = alpha * ref + prior;
+      mag = alpha * mag + std::abs(prior);
+      ok = ok && std::isfinite(double(got)) && std::abs(double(got) - ref) <= 1e-5 * (mag + 1);
+    }
+  return ok;
+}
+
 }  // namespace
+
+TEST_CASE("cpu::gemm in float: A^T B with rows a multiple of 64 floats apart, on one thread and on all, beta 0 / 1 / -0.5") {
+  // k of 1, 2 and 3 of the padded route's blocks (the last one short), m and n below, at and above
+  // a multiple of 16; strides a multiple of 64 floats (the padded route) and not (oneDNN direct).
+  struct Case {
+    int m, n, k, lda, ldb;
+  };
+  for (const Case s : {Case{64, 64, 300, 64, 64}, Case{70, 33, 1100, 128, 64}, Case{128, 48, 1536, 128, 48}, Case{40, 100, 700, 40, 100}}) {
+#if defined(ATTN_GEMM_DNNL)
+    CHECK(attn::detail::dnnl_pad_pays(true, false, s.k, s.lda, s.ldb, true) == (s.lda % 64 == 0 || s.ldb % 64 == 0));
+    CHECK_FALSE(attn::detail::dnnl_pad_pays(true, false, s.k, s.lda, s.ldb, false));  // oneDNN's own threads: no copy
+    CHECK_FALSE(attn::detail::dnnl_pad_pays(true, true, s.k, s.lda, s.ldb, true));
+    CHECK_FALSE(attn::detail::dnnl_pad_pays(false, false, s.k, s.lda, s.ldb, true));
+#endif
+    for (const float beta : {0.f, 1.f, -0.5f}) {
+      INFO("m " << s.m << " n " << s.n << " k " << s.k << " lda " << s.lda << " ldb " << s.ldb << " beta " << beta);
+      CHECK(tn_matches(s.m, s.n, s.k, s.lda, s.ldb, beta));  // from outside a parallel region: all threads
+      bool ok[2] = {false, false};
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(2)
+#endif
+      for (int t = 0; t < 2; ++t) ok[t] = tn_matches(s.m, s.n, s.k, s.lda, s.ldb, beta);  // each call on one thread
+      CHECK(ok[0]);
+      CHECK(ok[1]);
+    }
+  }
+#if defined(ATTN_GEMM_DNNL)
+  // The scratch rows: whole cache lines, longer than the rows, never a multiple of 64 floats.
+  for (int n : {1, 16, 33, 48, 64, 112, 128, 500, 1024}) {
+    const std::size_t l = attn::detail::dnnl_padded_ld(n);
+    CHECK(l % 16 == 0);
+    CHECK(l > std::size_t(n));
+    CHECK(l % 64 != 0);
+  }
+#endif
+}
 
 TEST_CASE("cpu::gemm in float: every transposition pair, strided rows, beta 0 / 1 / -0.5, below and above the BLAS volume") {
   check_gemm<float>(1e-5);

@@ -19,9 +19,15 @@ inline std::atomic<int>& third_party_calls() {
 }  // namespace attn::detail
 
 #if defined(ATTN_GEMM_DNNL)
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "../../core/error.hpp"
 #include "isa.hpp"
@@ -59,6 +65,27 @@ inline void dnnl_configure_once() {
   }();
 }
 
+/// Whether dnnl_gemm copies the operands of C = A^T B (A stored (k, m), B (k, n): a weight's
+/// gradient, dW = dY^T X) into scratch with longer rows, a block of kDnnlPadBlock rows of each at a
+/// time. oneDNN 2.6's sgemm reads such operands slowly, and by how much depends on where they lie,
+/// when their rows are a multiple of 64 floats apart, as activations' and gradients' rows usually
+/// are. On a Zen 3, one thread, A and B placed at 25 offsets (benchmarks/README.md): (m, n, k) =
+/// (384, 128, 4096) ran at 55-80 GFLOP/s (median 66), (512, 128, 3008) at 58-65 and (1024, 256,
+/// 4096) at 36-42; the copied blocks at 78-82 on these and every other such product of the
+/// reference models. Only for a call that runs on one thread (the weight gradients of Linear and
+/// LSTM run on one thread each, inside their own parallel regions): oneDNN's threads would wait
+/// for a copy made by one.
+inline bool dnnl_pad_pays(bool ta, bool tb, int k, int lda, int ldb, bool one_thread) {
+  return one_thread && ta && !tb && k >= 256 && (lda % 64 == 0 || ldb % 64 == 0);
+}
+inline constexpr int kDnnlPadBlock = 512;
+/// The scratch row length for rows of n floats: a whole number of cache lines (16 floats), at least
+/// one more than n needs, and not a multiple of 64 floats.
+inline std::size_t dnnl_padded_ld(int n) {
+  std::size_t l = (std::size_t(n) + 15) / 16 * 16 + 16;
+  return l % 64 == 0 ? l + 16 : l;
+}
+
 /// Row-major C (m, n) = alpha op(A) op(B) + beta C through dnnl_sgemm.
 inline void dnnl_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
                       float beta, float* c, int ldc) {
@@ -67,8 +94,28 @@ inline void dnnl_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const 
     Inside() { third_party_calls().fetch_add(1, std::memory_order_relaxed); }
     ~Inside() { third_party_calls().fetch_sub(1, std::memory_order_relaxed); }
   };
+#if defined(_OPENMP)
+  const bool one_thread = omp_in_parallel() || omp_get_max_threads() == 1;
+#else
+  const bool one_thread = true;
+#endif
   int status = 0;
-  {
+  if (dnnl_pad_pays(ta, tb, k, lda, ldb, one_thread)) {
+    const std::size_t la = dnnl_padded_ld(m), lb = dnnl_padded_ld(n), rows = std::size_t(std::min(k, kDnnlPadBlock));
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < rows * (la + lb) + 16) scratch.resize(rows * (la + lb) + 16);
+    float* pa = scratch.data() + (16 - reinterpret_cast<std::uintptr_t>(scratch.data()) / sizeof(float) % 16) % 16;  // 64-byte aligned
+    float* pb = pa + rows * la;
+    for (int p0 = 0; p0 < k && status == 0; p0 += kDnnlPadBlock) {
+      const int kk = std::min(kDnnlPadBlock, k - p0);
+      for (int p = 0; p < kk; ++p) {
+        std::copy_n(a + std::size_t(p0 + p) * lda, m, pa + std::size_t(p) * la);
+        std::copy_n(b + std::size_t(p0 + p) * ldb, n, pb + std::size_t(p) * lb);
+      }
+      const Inside inside;
+      status = dnnl_sgemm('T', 'N', m, n, kk, alpha, pa, std::int64_t(la), pb, std::int64_t(lb), p0 == 0 ? beta : 1.f, c, ldc);
+    }
+  } else {
     const Inside inside;
     status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
