@@ -112,8 +112,9 @@ bool tn_matches(int m, int n, int k, int lda, int ldb, float beta) {
 }  // namespace
 
 TEST_CASE("cpu::gemm in float: A^T B with rows a multiple of 64 floats apart, on one thread and on all, beta 0 / 1 / -0.5") {
-  // k of 1, 2 and 3 of the padded route's blocks (the last one short), m and n below, at and above
-  // a multiple of 16; strides a multiple of 64 floats (the padded route) and not (oneDNN direct).
+  // The padded route over one block, three with a short last one and three whole ones, m and n
+  // below, at and above a multiple of 16; and strides that are not a multiple of 64 floats (oneDNN
+  // direct).
   struct Case {
     int m, n, k, lda, ldb;
   };

@@ -69,12 +69,12 @@ inline void dnnl_configure_once() {
 /// gradient, dW = dY^T X) into scratch with longer rows, a block of kDnnlPadBlock rows of each at a
 /// time. oneDNN 2.6's sgemm reads such operands slowly, and by how much depends on where they lie,
 /// when their rows are a multiple of 64 floats apart, as activations' and gradients' rows usually
-/// are. On a Zen 3, one thread, A and B placed at 25 offsets (benchmarks/README.md): (m, n, k) =
-/// (384, 128, 4096) ran at 55-80 GFLOP/s (median 66), (512, 128, 3008) at 58-65 and (1024, 256,
-/// 4096) at 36-42; the copied blocks at 78-82 on these and every other such product of the
-/// reference models. Only for a call that runs on one thread (the weight gradients of Linear and
-/// LSTM run on one thread each, inside their own parallel regions): oneDNN's threads would wait
-/// for a copy made by one.
+/// are. On a Zen 3, one thread, A and B placed at 25 offsets (benchmarks/gemm_shapes, "weight
+/// gradients"): (m, n, k) = (384, 128, 4096) ran at 53-81 GFLOP/s (median 67), (512, 128, 3008) at
+/// 54-65 and (1024, 256, 4096) at 34-41; through the copied blocks at medians of 79-86 on these and
+/// the other weight gradients of the reference models. Only for a call that runs on one thread
+/// (Linear's and the LSTM's weight gradients run on one thread each, inside their own parallel
+/// regions): oneDNN's threads would wait for a copy made by one.
 inline bool dnnl_pad_pays(bool ta, bool tb, int k, int lda, int ldb, bool one_thread) {
   return one_thread && ta && !tb && k >= 256 && (lda % 64 == 0 || ldb % 64 == 0);
 }
