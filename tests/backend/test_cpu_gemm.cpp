@@ -25,6 +25,43 @@ struct Size {
   int m, n, k;
 };
 
+/// cpu::gemm<T>(op(A) op(B)) at the given strides against a double loop: C's gap columns
+/// untouched, beta 0 never reading C (NaN there). Operands filled from seeds s, s + 1, s + 2.
+template <class T>
+bool gemm_matches(Trans ta, Trans tb, int m, int n, int k, int lda, int ldb, int ldc, T beta, double tol, std::uint32_t s) {
+  const auto a = filled<T>(std::size_t(ta == Trans::no ? m : k) * lda, s);
+  const auto b = filled<T>(std::size_t(tb == Trans::no ? k : n) * ldb, s + 1);
+  auto c = filled<T>(std::size_t(m) * ldc, s + 2);
+  if (beta == T(0))  // beta 0 must not read C: NaN there must not reach the result
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) c[std::size_t(i) * ldc + j] = std::numeric_limits<T>::quiet_NaN();
+  const auto c0 = c;
+  const T alpha = T(0.75);
+  attn::cpu::gemm<T>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  auto at = [&](int i, int p) { return double(ta == Trans::no ? a[std::size_t(i) * lda + p] : a[std::size_t(p) * lda + i]); };
+  auto bt = [&](int p, int j) { return double(tb == Trans::no ? b[std::size_t(p) * ldb + j] : b[std::size_t(j) * ldb + p]); };
+  bool ok = true;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < ldc; ++j) {
+      const T got = c[std::size_t(i) * ldc + j];
+      const T old = c0[std::size_t(i) * ldc + j];
+      if (j >= n) {  // the gap between rows of C stays as it was
+        ok = ok && got == old;
+        continue;
+      }
+      double ref = 0, mag = 0;
+      for (int p = 0; p < k; ++p) {
+        ref += at(i, p) * bt(p, j);
+        mag += std::abs(at(i, p) * bt(p, j));
+      }
+      const double prior = beta == T(0) ? 0.0 : double(beta) * double(old);
+      ref = alpha * ref + prior;
+      mag = alpha * mag + std::abs(prior);
+      ok = ok && std::isfinite(double(got)) && std::abs(double(got) - ref) <= tol * (mag + 1);
+    }
+  return ok;
+}
+
 template <class T>
 void check_gemm(double tol) {
   // 5 x 7 x 3 and 40 x 33 x 17 stay below attn::detail::kBlasMinVolume (64^3); the others are above.
@@ -37,76 +74,16 @@ void check_gemm(double tol) {
                     << " beta " << beta);
           // Row strides wider than the rows, so that a GEMM reading or writing past a row shows.
           const int lda = (ta == Trans::no ? k : m) + 3, ldb = (tb == Trans::no ? n : k) + 2, ldc = n + 4;
-          const auto a = filled<T>(std::size_t(ta == Trans::no ? m : k) * lda, 1);
-          const auto b = filled<T>(std::size_t(tb == Trans::no ? k : n) * ldb, 2);
-          auto c = filled<T>(std::size_t(m) * ldc, 3);
-          if (beta == T(0))  // beta 0 must not read C: NaN there must not reach the result
-            for (int i = 0; i < m; ++i)
-              for (int j = 0; j < n; ++j) c[std::size_t(i) * ldc + j] = std::numeric_limits<T>::quiet_NaN();
-          const auto c0 = c;
-          const T alpha = T(0.75);
-          attn::cpu::gemm<T>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-          auto at = [&](int i, int p) { return double(ta == Trans::no ? a[std::size_t(i) * lda + p] : a[std::size_t(p) * lda + i]); };
-          auto bt = [&](int p, int j) { return double(tb == Trans::no ? b[std::size_t(p) * ldb + j] : b[std::size_t(j) * ldb + p]); };
-          bool ok = true;
-          for (int i = 0; i < m; ++i)
-            for (int j = 0; j < ldc; ++j) {
-              const T got = c[std::size_t(i) * ldc + j];
-              const T old = c0[std::size_t(i) * ldc + j];
-              if (j >= n) {  // the gap between rows of C stays as it was
-                ok = ok && got == old;
-                continue;
-              }
-              double ref = 0, mag = 0;
-              for (int p = 0; p < k; ++p) {
-                ref += at(i, p) * bt(p, j);
-                mag += std::abs(at(i, p) * bt(p, j));
-              }
-              const double prior = beta == T(0) ? 0.0 : double(beta) * double(old);
-              ref = alpha * ref + prior;
-              mag = alpha * mag + std::abs(prior);
-              ok = ok && std::isfinite(double(got)) && std::abs(double(got) - ref) <= tol * (mag + 1);
-            }
-          CHECK(ok);
+          CHECK(gemm_matches<T>(ta, tb, m, n, k, lda, ldb, ldc, beta, tol, 1));
         }
       }
     }
   }
 }
 
-/// cpu::gemm<float>(A^T B) at the given strides against a double loop: C's gap columns untouched,
-/// beta 0 never reading C (NaN there).
+/// A^T B in float at the given strides (gemm_matches).
 bool tn_matches(int m, int n, int k, int lda, int ldb, float beta) {
-  const int ldc = n + 5;
-  const auto a = filled<float>(std::size_t(k) * lda, 11);
-  const auto b = filled<float>(std::size_t(k) * ldb, 12);
-  auto c = filled<float>(std::size_t(m) * ldc, 13);
-  if (beta == 0.f)
-    for (int i = 0; i < m; ++i)
-      for (int j = 0; j < n; ++j) c[std::size_t(i) * ldc + j] = std::numeric_limits<float>::quiet_NaN();
-  const auto c0 = c;
-  const float alpha = 0.75f;
-  attn::cpu::gemm<float>(Trans::yes, Trans::no, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-  bool ok = true;
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < ldc; ++j) {
-      const float got = c[std::size_t(i) * ldc + j], old = c0[std::size_t(i) * ldc + j];
-      if (j >= n) {
-        ok = ok && got == old;
-        continue;
-      }
-      double ref = 0, mag = 0;
-      for (int p = 0; p < k; ++p) {
-        const double x = double(a[std::size_t(p) * lda + i]) * double(b[std::size_t(p) * ldb + j]);
-        ref += x;
-        mag += std::abs(x);
-      }
-      const double prior = beta == 0.f ? 0.0 : double(beta) * double(old);
-      ref = alpha * ref + prior;
-      mag = alpha * mag + std::abs(prior);
-      ok = ok && std::isfinite(double(got)) && std::abs(double(got) - ref) <= 1e-5 * (mag + 1);
-    }
-  return ok;
+  return gemm_matches<float>(Trans::yes, Trans::no, m, n, k, lda, ldb, n + 5, beta, 1e-5, 11);
 }
 
 }  // namespace
