@@ -242,6 +242,7 @@ LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& map
     bias[d] = Ten(w[d].b_ih.raw() + w[d].b_hh.raw());
   }
   // A device backend runs the directions one after the other: they share its one stream.
+  const auto prof = profile::Scope::of_if<T>(std::is_same_v<B, cpu>, "lstm forward", bn, n_rows, dirs, h);
   lstm_for_directions(dirs, B::host_accessible, [&](int d) {
     T* A = f.act[d].data();
     T* Cc = f.cell[d].data();
@@ -338,6 +339,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
           for (const Data& b : std::array<Data, 4>{other.w_ih, other.w_hh, other.b_ih, other.b_hh}) shared_weights |= a == b;
       }
     }
+    const auto prof = profile::Scope::of_if<T>(std::is_same_v<B, cpu>, "lstm backward", bn, n_rows, dirs, h);
     lstm_for_directions(dirs, B::host_accessible && !shared_weights, [&](int d) {
       const DirSaved& sv = saved[d];
       DirGrads& q = gr[d];

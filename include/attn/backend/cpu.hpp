@@ -21,6 +21,7 @@
 #include "../core/error.hpp"
 #include "../core/instantiate.hpp"
 #include "../core/pool.hpp"
+#include "../core/profile.hpp"
 #include "../core/backend_concept.hpp"
 #include "cpu/isa.hpp"
 

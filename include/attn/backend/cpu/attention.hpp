@@ -319,6 +319,7 @@ inline std::size_t query_group(std::size_t heads, std::size_t nqb) {
 template <class T>
 void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionStats* stats) {
   using namespace mha;
+  auto prof = profile::Scope::of<T>("attention flash forward", p.batch, p.heads, p.time, p.head_dim);
   const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
   const Masks<T> masks(p, block_q, block_k);
   const std::size_t nqb = masks.nqb, nkb = masks.nkb;
@@ -335,13 +336,14 @@ void mha_flash_forward(cpu, const MhaProblem<T>& p, T* out, T* lse, AttentionSta
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
   const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
+  double area = 0;  // query rows x keys over the tiles computed
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> s(3, block_q * lk), m(4, block_q), l(5, block_q), kc(6, cache);
     const Scratch<T> qp(8, lh * block_q), vc(9, cache);  // packed Q_i; the task's K_j^T and packed V_j
     const Scratch<T> oa(7, lh * block_q);                 // O_i's running sum, packed (see below)
     const Scratch<unsigned char> made(5, nkb);            // which key tiles kc and vc hold for this task
-ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
+ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles, area)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / (H * nqc), h = std::size_t(task) / nqc % H, qc = std::size_t(task) % nqc;
       std::fill_n(made.data(), nkb, static_cast<unsigned char>(0));
@@ -369,6 +371,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           if (!masks.kblock[b * nkb + kb] || !masks.alive(qb, kb)) continue;
           const std::size_t bc = std::min(block_k, kend - j0), ls = tile_ld(bc);
           ++tiles;
+          area += double(br * bc);
           T *ktj = kc.data() + kb * kvt, *vpj = vc.data() + kb * kvt;
           if (!made[kb]) {
             transpose_tile(K + j0 * ld, ld, bc, hd, ktj, ls);
@@ -413,6 +416,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
     }
   }
   if (stats) stats->tiles += tiles;
+  prof.set_flops(4.0 * area * double(hd));  // S = Q K^T and O += P V over the tiles computed
 }
 
 /// Flash backward (FlashAttention-2, Dao 2023): per head, D_i = rowsum(dO_i * O_i); for each key
@@ -424,6 +428,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
 template <class T>
 void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout, const T* lse, T* dqkv, AttentionStats* stats) {
   using namespace mha;
+  auto prof = profile::Scope::of<T>("attention flash backward", p.batch, p.heads, p.time, p.head_dim);
   const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
   const Masks<T> masks(p, block_q, block_k);
   const std::size_t nkb = masks.nkb;
@@ -436,6 +441,7 @@ void mha_flash_backward(cpu, const MhaProblem<T>& p, const T* out, const T* dout
   for (int t = 0; stats && t <= nt; ++t) stats->note(t == nt ? masks.bytes() : per_thread * sizeof(T));
   const bool bf16 = bf16_tiles(p);
   std::size_t tiles = 0;
+  double area = 0;  // query rows x keys over the tiles computed
 ATTN_MHA_OMP("omp parallel num_threads(nt)")
   {
     const Scratch<T> pt(3, block_q * lk), dp(4, block_q * lk), Dv(5, n);
@@ -445,7 +451,7 @@ ATTN_MHA_OMP("omp parallel num_threads(nt)")
     // 3D floats apart (3 KiB at D = 256), which put a key tile's 128 rows in 8 of the L1's 64 sets
     // and a head's dQ rows in 128 of the L2's 1024: the products into them ran 15-25% slower.
     const Scratch<T> dqa(11, lh * rows), dka(12, lh * block_k), dva(13, lh * block_k);
-ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
+ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles, area)")
     for (long long task = 0; task < tasks; ++task) {
       const std::size_t b = std::size_t(task) / H, h = std::size_t(task) % H;
       const std::size_t qoff = b * n * ld + h * hd, ooff = b * n * D + h * hd;  // Q, K, V at qoff, +D, +2D
@@ -487,6 +493,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic) reduction(+ : tiles)")
           if (!masks.alive(qb, kb)) continue;
           const std::size_t br = std::min(block_q, qend - i0);
           ++tiles;
+          area += double(br * bc);
           const T *Qi = qp.data() + i0 * lh, *dOi = gp.data() + i0 * lh;
           if (p.scores) {  // the forward's scores of this tile
             strided_copy(p.scores + ((b * H + h) * n + i0) * n + j0, n, br, bc, pt.data(), ls);
@@ -530,6 +537,8 @@ ATTN_MHA_OMP("omp simd")
     }
   }
   if (stats) stats->tiles += tiles;
+  // dV, dP, dQ and dK over the tiles computed, and S again unless the forward kept it
+  prof.set_flops(2.0 * area * double(hd) * (p.scores ? 4.0 : 5.0));
 }
 
 /// Naive forward: per head, weights (B, H, T, T) = softmax(Q K^T * scale + masks) (a row with no
@@ -537,6 +546,7 @@ ATTN_MHA_OMP("omp simd")
 template <class T>
 void mha_naive_forward(cpu, const MhaProblem<T>& p, T* out, T* weights, AttentionStats* stats) {
   using namespace mha;
+  const auto prof = profile::Scope::of<T>("attention naive forward", p.batch, p.heads, p.time, p.head_dim);
   const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
   const Masks<T> masks(p, n ? n : 1, n ? n : 1);
   const DropMask<T> drop(p.dropout, p.seed);
@@ -579,6 +589,7 @@ ATTN_MHA_OMP("omp for schedule(dynamic)")
 template <class T>
 void mha_naive_backward(cpu, const MhaProblem<T>& p, const T* weights, const T* dout, T* dqkv, AttentionStats* stats) {
   using namespace mha;
+  const auto prof = profile::Scope::of<T>("attention naive backward", p.batch, p.heads, p.time, p.head_dim);
   const std::size_t n = p.time, H = p.heads, hd = p.head_dim, D = p.dim(), ld = p.ld();
   const DropMask<T> drop(p.dropout, p.seed);
   const long long tasks = static_cast<long long>(p.batch * H);

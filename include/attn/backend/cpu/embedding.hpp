@@ -3,6 +3,7 @@
 // gradient, and the LSTM's packing of ragged batches. Twin of cuda/embedding.cuh.
 //   attn::kernels::gather_rows(attn::cpu{}, table, rows, dim, ids, n, out);   // out (n, dim)
 #pragma once
+#include <type_traits>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@ namespace attn::kernels {
 /// row is written). The rows are split over the threads.
 template <class T, class I>
 void gather_rows(cpu, const T* table, std::size_t rows, std::size_t dim, const I* ids, std::size_t n, T* out) {
+  const auto prof = profile::Scope::of<T>("embedding gather", n, dim);
   for (std::size_t i = 0; i < n; ++i) {
     const auto id = ids[i];
     if (id < 0 || static_cast<std::size_t>(id) >= rows)
@@ -39,6 +41,7 @@ void gather_rows(cpu, const T* table, std::size_t rows, std::size_t dim, const I
 /// so the sums are the same, bit for bit, whatever the thread count.
 template <class T, class I>
 void scatter_add_rows(cpu, T* table_grad, std::size_t dim, const I* ids, std::size_t n, const T* g, long long skip) {
+  const auto prof = profile::Scope::of<T>("embedding grad", n, dim);
   const int nt = vec::threads_for(n, n * dim);
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(nt) if (nt > 1)

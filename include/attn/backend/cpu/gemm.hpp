@@ -19,6 +19,14 @@
 
 namespace attn {
 
+namespace detail {
+/// cpu::gemm's op name in attn::profile: its transpositions.
+constexpr const char* gemm_profile_name(Trans ta, Trans tb) {
+  if (ta == Trans::no) return tb == Trans::no ? "gemm NN" : "gemm NT";
+  return tb == Trans::no ? "gemm TN" : "gemm TT";
+}
+}  // namespace detail
+
 // Defined outside the class, not inline: under ATTN_SEPARATE_COMPILATION the float and double
 // instantiations are declared extern below and compiled once, in attn::compiled.
 template <class T>
@@ -28,6 +36,8 @@ void cpu::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int
   using MapC = Eigen::Map<Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
   using MapA = Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
   if (m <= 0 || n <= 0) return;
+  auto prof = profile::Scope::of<T>(detail::gemm_profile_name(ta, tb), m, n, k);
+  prof.set_flops(2.0 * m * n * k);
   MapC c(C, m, n, Eigen::OuterStride<>(ldc));
   if (k <= 0) {
     if (beta == T(0)) c.setZero();
@@ -82,6 +92,8 @@ template <class T>
 void gemm_rows(cpu, Trans tb, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, int ldb, T beta, T* C,
                const T* bias) {
   const int nt = double(m) * n * k > 1e6 ? int(std::min<std::size_t>(cpu::threads(), m / 16)) : 1;
+  auto prof = profile::Scope::of<T>(tb == Trans::yes ? "gemm NT, rows split" : "gemm NN, rows split", m, n, k);
+  prof.set_flops(2.0 * double(m) * double(n) * double(k));
   const auto rows = [&](std::size_t r0, std::size_t r1) {
     if (bias)
       for (std::size_t r = r0; r < r1; ++r) std::copy_n(bias, n, C + r * n);
@@ -100,6 +112,8 @@ void gemm_rows(cpu, Trans tb, std::size_t m, std::size_t n, std::size_t k, const
 template <class T>
 void gemm_tn_accumulate(cpu, std::size_t m, std::size_t n, std::size_t k, const T* A, const T* Bm, T* C) {
   const int nt = double(m) * n * k > 1e6 ? int(std::min<std::size_t>(cpu::threads(), k / 64)) : 1;
+  auto prof = profile::Scope::of<T>("gemm TN +=, k split", m, n, k);
+  prof.set_flops(2.0 * double(m) * double(n) * double(k));
   if (nt <= 1) {
     cpu::gemm<T>(Trans::yes, Trans::no, int(m), int(n), int(k), T(1), A, int(m), Bm, int(n), T(1), C, int(n));
     return;

@@ -5,6 +5,7 @@
 // autograd/loss.hpp, autograd/norm.hpp and autograd/pooling.hpp call them as kernels::xxx(B{}, ...).
 //   attn::kernels::layer_norm_forward(attn::cpu{}, x, gamma, beta, rows, d, 1e-5, y, xhat, rstd);
 #pragma once
+#include <type_traits>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -70,6 +71,7 @@ void cross_entropy_backward(cpu, const T* logp, const I* targets, std::size_t n,
 /// times inv[i] = 1 / count (0 when no position is unmasked). out must be zero on entry.
 template <class T>
 void masked_mean_forward(cpu, const T* x, const T* mask, std::size_t b, std::size_t t, std::size_t d, T* out, T* inv) {
+  const auto prof = profile::Scope::of<T>("masked mean forward", b, t, d);
   const long long nb = static_cast<long long>(b);
   const int nt = vec::threads_for(b, b * t * d);
 #if defined(_OPENMP)
@@ -93,6 +95,7 @@ void masked_mean_forward(cpu, const T* x, const T* mask, std::size_t b, std::siz
 /// gx (b, t, d) [i, s, :] += g (b, d) [i, :] * inv[i] where mask != 0.
 template <class T>
 void masked_mean_backward(cpu, const T* g, const T* mask, const T* inv, std::size_t b, std::size_t t, std::size_t d, T* gx) {
+  const auto prof = profile::Scope::of<T>("masked mean backward", b, t, d);
   const long long nb = static_cast<long long>(b);
   const int nt = vec::threads_for(b, b * t * d);
 #if defined(_OPENMP)

@@ -5,6 +5,7 @@
 // dense update is vector_kernels.hpp's adam_update.
 //   const double ss = attn::kernels::sum_squares(attn::cpu{}, g, n);   // accumulated in double
 #pragma once
+#include <type_traits>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -88,6 +89,7 @@ std::size_t first_non_finite(cpu, const GradSpan<T>* spans, std::size_t count) {
 template <class T>
 void sparse_adam_rows(cpu, const std::size_t* rows, std::size_t nr, std::size_t dim, T* p, const T* g, T* m, T* v,
                       const vec::SparseAdamStep<T>& s) {
+  const auto prof = profile::Scope::of<T>("adam rows", nr, dim);
   const long long n = static_cast<long long>(nr);
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (n * static_cast<long long>(dim) > (1 << 15))
@@ -107,6 +109,7 @@ void sparse_adam_rows(cpu, const std::size_t* rows, std::size_t nr, std::size_t 
 /// p -= lr (nesterov ? gi + mu buf : buf). Without momentum buf is null and p -= lr gi.
 template <class T>
 void sgd_update(cpu, std::size_t n, T* p, const T* g, T* buf, const vec::SgdStep<T>& s) {
+  const auto prof = profile::Scope::of<T>("sgd", n);
   for (std::size_t i = 0; i < n; ++i) {
     T gi = g[i] + s.weight_decay * p[i];
     if (buf) {

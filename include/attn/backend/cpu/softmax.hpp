@@ -3,6 +3,7 @@
 // (fully masked) gives zeros (log: -inf) and gets no gradient, never NaN. Twin of cuda/softmax.cuh.
 //   attn::kernels::softmax_rows(attn::cpu{}, x, y, rows, cols, /*log=*/false);   // x, y (rows, cols)
 #pragma once
+#include <type_traits>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -18,6 +19,7 @@ namespace attn::kernels {
 /// -inf (fully masked) gives zeros (log: -inf), never NaN.
 template <class T>
 void softmax_rows(cpu, const T* x, T* y, std::size_t rows, std::size_t cols, bool log) {
+  const auto prof = profile::Scope::of<T>("softmax rows", rows, cols);
   const long long n = static_cast<long long>(rows);
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (rows * cols > (1u << 14))
@@ -48,6 +50,7 @@ void softmax_rows(cpu, const T* x, T* y, std::size_t rows, std::size_t cols, boo
 /// dx = dy - exp(y) * sum(dy). Rows of a fully masked softmax (all zero) get no gradient.
 template <class T>
 void softmax_rows_backward(cpu, const T* y, const T* dy, T* dx, std::size_t rows, std::size_t cols, bool log) {
+  const auto prof = profile::Scope::of<T>("softmax rows backward", rows, cols);
   const long long n = static_cast<long long>(rows);
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (rows * cols > (1u << 14))

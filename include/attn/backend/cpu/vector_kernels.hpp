@@ -133,6 +133,7 @@ inline int threads_for(std::size_t items, std::size_t work) {
 /// the formula of vec::adam_dense, elementwise (no result depends on the vector width or thread count).
 template <class T>
 void adam_update(cpu, std::size_t n, T* p, const T* g, T* m, T* v, const vec::AdamStep<T>& s) {
+  const auto prof = profile::Scope::of<T>("adam", n);
   const int nt = vec::threads_for(n / 4096 + 1, n);
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
@@ -149,6 +150,7 @@ void adam_update(cpu, std::size_t n, T* p, const T* g, T* m, T* v, const vec::Ad
 template <class T>
 void layer_norm_forward(cpu, const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y, T* xhat,
                         T* rstd) {
+  const auto prof = profile::Scope::of<T>("layer norm forward", rows, d);
   const int nt = vec::threads_for(rows, rows * d);
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
@@ -164,6 +166,7 @@ void layer_norm_forward(cpu, const T* X, const T* G, const T* Bt, std::size_t ro
 template <class T>
 void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx,
                          T* dg, T* db) {
+  const auto prof = profile::Scope::of<T>("layer norm backward", rows, d);
   for (std::size_t r = 0; r < rows && (dg || db); ++r) {
     const T* __restrict g = gy + r * d;
     const T* __restrict h = H + r * d;
@@ -188,6 +191,7 @@ void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rst
 /// Float uses vectorisable sigmoid and tanh within a few ulp; double, std::exp and std::tanh.
 template <class T>
 void lstm_cell_forward(cpu, std::size_t n, std::size_t h, T* gates, const T* bias, const T* c_prev, T* c, T* hout) {
+  const auto prof = profile::Scope::of<T>("lstm cell forward", n, h);
   ATTN_VEC_CALL(lstm_cell_forward_rows<T>, 0, n, h, gates, bias, c_prev, c, hout);
 }
 
@@ -198,6 +202,7 @@ void lstm_cell_forward(cpu, std::size_t n, std::size_t h, T* gates, const T* bia
 template <class T>
 void lstm_cell_backward(cpu, std::size_t n, std::size_t h, const T* act, const T* c, const T* c_prev, const T* dh, T* dc,
                         T* dgates) {
+  const auto prof = profile::Scope::of<T>("lstm cell backward", n, h);
   ATTN_VEC_CALL(lstm_cell_backward_rows<T>, 0, n, h, act, c, c_prev, dh, dc, dgates);
 }
 
