@@ -6,14 +6,15 @@
 //   attn::profile::enable(); ...; attn::profile::report(stdout);   // or entries(), reset()
 // Recorded: cpu::gemm (each call, by transposition and m x n x k), the linear op's row-split GEMMs,
 // the attention kernels (flash and naive, forward and backward, by batch x heads x T x head dim),
-// the LSTM layer's passes and cells, layer norm, softmax rows, the embedding's gather and gradient, the masked mean and
-// the optimizers' updates. Each record is a call's wall time on the thread that made it. A call made
-// inside another recorded op or inside an OpenMP parallel region is "inner": it is counted on each
-// thread that made it (two threads of a row-split GEMM give two calls), and only the outer ops'
-// times add up to the time the program spent in recorded ops. GFLOP/s is shown where the op has an
-// exact FLOP count: the GEMMs (2 m n k) and the flash kernels (their tile products, by the tiles they
-// computed). A disabled profile costs one relaxed atomic load per call; an enabled one about a
-// microsecond per call, so the smallest ops (an LSTM cell of a few rows) read high.
+// the LSTM layer's passes and cells, layer norm, softmax rows, the embedding's gather and gradient,
+// the masked mean and the optimizers' updates. Each record is a call's wall time on the thread that
+// made it. A call made inside another recorded op or inside an OpenMP parallel region is "inner": it
+// is counted on each thread that made it (two threads of a row-split GEMM give two calls), and only
+// the outer ops' times add up to the time the program spent in recorded ops. GFLOP/s is shown where
+// the op has an exact FLOP count: the GEMMs (2 m n k) and the flash kernels (their tile products, by
+// the tiles they computed). A disabled profile costs one relaxed atomic load per call; an enabled
+// one well under a microsecond per call, so only the smallest ops (an LSTM cell of a few rows) read
+// high.
 #pragma once
 #include <algorithm>
 #include <array>
