@@ -3,11 +3,11 @@
 // gradient, and the LSTM's packing of ragged batches. Twin of cuda/embedding.cuh.
 //   attn::kernels::gather_rows(attn::cpu{}, table, rows, dim, ids, n, out);   // out (n, dim)
 #pragma once
-#include <type_traits>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "../../core/error.hpp"
 #include "../../core/instantiate.hpp"

@@ -5,10 +5,10 @@
 // autograd/loss.hpp, autograd/norm.hpp and autograd/pooling.hpp call them as kernels::xxx(B{}, ...).
 //   attn::kernels::layer_norm_forward(attn::cpu{}, x, gamma, beta, rows, d, 1e-5, y, xhat, rstd);
 #pragma once
-#include <type_traits>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "../../core/error.hpp"
 #include "../cpu.hpp"

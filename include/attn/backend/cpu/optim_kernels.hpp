@@ -5,10 +5,10 @@
 // dense update is vector_kernels.hpp's adam_update.
 //   const double ss = attn::kernels::sum_squares(attn::cpu{}, g, n);   // accumulated in double
 #pragma once
-#include <type_traits>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 
 #include "../cpu.hpp"

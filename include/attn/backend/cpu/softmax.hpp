@@ -3,11 +3,11 @@
 // (fully masked) gives zeros (log: -inf) and gets no gradient, never NaN. Twin of cuda/softmax.cuh.
 //   attn::kernels::softmax_rows(attn::cpu{}, x, y, rows, cols, /*log=*/false);   // x, y (rows, cols)
 #pragma once
-#include <type_traits>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
 
 #include "../../core/instantiate.hpp"
 #include "../cpu.hpp"
