@@ -20,6 +20,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
@@ -73,6 +74,22 @@ struct ThreadLog {
 inline bool env_enabled() {
   const char* e = std::getenv("ATTN_PROFILE");
   return e && *e && std::string_view(e) != "0";
+}
+
+/// Appends printf-style output to s, however long it is.
+__attribute__((format(printf, 2, 3))) inline void appendf(std::string& s, const char* f, ...) {
+  std::va_list a, b;
+  va_start(a, f);
+  va_copy(b, a);
+  const int n = std::vsnprintf(nullptr, 0, f, a);
+  va_end(a);
+  if (n > 0) {
+    const std::size_t old = s.size();
+    s.resize(old + std::size_t(n) + 1);
+    std::vsnprintf(s.data() + old, std::size_t(n) + 1, f, b);
+    s.resize(old + std::size_t(n));
+  }
+  va_end(b);
 }
 
 struct Registry;
@@ -233,24 +250,17 @@ inline std::string detail::format(const std::vector<Entry>& es) {
     if (!e.inner) outer += e.seconds;
   std::string s = "attn profile: each call's wall time on its thread; inner: inside another recorded op or a parallel\n"
                   "region, counted on each thread that made it (not part of the outer total)\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "%-34s %-20s %9s %11s %10s %7s %9s\n", "op", "shape", "calls", "total ms", "ms/call", "share",
-                "GFLOP/s");
-  s += line;
+  appendf(s, "%-34s %-20s %9s %11s %10s %7s %9s\n", "op", "shape", "calls", "total ms", "ms/call", "share", "GFLOP/s");
   for (const Entry& e : es) {
-    char shape[96] = "", op[128];
-    for (std::size_t i = 0, used = 0; i < e.shape.size() && used < sizeof shape; ++i)
-      used += std::size_t(std::snprintf(shape + used, sizeof shape - used, i ? "x%lld" : "%lld", e.shape[i]));
-    std::snprintf(op, sizeof op, "%s%s%s", e.inner ? "  " : "", e.op.c_str(), e.inner ? " (inner)" : "");
-    char share[16] = "", rate[16] = "";
-    if (!e.inner && outer > 0) std::snprintf(share, sizeof share, "%.1f%%", 100.0 * e.seconds / outer);
-    if (e.flops > 0 && e.seconds > 0) std::snprintf(rate, sizeof rate, "%.1f", e.flops / e.seconds * 1e-9);
-    std::snprintf(line, sizeof line, "%-34s %-20s %9lld %11.3f %10.4f %7s %9s\n", op, shape, e.calls, e.seconds * 1e3,
-                  e.calls ? e.seconds * 1e3 / double(e.calls) : 0.0, share, rate);
-    s += line;
+    std::string shape, op, share, rate;
+    for (std::size_t i = 0; i < e.shape.size(); ++i) appendf(shape, i ? "x%lld" : "%lld", e.shape[i]);
+    appendf(op, "%s%s%s", e.inner ? "  " : "", e.op.c_str(), e.inner ? " (inner)" : "");
+    if (!e.inner && outer > 0) appendf(share, "%.1f%%", 100.0 * e.seconds / outer);
+    if (e.flops > 0 && e.seconds > 0) appendf(rate, "%.1f", e.flops / e.seconds * 1e-9);
+    appendf(s, "%-34s %-20s %9lld %11.3f %10.4f %7s %9s\n", op.c_str(), shape.c_str(), e.calls, e.seconds * 1e3,
+            e.calls ? e.seconds * 1e3 / double(e.calls) : 0.0, share.c_str(), rate.c_str());
   }
-  std::snprintf(line, sizeof line, "outer total %.3f ms\n", outer * 1e3);
-  s += line;
+  appendf(s, "outer total %.3f ms\n", outer * 1e3);
   return s;
 }
 
