@@ -83,6 +83,23 @@ TEST_CASE("profile: off unless enabled, then each call counted by op and shape w
   CHECK(table.find("8x4x3") != std::string::npos);
   CHECK(table.find("gemm TN double") != std::string::npos);
   CHECK(table.find("outer total") != std::string::npos);
+  CHECK(table.find("op, all shapes") != std::string::npos);  // the per-op summary comes first
+  CHECK(table.find("op, all shapes") < table.find("8x4x3"));
+  CHECK(table.find("more op and shape entries") == std::string::npos);
+
+  // Many shapes (a program with varying batch shapes): the summary adds them up, the by-shape
+  // table shows the 40 outer entries with the most time and says how many it left out.
+  profile::reset();
+  profile::enable();
+  for (int m = 1; m <= 45; ++m) gemm_nt(std::size_t(m), 4, 3);
+  profile::enable(false);
+  const std::string many = profile::report_string();
+  CHECK(many.find("(5 more op and shape entries") != std::string::npos);
+  const auto all = profile::entries();
+  CHECK(all.size() == 45);
+  double flops = 0;
+  for (const auto& e : all) flops += e.flops;
+  CHECK(flops == 2.0 * 4 * 3 * (45 * 46 / 2));
 
   profile::reset();
   CHECK(profile::entries().empty());

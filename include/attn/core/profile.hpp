@@ -238,7 +238,8 @@ inline void reset() {
   }
 }
 
-/// The table of entries(): op, shape, calls, total and per-call milliseconds, the share of the outer
+/// Two tables of entries(), each op over all its shapes and then by shape (the 40 outer and 20 inner
+/// entries with the most time): calls, total and per-call milliseconds, the share of the outer
 /// ops' total time (outer ops only), and GFLOP/s where counted.
 inline std::string report_string() { return detail::format(entries()); }
 
@@ -248,18 +249,46 @@ inline std::string detail::format(const std::vector<Entry>& es) {
   double outer = 0;
   for (const Entry& e : es)
     if (!e.inner) outer += e.seconds;
+  // The same ops over all their shapes (a program with varying batch shapes records many), in the
+  // order of entries(): outer first, each group by total time.
+  std::vector<Entry> ops;
+  for (const Entry& e : es) {
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const Entry& o) { return o.op == e.op && o.inner == e.inner; });
+    if (it == ops.end()) {
+      ops.push_back(Entry{e.op, {}, e.inner, 0, 0, 0});
+      it = ops.end() - 1;
+    }
+    it->calls += e.calls, it->seconds += e.seconds, it->flops += e.flops;
+  }
+  std::stable_sort(ops.begin(), ops.end(), [](const Entry& a, const Entry& b) {
+    return a.inner != b.inner ? !a.inner : a.seconds > b.seconds;
+  });
   std::string s = "attn profile: each call's wall time on its thread; inner: inside another recorded op or a parallel\n"
                   "region, counted on each thread that made it (not part of the outer total)\n";
-  appendf(s, "%-34s %-20s %9s %11s %10s %7s %9s\n", "op", "shape", "calls", "total ms", "ms/call", "share", "GFLOP/s");
-  for (const Entry& e : es) {
-    std::string shape, op, share, rate;
-    for (std::size_t i = 0; i < e.shape.size(); ++i) appendf(shape, i ? "x%lld" : "%lld", e.shape[i]);
+  const auto row = [&](const Entry& e, const char* shape) {
+    std::string op, share, rate;
     appendf(op, "%s%s%s", e.inner ? "  " : "", e.op.c_str(), e.inner ? " (inner)" : "");
     if (!e.inner && outer > 0) appendf(share, "%.1f%%", 100.0 * e.seconds / outer);
     if (e.flops > 0 && e.seconds > 0) appendf(rate, "%.1f", e.flops / e.seconds * 1e-9);
-    appendf(s, "%-34s %-20s %9lld %11.3f %10.4f %7s %9s\n", op.c_str(), shape.c_str(), e.calls, e.seconds * 1e3,
+    appendf(s, "%-34s %-20s %9lld %11.3f %10.4f %7s %9s\n", op.c_str(), shape, e.calls, e.seconds * 1e3,
             e.calls ? e.seconds * 1e3 / double(e.calls) : 0.0, share.c_str(), rate.c_str());
+  };
+  appendf(s, "%-34s %-20s %9s %11s %10s %7s %9s\n", "op, all shapes", "", "calls", "total ms", "ms/call", "share", "GFLOP/s");
+  for (const Entry& e : ops) row(e, "");
+  // By shape: the 40 outer and 20 inner entries with the most time; entries() has them all.
+  appendf(s, "%-34s %-20s %9s %11s %10s %7s %9s\n", "op", "shape", "calls", "total ms", "ms/call", "share", "GFLOP/s");
+  std::size_t shown[2] = {0, 0}, left = 0;
+  for (const Entry& e : es) {
+    if (shown[e.inner] == (e.inner ? 20u : 40u)) {
+      ++left;
+      continue;
+    }
+    ++shown[e.inner];
+    std::string shape;
+    for (std::size_t i = 0; i < e.shape.size(); ++i) appendf(shape, i ? "x%lld" : "%lld", e.shape[i]);
+    row(e, shape.c_str());
   }
+  if (left) appendf(s, "(%zu more op and shape entries; attn::profile::entries() lists them all)\n", left);
   appendf(s, "outer total %.3f ms\n", outer * 1e3);
   return s;
 }
