@@ -160,8 +160,7 @@ class Scope {
   /// A scope for an op on elements of type T with these extents (integers of any type).
   template <class T, class... I>
   static Scope of(const char* op, I... extents) noexcept {
-    static_assert(sizeof...(I) <= 4, "profile::Scope: at most 4 extents");
-    return Scope(op, {static_cast<long long>(extents)...}, std::is_same_v<T, double>);
+    return of_if<T>(true, op, extents...);
   }
   /// As of<T>, recording only when `record` (a host backend's op; a device's returns before its work ends).
   template <class T, class... I>
@@ -199,6 +198,11 @@ class Scope {
 };
 
 namespace detail {
+/// The order of entries(): outer ops first, each group by total time.
+inline bool outer_first_by_time(const Entry& a, const Entry& b) {
+  return a.inner != b.inner ? !a.inner : a.seconds > b.seconds;
+}
+
 inline std::vector<Entry> collect(Registry& r) {
   std::map<Key, Stat> all;
   {
@@ -217,9 +221,7 @@ inline std::vector<Entry> collect(Registry& r) {
   for (const auto& [k, v] : all)
     out.push_back(Entry{std::string(k.op) + (k.f64 ? " double" : ""), std::vector<long long>(k.shape.begin(), k.shape.begin() + k.dims), k.inner, v.calls,
                         v.seconds, v.flops});
-  std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
-    return a.inner != b.inner ? !a.inner : a.seconds > b.seconds;
-  });
+  std::stable_sort(out.begin(), out.end(), outer_first_by_time);
   return out;
 }
 inline std::string format(const std::vector<Entry>& es);
@@ -260,9 +262,7 @@ inline std::string detail::format(const std::vector<Entry>& es) {
     }
     it->calls += e.calls, it->seconds += e.seconds, it->flops += e.flops;
   }
-  std::stable_sort(ops.begin(), ops.end(), [](const Entry& a, const Entry& b) {
-    return a.inner != b.inner ? !a.inner : a.seconds > b.seconds;
-  });
+  std::stable_sort(ops.begin(), ops.end(), outer_first_by_time);
   std::string s = "attn profile: each call's wall time on its thread; inner: inside another recorded op or a parallel\n"
                   "region, counted on each thread that made it (not part of the outer total)\n";
   const auto row = [&](const Entry& e, const char* shape) {

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "../../core/error.hpp"
 #include "../../core/instantiate.hpp"

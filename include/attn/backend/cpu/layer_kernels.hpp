@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "../../core/error.hpp"
 #include "../cpu.hpp"

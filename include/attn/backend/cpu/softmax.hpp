@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
-#include <type_traits>
 
 #include "../../core/instantiate.hpp"
 #include "../cpu.hpp"
