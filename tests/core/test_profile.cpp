@@ -6,7 +6,9 @@
 #include <attn/attn.hpp>
 
 #include <cmath>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if defined(_OPENMP)
@@ -225,4 +227,64 @@ TEST_CASE("profile: a BiLSTM records its passes, with its steps' products and ce
       cells += e.calls;
     }
   CHECK(cells == 2 * 6);  // a cell call per step and direction
+}
+
+TEST_CASE("profile: a batched GEMM is one outer op whose products are inner, in parallel or not, and k = 0 has no FLOPs") {
+  const ProfileOff guard;
+  profile::enable();
+  // 8 products of 32^3 (run on the threads when there are several) and 2 of 128^3 (run one by one)
+  for (int size : {32, 128}) {
+    const int batch = size == 32 ? 8 : 2;
+    const std::size_t nn = std::size_t(size) * std::size_t(size);
+    std::vector<float> a(batch * nn, 0.5f), b(batch * nn, 0.25f), c(batch * nn);
+    attn::cpu::gemm_strided_batched<float>(attn::Trans::no, attn::Trans::no, size, size, size, 1.f, a.data(), size, (long long)nn,
+                                           b.data(), size, (long long)nn, 0.f, c.data(), size, (long long)nn, batch);
+    REQUIRE(c.back() == Approx(0.125f * float(size)));
+  }
+  std::vector<float> x(4 * 3, 1.f), y(4 * 3, 1.f), z(4 * 4, 7.f);
+  attn::cpu::gemm<float>(attn::Trans::no, attn::Trans::no, 4, 4, 0, 1.f, x.data(), 1, y.data(), 4, 0.f, z.data(), 4);
+  CHECK(z[5] == 0.f);
+  profile::enable(false);
+
+  const auto es = profile::entries();
+  for (int size : {32, 128}) {
+    const long long batch = size == 32 ? 8 : 2;
+    INFO("size " << size);
+    const auto* outer = find(es, "gemm NN, batched", {batch, size, size, size}, false);
+    REQUIRE(outer);
+    CHECK(outer->calls == 1);
+    CHECK(outer->flops == double(batch) * 2.0 * size * size * size);
+    CHECK(find(es, "gemm NN", {size, size, size}, false) == nullptr);
+    const auto* inner = find(es, "gemm NN", {size, size, size}, true);
+    REQUIRE(inner);
+    CHECK(inner->calls == batch);
+  }
+  const auto* empty = find(es, "gemm NN", {4, 4, 0}, false);
+  REQUIRE(empty);
+  CHECK(empty->flops == 0);
+}
+
+TEST_CASE("profile: an ended thread's records stay, and its log serves the next thread") {
+  const ProfileOff guard;
+  profile::enable();
+  const auto work = [] {  // no Catch assertions off the main thread
+    std::vector<float> a(8 * 3, 0.5f), b(4 * 3, 0.25f), c(8 * 4);
+    attn::cpu::gemm<float>(attn::Trans::no, attn::Trans::yes, 8, 4, 3, 1.f, a.data(), 3, b.data(), 3, 0.f, c.data(), 4);
+  };
+  std::thread(work).join();  // a log for a new thread, handed back when it ends
+  const std::size_t logs = [] {
+    auto& r = profile::detail::registry();
+    const std::lock_guard<std::mutex> lock(r.mu);
+    return r.logs.size();
+  }();
+  for (int i = 0; i < 5; ++i) std::thread(work).join();
+  {
+    auto& r = profile::detail::registry();
+    const std::lock_guard<std::mutex> lock(r.mu);
+    CHECK(r.logs.size() == logs);
+  }
+  profile::enable(false);
+  const auto* e = find(profile::entries(), "gemm NT", {8, 4, 3}, false);
+  REQUIRE(e);
+  CHECK(e->calls == 6);
 }

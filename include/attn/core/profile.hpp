@@ -4,13 +4,15 @@
 // printed to stderr when the program exits), or attn::profile::enable() in code.
 //   ATTN_PROFILE=1 build/benchmarks/bench --case R1-h1
 //   attn::profile::enable(); ...; attn::profile::report(stdout);   // or entries(), reset()
-// Recorded: cpu::gemm (each call, by transposition and m x n x k), the linear op's row-split GEMMs,
+// Recorded: cpu::gemm (each call, by transposition and m x n x k) and cpu::gemm_strided_batched
+// (batch x m x n x k, its products inner), the linear op's row-split GEMMs,
 // the attention kernels (flash and naive, forward and backward, by batch x heads x T x head dim),
 // the LSTM layer's passes and cells, layer norm, softmax rows, the embedding's gather and gradient,
 // the masked mean and the optimizers' updates. Each record is a call's wall time on the thread that
 // made it. A call made inside another recorded op or inside an OpenMP parallel region is "inner": it
 // is counted on each thread that made it (two threads of a row-split GEMM give two calls), and only
-// the outer ops' times add up to the time the program spent in recorded ops. GFLOP/s is shown where
+// the outer ops' times add up to the time the program spent in recorded ops (summed over the
+// program's own threads where several of them run ops at once). GFLOP/s is shown where
 // the op has an exact FLOP count: the GEMMs (2 m n k) and the flash kernels (their tile products, by
 // the tiles they computed). A disabled profile costs one relaxed atomic load per call; an enabled
 // one well under a microsecond per call, so only the smallest ops (an LSTM cell of a few rows) read
@@ -95,16 +97,24 @@ __attribute__((format(printf, 2, 3))) inline void appendf(std::string& s, const 
 struct Registry;
 inline void print(Registry& r, std::FILE* out);
 
-/// Every thread's log, kept until exit (a log outlives its thread: a pool thread's records stay).
+/// Every thread's log. A log outlives its thread (a pool thread's records stay); an exited thread's
+/// log is handed to the next new thread (spare), so that a program that makes a thread per task
+/// keeps as many logs as it ever ran threads at once.
 struct Registry {
   std::mutex mu;
   std::vector<std::unique_ptr<ThreadLog>> logs;
-  ~Registry() {
-    if (env_enabled()) print(*this, stderr);
-  }
+  std::vector<ThreadLog*> spare;
 };
+/// The registry, never destroyed: a thread may record while the program exits (a static's
+/// destructor, a detached or still-joining thread), after the report is printed. With ATTN_PROFILE
+/// set, the report is printed at exit (std::atexit, registered when the registry is made: before
+/// the destructors of statics made earlier, after those of statics made later).
 inline Registry& registry() {
-  static Registry r;
+  static Registry& r = [] () -> Registry& {
+    Registry* p = new Registry;
+    if (env_enabled()) std::atexit([] { print(registry(), stderr); });
+    return *p;
+  }();
   return r;
 }
 inline std::atomic<bool>& flag() {
@@ -112,12 +122,32 @@ inline std::atomic<bool>& flag() {
   return on;
 }
 inline ThreadLog& thread_log() {
-  thread_local ThreadLog* log = [] {
-    Registry& r = registry();
-    const std::lock_guard<std::mutex> lock(r.mu);
-    r.logs.push_back(std::make_unique<ThreadLog>());
-    return r.logs.back().get();
-  }();
+  thread_local ThreadLog* log = nullptr;  // trivially destructible: valid to read until the thread ends
+  if (!log) {
+    {
+      Registry& r = registry();
+      const std::lock_guard<std::mutex> lock(r.mu);
+      if (!r.spare.empty()) {
+        log = r.spare.back();
+        r.spare.pop_back();
+      } else {
+        r.logs.push_back(std::make_unique<ThreadLog>());
+        log = r.logs.back().get();
+      }
+    }
+    // Hands the log back when the thread ends. A record made after that (by another thread_local's
+    // destructor) takes a log again, which then stays with the registry.
+    struct Release {
+      ~Release() {
+        if (!log) return;
+        Registry& r = registry();
+        const std::lock_guard<std::mutex> lock(r.mu);
+        r.spare.push_back(log);
+        log = nullptr;
+      }
+    };
+    thread_local Release release;
+  }
   return *log;
 }
 /// Recorded ops open on this thread: a call made inside one is inner.
@@ -132,20 +162,20 @@ inline int& depth() {
 inline bool enabled() noexcept { return detail::flag().load(std::memory_order_relaxed); }
 /// Starts (or stops) recording; what was recorded stays until reset().
 inline void enable(bool on = true) noexcept {
-  if (on) (void)detail::registry();  // constructed before any later static: it is destroyed after them
   detail::flag().store(on, std::memory_order_relaxed);
 }
 
 /// Times one call from construction to destruction when the profile is enabled (checked once, at
-/// construction): an op (a string literal), up to 4 extents, and whether its elements are double
-/// (the report appends " double"). set_flops() gives the call's FLOP count.
+/// construction): an op, up to 4 extents, and whether its elements are double (the report appends
+/// " double"). set_flops() gives the call's FLOP count. The op's name must outlive the profile (a
+/// string literal): the logs keep the pointer, not a copy.
 ///   const auto prof = attn::profile::Scope::of<T>("layer norm forward", rows, d);
 class Scope {
  public:
   Scope(const char* op, std::initializer_list<long long> shape, bool f64 = false, bool record = true) noexcept
       : on_(record && enabled()) {
     if (!on_) return;
-    op_ = op;
+    op_ = op ? op : "?";
     f64_ = f64;
     dims_ = int(std::min<std::size_t>(shape.size(), 4));
     std::copy_n(shape.begin(), dims_, shape_.begin());

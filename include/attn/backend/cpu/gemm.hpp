@@ -25,6 +25,11 @@ constexpr const char* gemm_profile_name(Trans ta, Trans tb) {
   if (ta == Trans::no) return tb == Trans::no ? "gemm NN" : "gemm NT";
   return tb == Trans::no ? "gemm TN" : "gemm TT";
 }
+/// cpu::gemm_strided_batched's op name: its transpositions (each product inside it is an inner gemm).
+constexpr const char* gemm_batched_profile_name(Trans ta, Trans tb) {
+  if (ta == Trans::no) return tb == Trans::no ? "gemm NN, batched" : "gemm NT, batched";
+  return tb == Trans::no ? "gemm TN, batched" : "gemm TT, batched";
+}
 }  // namespace detail
 
 // Defined outside the class, not inline: under ATTN_SEPARATE_COMPILATION the float and double
@@ -37,7 +42,7 @@ void cpu::gemm(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int
   using MapA = Eigen::Map<const Mat, Eigen::Unaligned, Eigen::OuterStride<>>;
   if (m <= 0 || n <= 0) return;
   auto prof = profile::Scope::of<T>(detail::gemm_profile_name(ta, tb), m, n, k);
-  prof.set_flops(2.0 * m * n * k);
+  if (k > 0) prof.set_flops(2.0 * m * n * k);
   MapC c(C, m, n, Eigen::OuterStride<>(ldc));
   if (k <= 0) {
     if (beta == T(0)) c.setZero();
@@ -72,6 +77,9 @@ template <class T>
 void cpu::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, T alpha, const T* A, int lda, long long sa,
                                const T* B, int ldb, long long sb, T beta, T* C, int ldc, long long sc, int batch) {
   const double flops = 2.0 * m * n * k;
+  // Its products are inner calls whether or not they run in parallel.
+  auto prof = profile::Scope::of<T>(detail::gemm_batched_profile_name(ta, tb), batch, m, n, k);
+  if (m > 0 && n > 0 && k > 0 && batch > 0) prof.set_flops(flops * batch);
   if (batch > 1 && flops < 4.0e6) {
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (batch * flops > 2.0e5)
