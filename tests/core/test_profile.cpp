@@ -284,7 +284,8 @@ TEST_CASE("profile: an ended thread's records stay, and its log serves the next 
     CHECK(r.logs.size() == logs);
   }
   profile::enable(false);
-  const auto* e = find(profile::entries(), "gemm NT", {8, 4, 3}, false);
+  const auto es = profile::entries();
+  const auto* e = find(es, "gemm NT", {8, 4, 3}, false);
   REQUIRE(e);
   CHECK(e->calls == 6);
 }
