@@ -20,15 +20,12 @@
 namespace attn {
 
 namespace detail {
-/// cpu::gemm's op name in attn::profile: its transpositions.
-constexpr const char* gemm_profile_name(Trans ta, Trans tb) {
-  if (ta == Trans::no) return tb == Trans::no ? "gemm NN" : "gemm NT";
-  return tb == Trans::no ? "gemm TN" : "gemm TT";
-}
-/// cpu::gemm_strided_batched's op name: its transpositions (each product inside it is an inner gemm).
-constexpr const char* gemm_batched_profile_name(Trans ta, Trans tb) {
-  if (ta == Trans::no) return tb == Trans::no ? "gemm NN, batched" : "gemm NT, batched";
-  return tb == Trans::no ? "gemm TN, batched" : "gemm TT, batched";
+/// The op name in attn::profile of cpu::gemm, or of cpu::gemm_strided_batched (each product inside
+/// it an inner gemm): its transpositions.
+constexpr const char* gemm_profile_name(Trans ta, Trans tb, bool batched = false) {
+  constexpr const char* names[2][4] = {{"gemm NN", "gemm NT", "gemm TN", "gemm TT"},
+                                       {"gemm NN, batched", "gemm NT, batched", "gemm TN, batched", "gemm TT, batched"}};
+  return names[batched][2 * (ta == Trans::yes) + (tb == Trans::yes)];
 }
 }  // namespace detail
 
@@ -78,7 +75,7 @@ void cpu::gemm_strided_batched(Trans ta, Trans tb, int m, int n, int k, T alpha,
                                const T* B, int ldb, long long sb, T beta, T* C, int ldc, long long sc, int batch) {
   const double flops = 2.0 * m * n * k;
   // Its products are inner calls whether or not they run in parallel.
-  auto prof = profile::Scope::of<T>(detail::gemm_batched_profile_name(ta, tb), batch, m, n, k);
+  auto prof = profile::Scope::of<T>(detail::gemm_profile_name(ta, tb, true), batch, m, n, k);
   if (m > 0 && n > 0 && k > 0 && batch > 0) prof.set_flops(flops * batch);
   if (batch > 1 && flops < 4.0e6) {
 #if defined(_OPENMP)
