@@ -316,3 +316,46 @@ TEST_CASE("steady state: a BiLSTM classifier trains and infers without allocatin
   CHECK(a2.news - b2.news == 0);
   if (attn::cpu::pool_stats().enabled) CHECK(a2.system - b2.system <= 4);  // as above
 }
+
+#if defined(__linux__)
+#include <fstream>
+#include <sstream>
+#include <string>
+namespace {
+/// The VmFlags of the mapping in /proc/self/smaps that holds address p ("" if none is found).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') inside = a >= lo && a < hi;
+    else if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("host pool: blocks of 4 MiB or more lie on 2 MiB pages marked for huge pages", "[pool_huge]") {
+  const auto s = attn::cpu::pool_stats();
+  const char* env = std::getenv("ATTN_CPU_POOL_HUGEPAGES");
+  CHECK(s.huge_pages == !(env && std::string(env) == "0"));
+  Tensor<float> big({std::size_t(1) << 20});  // 4 MiB: the smallest block that gets huge pages
+  Tensor<float> small({std::size_t(3) << 18});  // 3 MiB: ordinary pages
+  const auto at = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  big.data()[0] = big.data()[big.numel() - 1] = 1.f;  // usable to its last element
+  const std::string flags = vm_flags_of(big.data());
+  INFO(flags);
+  REQUIRE(!flags.empty());
+  const bool marked = flags.find(" hg") != std::string::npos;
+  if (s.huge_pages) {
+    CHECK(at(big.data()) % attn::detail::HostPool::huge_page == 0);
+    CHECK(marked);
+  } else {
+    CHECK_FALSE(marked);
+  }
+  CHECK(vm_flags_of(small.data()).find(" hg") == std::string::npos);
+}
+#endif
