@@ -154,7 +154,7 @@ Var<T, AnyShape, B> linear_impl(Tape* tape, const Var<T, AnyShape, B>& x, const 
         kernels::gemm_bf16(Trans::no, int(rows), int(out_w), int(in), 1.f, X, int(in), pw, beta, Y, int(out_w));
       }
     }
-  } else if constexpr (B::host_accessible) {  // each thread writes the bias into its rows just before its GEMM
+  } else if constexpr (B::host_accessible) {  // each thread adds the bias to its rows after its GEMM
     kernels::gemm_rows(B{}, Trans::yes, rows, out_w, in, X, w.raw().data(), int(in), T(0), Y, has_bias ? bias.raw().data() : nullptr);
   } else {
     if (has_bias) kernels::copy_rows(B{}, rows, out_w, bias.raw().data(), 0, nullptr, Y, out_w, nullptr, false);

@@ -52,12 +52,12 @@ namespace detail {
 /// AddressSanitizer caching is off by default, so that use-after-free stays detectable. A loop
 /// whose batches vary in length leaves free blocks in many classes; the limit bounds what they hold.
 ///
-/// On Linux a block of 4 MiB or more starts on a 2 MiB boundary, spans whole 2 MiB pages, and is
-/// marked for transparent huge pages (madvise MADV_HUGEPAGE; the kernel's default policy,
-/// "madvise", backs only such marked memory with them). A training step streams tens of MB of
-/// activations, gradients and optimizer state through 4 KiB pages more than its TLB maps; on a
-/// 2-core Zen 5 this took R1-R2 training steps 2-5% faster (benchmarks/README.md). A block takes
-/// at most 2 MiB more address space. ATTN_CPU_POOL_HUGEPAGES=0 turns it off.
+/// On Linux a block of 4 MiB or more starts on a 2 MiB boundary, and the whole 2 MiB pages of its
+/// first request are marked for transparent huge pages (madvise MADV_HUGEPAGE; the kernel's
+/// default policy, "madvise", backs only such marked memory with them). A training step streams
+/// tens of MB of activations, gradients and optimizer state, more than the TLB maps in 4 KiB
+/// pages; on a 2-core Zen 5 this took the R1 and R2 training steps 1-5% faster, at 1-2 MB more
+/// peak RSS (benchmarks/README.md). ATTN_CPU_POOL_HUGEPAGES=0 turns it off.
 class HostPool {
  public:
   static constexpr std::size_t alignment = 64;
@@ -85,10 +85,10 @@ class HostPool {
       }
       ++system_;
     }
-    void* p = system_allocate(r);
+    void* p = system_allocate(r, bytes);
     if (!p) {
       release();  // give the cache back and try once more
-      p = system_allocate(r);
+      p = system_allocate(r, bytes);
       if (!p) throw std::bad_alloc();
     }
     std::lock_guard<std::mutex> lock(m_);
@@ -186,14 +186,17 @@ class HostPool {
 #endif
   }
 
-  // A block of r bytes from the system allocator (nullptr if it has none): 64-byte aligned, or for
-  // r >= huge_page_min with huge pages on, whole 2 MiB pages marked for transparent huge pages.
-  void* system_allocate(std::size_t r) const noexcept {
+  // A block of r bytes from the system allocator for a request of `bytes` (nullptr if it has none):
+  // 64-byte aligned, or for r >= huge_page_min with huge pages on, 2 MiB aligned with the whole
+  // 2 MiB pages that the request covers marked for transparent huge pages. Not the tail: a huge page
+  // is backed in full on its first touch, and the block's size class leaves up to 12.5% of it
+  // unused (marking whole blocks raised R4-b64's peak RSS from 60 to 74 MB).
+  void* system_allocate(std::size_t r, [[maybe_unused]] std::size_t bytes) const noexcept {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (huge_ && r >= huge_page_min) {
-      const std::size_t span = (r + huge_page - 1) / huge_page * huge_page;
-      void* p = std::aligned_alloc(huge_page, span);
-      if (p) ::madvise(p, span, MADV_HUGEPAGE);  // advice: if it fails, the block has ordinary pages
+      void* p = nullptr;
+      if (::posix_memalign(&p, huge_page, r) != 0) return nullptr;
+      if (bytes >= huge_page) ::madvise(p, bytes / huge_page * huge_page, MADV_HUGEPAGE);  // advice: may fail harmlessly
       return p;
     }
 #endif
