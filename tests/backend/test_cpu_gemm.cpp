@@ -90,14 +90,19 @@ bool tn_matches(int m, int n, int k, int lda, int ldb, float beta) {
 
 TEST_CASE("cpu::gemm in float: A^T B with rows a multiple of 64 floats apart, on one thread and on all, beta 0 / 1 / -0.5") {
   // The padded route over one block, three with a short last one and three whole ones, m and n
-  // below, at and above a multiple of 16; and strides that are not a multiple of 64 floats (oneDNN
-  // direct).
+  // below, at and above a multiple of 16; strides that are not a multiple of 64 floats (oneDNN
+  // direct); and rows 1,024 and 2,048 floats apart, the only ones padded at AVX-512.
   struct Case {
     int m, n, k, lda, ldb;
   };
-  for (const Case s : {Case{64, 64, 300, 64, 64}, Case{70, 33, 1100, 128, 64}, Case{128, 48, 1536, 128, 48}, Case{40, 100, 700, 40, 100}}) {
+  for (const Case s : {Case{64, 64, 300, 64, 64}, Case{70, 33, 1100, 128, 64}, Case{128, 48, 1536, 128, 48}, Case{40, 100, 700, 40, 100},
+                       Case{70, 33, 600, 1024, 48}, Case{16, 40, 520, 16, 2048}}) {
 #if defined(ATTN_GEMM_DNNL)
-    CHECK(attn::detail::dnnl_pad_pays(true, false, s.k, s.lda, s.ldb, true) == (s.lda % 64 == 0 || s.ldb % 64 == 0));
+    using attn::Isa;
+    CHECK(attn::detail::dnnl_pad_pays(true, false, s.k, s.lda, s.ldb, true, Isa::avx2) == (s.lda % 64 == 0 || s.ldb % 64 == 0));
+    CHECK(attn::detail::dnnl_pad_pays(true, false, s.k, s.lda, s.ldb, true, Isa::generic) == (s.lda % 64 == 0 || s.ldb % 64 == 0));
+    for (const Isa level : {Isa::avx512, Isa::avx512_bf16})  // only rows a multiple of 4 KiB apart
+      CHECK(attn::detail::dnnl_pad_pays(true, false, s.k, s.lda, s.ldb, true, level) == (s.lda % 1024 == 0 || s.ldb % 1024 == 0));
     CHECK_FALSE(attn::detail::dnnl_pad_pays(true, false, s.k, s.lda, s.ldb, false));  // oneDNN's own threads: no copy
     CHECK_FALSE(attn::detail::dnnl_pad_pays(true, true, s.k, s.lda, s.ldb, true));
     CHECK_FALSE(attn::detail::dnnl_pad_pays(false, false, s.k, s.lda, s.ldb, true));
