@@ -39,10 +39,10 @@ inline std::string sweep_table(const std::vector<RunResult>& runs) {
 
 inline void write_report(const Options& o, const Prepared& p, const std::vector<RunResult>& runs) {
   examples::HtmlReport rep("attn: CLUE TNEWS news titles with a BiLSTM and single- and multi-head self-attention");
-  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% stratified split of train.json, seed {}{}). "
+  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% stratified split of train.json, seed {}{}). Training seed {}. "
                             "Characters as tokens{}; vocabulary {}. Model: Embedding({}, {}) -> BiLSTM<{}, {}> -> Attention<H, {}>{} "
                             "-> masked mean -> Linear({}, {}).",
-                            o.data.dir, 100 * o.data.valid_fraction, o.train.seed, p.dev.size() ? "; dev.json evaluated" : "",
+                            o.data.dir, 100 * o.data.valid_fraction, o.data.seed, p.dev.size() ? "; dev.json evaluated" : "", o.train.seed,
                             o.data.keywords ? ", keywords appended" : "", p.vocab.size(), p.vocab.size(), kEmbed, kEmbed, kHidden, kDim,
                             o.residual ? " + residual LayerNorm" : "", kDim, kClasses));
   rep.heading("Accuracy, macro-F1 and speed by head count");
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   Command cmd;
   if (auto exit_code = parse_command_line(argc, argv, cmd)) return *exit_code;
   Options& o = cmd.options;
-  o.data.seed = o.train.seed;
+  o.data.seed = o.train.split();
   try {
     attn::cpu::set_threads(int(o.threads));
     const std::string& device = cmd.predict ? cmd.prediction.device : o.device;

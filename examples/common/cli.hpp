@@ -98,7 +98,11 @@ inline void add_training_flags(CLI::App& app, TrainOptions& t) {
                  "evaluation (weights, gradients, optimizer, softmax and norms stay float); int8: dynamic quantization, "
                  "for inference only (--bench, predict)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
-  app.add_option("--seed", t.seed, "seed of the split, the initialisation, the data order and dropout")->check(count(0));
+  app.add_option("--seed", t.seed, "seed of the initialisation, the data order, dropout and (without --split-seed) the validation split")
+      ->check(count(0));
+  app.add_option("--split-seed", t.split_seed,
+                 "seed of the validation split alone (default: --seed): runs of several --seed values then share one validation split")
+      ->check(count(0));
   auto* resume = app.add_flag("--resume", t.resume, "continue an interrupted run from its last completed epoch (same options)");
   app.add_flag("--overwrite", t.overwrite, "replace the run a run directory already holds")->excludes(resume);
   app.add_option("--stop-after", t.stop_after, "end this run after N epochs, keeping the state for --resume (0: no limit)")

@@ -23,6 +23,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sys/types.h>
@@ -139,8 +140,6 @@ struct RunPlan {
   std::optional<attn::data::Vocab> vocab;  // resume: its vocab.txt
 };
 
-/// Checks that `options` (option name -> value, as config.json records them under "options")
-/// equal the recorded ones; ArgumentError naming the first option that differs.
 /// A resumed run's moving average (ema.safetensors, `ema_steps` updates) must have been taken
 /// along the optimizer's steps (optimizer.safetensors, `optimizer_steps`): the average folds once
 /// per step taken, so the two counts of one epoch's files are equal. FormatError otherwise.
@@ -153,13 +152,20 @@ inline void check_ema_steps(long long ema_steps, long long optimizer_steps, cons
                                                    ema_steps, optimizer_steps, optimizer.string()));
 }
 
+/// Checks that `options` (option name -> value, as config.json records them under "options")
+/// equal the recorded ones; ArgumentError naming the first option that differs. An option that
+/// runs did not record before it existed is compared with the one whose value it took then:
+/// "--split-seed" with "--seed".
 inline void check_same_options(const nlohmann::json& config, const nlohmann::json& options, const std::filesystem::path& path) {
   const auto rec = config.find("options");
   if (rec == config.end() || !rec->is_object())
     throw attn::FormatError::in_field(path.string(), "options",
                                       "missing: the run's options are not recorded, so --resume cannot check them");
+  static constexpr std::pair<const char*, const char*> kLaterOptions[] = {{"--split-seed", "--seed"}};
   for (auto& [name, value] : options.items()) {
-    const auto it = rec->find(name);
+    auto it = rec->find(name);
+    for (auto [later, earlier] : kLaterOptions)
+      if (it == rec->end() && name == later) it = rec->find(earlier);
     if (it == rec->end()) throw attn::FormatError::in_field(path.string(), "options." + name, "missing");
     if (*it != value)
       throw attn::ArgumentError(fmt::format(
@@ -319,7 +325,7 @@ inline void write_run_start(const RunPlan& plan, const attn::data::Vocab& vocab,
 /// The training loop's options that bind a run directory (config.json "options", beside each
 /// program's own): --resume refuses a different value.
 inline nlohmann::json train_run_options(const TrainOptions& t) {
-  return {{"--seed", t.seed},       {"--batch", t.batch}, {"--lr", t.lr},  {"--weight-decay", t.weight_decay},
+  return {{"--seed", t.seed},       {"--split-seed", t.split()}, {"--batch", t.batch}, {"--lr", t.lr},  {"--weight-decay", t.weight_decay},
           {"--warmup", t.warmup}, {"--clip", t.clip},   {"--ema", t.ema}, {"--ema-every", t.ema_every},
           {"--precision", t.precision}};
 }

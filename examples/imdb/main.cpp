@@ -97,7 +97,7 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bo
   if (reviews.size() < 2) throw too_few("training needs a training and a validation portion, at least 2 reviews");
   std::vector<int> labels;
   for (auto& r : reviews) labels.push_back(r.label);
-  auto split = data::stratified_split(labels, o.valid_fraction, o.train.seed);
+  auto split = data::stratified_split(labels, o.valid_fraction, o.train.split());
   if (split.train.empty() || split.valid.empty())
     throw too_few(fmt::format("--valid-fraction {} leaves the {} portion empty", o.valid_fraction, split.train.empty() ? "training" : "validation"));
   std::vector<std::vector<std::string>> toks(reviews.size());
@@ -135,9 +135,9 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bo
   examples::warn_one_class(p.train_y, {"negative", "positive"}, "training");
   examples::warn_one_class(p.valid_y, {"negative", "positive"}, "validation");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("data: {} train / {} validation reviews (fixed-seed {:.0f}% split of {}/train){}; vocabulary {} (min freq {}); "
+  fmt::print("data: {} train / {} validation reviews (fixed-seed {:.0f}% split of {}/train, seed {}){}; vocabulary {} (min freq {}); "
              "n-gram buckets {}; {:.1f}s\n",
-             p.train.size(), p.valid.size(), 100 * o.valid_fraction, o.data,
+             p.train.size(), p.valid.size(), 100 * o.valid_fraction, o.data, o.train.split(),
              p.test.empty() ? "" : fmt::format(", {} test reviews", p.test.size()), p.vocab.size(), o.min_freq, p.ngram_buckets, secs);
   if (train_split.stats.invalid_utf8) fmt::print("data: {} invalid UTF-8 sequences replaced\n", train_split.stats.invalid_utf8);
   if (o.nblr_buckets) fit_nblr_scores(o, p);
@@ -207,9 +207,9 @@ inline std::string entropy_table(const std::vector<RunResult>& runs) {
 
 inline void write_report(const Options& o, const Prepared& p, const std::vector<RunResult>& runs) {
   examples::HtmlReport rep("attn: IMDb sentiment with single- and multi-head self-attention");
-  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}{}). Model width {}, {} encoder layer{}{}, "
+  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}{}). Training seed {}. Model width {}, {} encoder layer{}{}, "
                             "max length {} ({}), n-gram embeddings {}.",
-                            o.data, 100 * o.valid_fraction, o.train.seed, p.test.empty() ? "" : "; test: the data's test split", kDim,
+                            o.data, 100 * o.valid_fraction, o.train.split(), p.test.empty() ? "" : "; test: the data's test split", o.train.seed, kDim,
                             o.layers, o.layers > 1 ? "s" : "", o.window ? fmt::format(", attention window {}", o.window) : "", o.max_len,
                             o.truncate, p.ngram_buckets ? fmt::format("up to {}-grams in {} buckets", o.ngram_order, p.ngram_buckets) : "off"));
   rep.paragraph("Rows: the attention model for each head count; \"no attention\" is the ablation (the same inputs, mean+max pooled "

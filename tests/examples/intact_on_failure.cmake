@@ -53,6 +53,7 @@ expect_intact("${out}" "--limit: 40 differs from the run's ${LIMIT}" "--resume -
               ${common} --data "${DATA}" --out "${out}" --epochs 2 --limit 40 --resume)
 expect_intact("${out}" "--max-len: 16 differs" "--resume --max-len 16" ${run} --epochs 2 --max-len 16 --resume)
 expect_intact("${out}" "--seed: 7 differs" "--resume --seed 7" ${run} --epochs 2 --seed 7 --resume)
+expect_intact("${out}" "--split-seed: 7 differs" "--resume --split-seed 7" ${run} --epochs 2 --split-seed 7 --resume)
 expect_intact("${out}" "--dropout: 0.5 differs" "--resume --dropout 0.5" ${run} --epochs 2 --dropout 0.5 --resume)
 expect_intact("${out}" "--data: [^\n]*data-copy[^\n]* differs" "--resume --data <copy>"
               ${common} --data "${WORK}/data-copy/${data_name}" --limit ${LIMIT} --out "${out}" --epochs 2 --resume)

@@ -56,7 +56,7 @@ endfunction()
 
 set(training
     --epochs:r,r,r,r,r --batch:r,r,r,r,r --lr:r,r,r,r,a --weight-decay:r,r,r,a,r --warmup:r,r,r,a,r
-    --patience:r,r,r,r,r --clip:r,r,r,a,a --seed:r,r,r,a,r --stop-after:r,r,r,a,r --dropout:r,r,r,a,r
+    --patience:r,r,r,r,r --clip:r,r,r,a,a --seed:r,r,r,a,r --split-seed:r,r,r,a,r --stop-after:r,r,r,a,r --dropout:r,r,r,a,r
     --attn-dropout:r,r,r,a,r --max-len:r,r,r,r,r --min-freq:r,r,r,a,r --max-vocab:r,r,r,a,r
     --valid-fraction:r,r,r,r,r --threads:r,r,r,a,r --limit:r,r,r,a,r)
 run_table("${IMDB}" ${training} --heads:r,r,r,r,r --layers:r,r,r,r,r --window:r,r,r,a,r --ngram-buckets:r,r,r,a,r --ngram-order:r,r,r,r,r --ngram-dropout:r,r,r,a,r
@@ -88,6 +88,8 @@ foreach(program IMDB CLUE)
   check_value("${p}" --max-len 8192 a ${d})
   check_value("${p}" --seed 18446744073709551615 a ${d})
   check_value("${p}" --seed -0 r ${d})
+  check_value("${p}" --split-seed 18446744073709551615 a ${d})
+  check_value("${p}" --split-seed -0 r ${d})
   check_value("${p}" --limit -5 r ${d})
   check_value("${p}" --limit 1.5 r ${d})
   check_value("${p}" --max-vocab 1 r ${d})

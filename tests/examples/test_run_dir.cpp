@@ -105,6 +105,30 @@ TEST_CASE("run_dir: inspect_run_dir refuses a run without --resume or --overwrit
   fs::remove_all(dir.parent_path());
 }
 
+TEST_CASE("run_dir: --split-seed is the split's seed, bound to the run, and runs recorded without it had --seed's split") {
+  examples::TrainOptions t;
+  t.seed = 7;
+  CHECK(t.split() == 7);
+  CHECK(examples::train_run_options(t).at("--split-seed") == 7);
+  t.split_seed = 42;
+  CHECK(t.split() == 42);
+  CHECK(examples::train_run_options(t).at("--seed") == 7);
+  CHECK(examples::train_run_options(t).at("--split-seed") == 42);
+
+  const fs::path cfg = "run/config.json";
+  const auto config = [](json options) { return json{{"options", std::move(options)}}; };
+  // Recorded by a program that had no --split-seed: its split was --seed's.
+  examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--split-seed", 42}}, cfg);
+  CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 7}}), json{{"--seed", 7}, {"--split-seed", 42}}, cfg),
+                    Contains("--split-seed: 42 differs from the run's 7"));
+  // Recorded with it: the recorded value decides, whatever --seed is.
+  examples::check_same_options(config({{"--seed", 7}, {"--split-seed", 42}}), json{{"--seed", 7}, {"--split-seed", 42}}, cfg);
+  CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 42}, {"--split-seed", 7}}), json{{"--seed", 42}, {"--split-seed", 42}}, cfg),
+                    Contains("--split-seed: 42 differs from the run's 7"));
+  // Other options have no such fallback.
+  CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 42}}), json{{"--batch", 32}}, cfg), Contains("options.--batch: missing"));
+}
+
 TEST_CASE("run_dir: metrics.jsonl is cut back to the committed epochs") {
   auto dir = fresh_dir("metrics");
   const std::string l1 = R"({"epoch":1,"x":1})", l2 = R"({"epoch":2,"x":2})";
