@@ -155,15 +155,79 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bo
 
 
 
+/// The runs of each model (RunSpec::model_name), in the order of --seeds; without --seeds, one
+/// group per run.
+inline std::vector<std::vector<const RunResult*>> seed_groups(const std::vector<RunResult>& runs) {
+  std::vector<std::vector<const RunResult*>> groups;
+  for (auto& r : runs) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g[0]->spec.model_name() == r.spec.model_name(); });
+    if (it == groups.end() || !r.spec.seed) groups.push_back({&r});
+    else it->push_back(&r);
+  }
+  return groups;
+}
+
 /// The results table: one row per run, and NB-LR alone (the baseline) when it was fitted.
 inline std::string results_table(const Prepared& p, const std::vector<RunResult>& runs) {
   std::string t = fmt::format("{:<24} {:>10} {:>10} {:>11} {:>12}\n", "model", "valid acc", "test acc", "train time", "parameters");
   for (auto& r : runs)
     t += fmt::format("{:<24} {:>9.2f}% {:>10} {:>10.0f}s {:>12}\n", r.spec.label(), 100 * r.best_valid,
                      r.test_acc < 0 ? "-" : fmt::format("{:.2f}%", 100 * r.test_acc), r.train_seconds, r.params);
+  for (auto& g : seed_groups(runs)) {  // --seeds: each model's mean over its seeds
+    if (g.size() < 2) continue;
+    double valid = 0, test = 0, secs = 0;
+    bool tested = true;
+    for (auto* r : g) valid += r->best_valid / double(g.size()), secs += r->train_seconds / double(g.size()), tested &= r->test_acc >= 0;
+    for (auto* r : g) test += r->test_acc / double(g.size());
+    t += fmt::format("{:<24} {:>9.2f}% {:>10} {:>10.0f}s {:>12}\n", fmt::format("{}: mean of {}", g[0]->spec.model_label(), g.size()),
+                     100 * valid, tested ? fmt::format("{:.2f}%", 100 * test) : "-", secs, g[0]->params);
+  }
   if (p.nblr_valid_acc >= 0)
     t += fmt::format("{:<24} {:>9.2f}% {:>10} {:>11} {:>12}\n", "NB-LR alone (baseline)", 100 * p.nblr_valid_acc,
                      p.nblr_test_acc < 0 ? "-" : fmt::format("{:.2f}%", 100 * p.nblr_test_acc), "-", "-");
+  return t;
+}
+
+/// Under --seeds: each model's validation accuracy seed by seed, and the differences that tell the
+/// head count's effect from the noise of one initialisation: every head count against the fewest
+/// heads, and every attention model against the ablation, seed by seed. Empty without --seeds.
+inline std::string seeds_table(const std::vector<RunResult>& runs) {
+  const auto groups = seed_groups(runs);
+  if (groups.empty() || groups[0].size() < 2) return {};
+  const auto pct = [](double v) { return fmt::format("{:.2f}", 100 * v); };
+  std::string t;
+  std::vector<std::string> seeds;
+  for (auto* r : groups[0]) seeds.push_back(std::to_string(*r->spec.seed));
+  t += fmt::format("validation accuracy by seed ({}), on one validation split:\n", fmt::join(seeds, " / "));
+  for (auto& g : groups) {
+    std::vector<std::string> v;
+    double mean = 0, lo = 1, hi = 0;
+    for (auto* r : g) v.push_back(pct(r->best_valid)), mean += r->best_valid / double(g.size()), lo = std::min(lo, r->best_valid), hi = std::max(hi, r->best_valid);
+    t += fmt::format("  {:<16} {}%  mean {:.2f}%, spread {:.2f} points\n", g[0]->spec.model_label(), fmt::join(v, " / "), 100 * mean, 100 * (hi - lo));
+  }
+  const auto diff = [&](const std::vector<const RunResult*>& a, const std::vector<const RunResult*>& b) {
+    std::vector<std::string> d;
+    double mean = 0;
+    std::size_t ahead = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double x = a[i]->best_valid - b[i]->best_valid;
+      d.push_back(fmt::format("{:+.2f}", 100 * x));
+      mean += x / double(a.size());
+      ahead += x > 0;
+    }
+    t += fmt::format("  {} - {}: {} points (mean {:+.2f}; ahead on {} of {} seeds)\n", a[0]->spec.model_label(), b[0]->spec.model_label(),
+                     fmt::join(d, " / "), 100 * mean, ahead, a.size());
+  };
+  const std::vector<const RunResult*>* fewest = nullptr;
+  const std::vector<const RunResult*>* ablation = nullptr;
+  for (auto& g : groups) {
+    if (g[0]->spec.variant == Variant::attention && (!fewest || g[0]->heads < (*fewest)[0]->heads)) fewest = &g;
+    if (g[0]->spec.variant == Variant::ablation) ablation = &g;
+  }
+  for (auto& g : groups)
+    if (g[0]->spec.variant == Variant::attention && fewest && &g != fewest) diff(g, *fewest);
+  for (auto& g : groups)
+    if (g[0]->spec.variant != Variant::ablation && ablation) diff(g, *ablation);
   return t;
 }
 
@@ -207,15 +271,17 @@ inline std::string entropy_table(const std::vector<RunResult>& runs) {
 
 inline void write_report(const Options& o, const Prepared& p, const std::vector<RunResult>& runs) {
   examples::HtmlReport rep("attn: IMDb sentiment with single- and multi-head self-attention");
-  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}{}). Training seed {}. Model width {}, {} encoder layer{}{}, "
+  rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}{}). Training seed{} {}. Model width {}, {} encoder layer{}{}, "
                             "max length {} ({}), n-gram embeddings {}.",
-                            o.data, 100 * o.valid_fraction, o.train.split(), p.test.empty() ? "" : "; test: the data's test split", o.train.seed, kDim,
+                            o.data, 100 * o.valid_fraction, o.train.split(), p.test.empty() ? "" : "; test: the data's test split", o.seeds.size() > 1 ? "s" : "",
+                            o.seeds.empty() ? std::to_string(o.train.seed) : fmt::format("{}", fmt::join(o.seeds, ", ")), kDim,
                             o.layers, o.layers > 1 ? "s" : "", o.window ? fmt::format(", attention window {}", o.window) : "", o.max_len,
                             o.truncate, p.ngram_buckets ? fmt::format("up to {}-grams in {} buckets", o.ngram_order, p.ngram_buckets) : "off"));
   rep.paragraph("Rows: the attention model for each head count; \"no attention\" is the ablation (the same inputs, mean+max pooled "
                 "without attention); \"+ NB-LR\" is an explicit ensemble with the NB-LR log-odds; NB-LR alone is the linear baseline.");
   rep.heading("Accuracy");
   rep.preformatted(results_table(p, runs));
+  if (const auto st = seeds_table(runs); !st.empty()) rep.preformatted(st);
   std::vector<examples::Series> loss, acc;
   for (auto& r : runs) {
     examples::Series tl{"train " + r.spec.name(), {}, {}}, vl{"valid " + r.spec.name(), {}, {}}, va{r.spec.name(), {}, {}};
@@ -247,6 +313,7 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
 
 inline void print_summary(const Prepared& p, const std::vector<RunResult>& runs) {
   fmt::print("\n{}", results_table(p, runs));
+  if (const auto st = seeds_table(runs); !st.empty()) fmt::print("\n{}", st);
   if (runs.size() > 1) {
     if (const auto bt = buckets_table(runs); !bt.empty()) fmt::print("\nvalidation accuracy by review length\n{}", bt);
   }
@@ -301,39 +368,45 @@ int main(int argc, char** argv) {
     // Everything is checked before anything is written: the run directories (options against
     // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.
     const auto head_counts = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8, 16} : std::vector<std::size_t>{o.heads};
-    std::vector<RunSpec> specs;
-    for (std::size_t h : head_counts) specs.push_back({Variant::attention, h});
-    if (o.ablation) specs.push_back({Variant::ablation, 1});
+    std::vector<RunSpec> models;
+    for (std::size_t h : head_counts) models.push_back({Variant::attention, h});
+    if (o.ablation) models.push_back({Variant::ablation, 1});
     if (o.ensemble == "nblr")
-      for (std::size_t h : head_counts) specs.push_back({Variant::ensemble, h});
+      for (std::size_t h : head_counts) models.push_back({Variant::ensemble, h});
+    std::vector<RunSpec> specs;  // under --seeds, every model once per seed (runs/imdb/h8-s7, ...)
+    for (const auto& m : models) {
+      if (o.seeds.empty()) specs.push_back(m);
+      for (auto seed : o.seeds) specs.push_back({m.variant, m.heads, seed});
+    }
     std::vector<examples::RunPlan> plans;
     for (const auto& r : specs) {
-      plans.push_back(examples::inspect_run_dir(run_dir(o, r), o.train, run_options(o, r)));
+      const Options os = run_options_of(o, r);
+      plans.push_back(examples::inspect_run_dir(run_dir(o, r), os.train, run_options(os, r)));
       if (plans.back().resume) (void)resumed_config(plans.back(), r.heads);
     }
     auto p = prepare(o, examples::resumed_vocab(plans), std::any_of(plans.begin(), plans.end(), [](const auto& pl) { return !pl.resume; }));
     for (std::size_t k = 0; k < specs.size(); ++k)
       if (plans[k].resume) {
         ImdbClassifier<> model(resumed_config(plans[k], specs[k].heads), specs[k].heads);
-        examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
+        examples::check_resume(model, plans[k], run_options_of(o, specs[k]).train, p.train.size(), par->world());
       }
     par->barrier();  // no process is still reading when the directories change
     std::vector<RunResult> runs;
     for (std::size_t k = 0; k < specs.size(); ++k) {
 #if defined(ATTN_EXAMPLES_CUDA)
       if (cuda) {
-        runs.push_back(train_run_cuda(specs[k], o, p, *par, plans[k]));
+        runs.push_back(train_run_cuda(specs[k], run_options_of(o, specs[k]), p, *par, plans[k]));
         continue;
       }
 #endif
-      runs.push_back(train_run(specs[k], o, p, *par, plans[k]));
+      runs.push_back(train_run(specs[k], run_options_of(o, specs[k]), p, *par, plans[k]));
     }
     if (!par->main()) return 0;
     print_summary(p, runs);
     fs::create_directories(o.train.out);
     json sj = json::array();
     for (auto& r : runs)
-      sj.push_back({{"run", r.spec.name()}, {"model", r.spec.label()}, {"heads", r.heads}, {"valid_accuracy", r.best_valid},
+      sj.push_back({{"run", r.spec.name()}, {"model", r.spec.model_label()}, {"seed", run_options_of(o, r.spec).train.seed}, {"heads", r.heads}, {"valid_accuracy", r.best_valid},
                     {"valid_accuracy_int8", r.valid_int8}, {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds}, {"parameters", r.params},
                     {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}, {"attention_entropy", r.entropy.per_head}});
     if (p.nblr_valid_acc >= 0)

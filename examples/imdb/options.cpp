@@ -13,6 +13,11 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--data", o.data, "aclImdb root holding train/{pos,neg} (and optionally test/)");
   app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16")->check(examples::count(1, 16));
   app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8, 16 and print the comparison tables");
+  app.add_option("--seeds", o.seeds,
+                 "train every run once per seed (initialisation, data order, dropout; comma-separated, distinct) on one validation split "
+                 "(--split-seed, default --seed), and report each head count's mean and the per-seed differences between head counts")
+      ->delimiter(',')
+      ->check(examples::count(0));
   app.add_option("--layers", o.layers, "Transformer encoder layers (attention + feed-forward)")->check(examples::count(1, kMaxLayers));
   app.add_option("--window", o.window, "sliding-window attention: each token attends to the N on each side (0: to every token)")
       ->check(examples::count(0, kMaxLen));
@@ -70,6 +75,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   pred->add_option("--dump", pr.dump, "also write the texts as one batch (its inputs) and the logits to this safetensors file, for a PyTorch model to reproduce");
   pred->add_option("text", pr.texts, "text to classify (default: the article's sentence)");
   if (auto exit_code = examples::parse(app, argc, argv)) return exit_code;
+  for (std::size_t i = 0; i < o.seeds.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (o.seeds[i] == o.seeds[j])
+        return app.exit(CLI::ValidationError("--seeds", "seed " + std::to_string(o.seeds[i]) + " is given twice"));
   if (o.ensemble == "nblr" && !o.nblr_buckets) return app.exit(CLI::ValidationError("--ensemble", "nblr needs NB-LR, but --nblr-buckets is 0"));
   if (o.attn_entropy > 0 && o.pool != "cls")
     return app.exit(CLI::ValidationError("--attn-entropy", "the penalty is on the [CLS] rows' attention, but --pool is " + o.pool));

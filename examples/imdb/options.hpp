@@ -3,6 +3,7 @@
 // of the program that compiles CLI11).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct Options {
   examples::TrainOptions train{.out = "runs/imdb", .epochs = 2, .batch = 32, .patience = 2, .warmup = 0.06};
   std::size_t heads = 8;
   bool sweep = false;
+  // --seeds: train every run once per seed (its initialisation, data order and dropout), all on
+  // the one validation split of --split-seed (default --seed); empty: once, with --seed.
+  std::vector<std::uint64_t> seeds;
   bool ablation = true;         // also train the model without attention (mean+max of its inputs)
   std::string ensemble = "none";  // "nblr": also train the attention model + NB-LR ensemble
   std::size_t max_len = 4096, min_freq = 2, max_vocab = 30000, threads = 0;

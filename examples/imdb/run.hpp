@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,17 +71,31 @@ enum class Variant { attention, ablation, ensemble };
 struct RunSpec {
   Variant variant = Variant::attention;
   std::size_t heads = 8;  // 1 for the ablation (it has no attention)
+  std::optional<std::uint64_t> seed{};  // --seeds: this run's training seed (none: --seed)
 
-  /// The run directory's name below --out: h8, ablation, h8+nblr.
-  std::string name() const {
+  /// The run's model without its seed: h8, ablation, h8+nblr.
+  std::string model_name() const {
     return variant == Variant::ablation ? "ablation" : fmt::format("h{}{}", heads, variant == Variant::ensemble ? "+nblr" : "");
   }
-  /// The row label of the tables.
-  std::string label() const {
+  /// The run directory's name below --out: the model's name, and "-s<seed>" under --seeds.
+  std::string name() const { return model_name() + (seed ? fmt::format("-s{}", *seed) : ""); }
+  /// The row label of the tables, without the seed.
+  std::string model_label() const {
     if (variant == Variant::ablation) return "no attention";
     return fmt::format("{} head{}{}", heads, heads > 1 ? "s" : "", variant == Variant::ensemble ? " + NB-LR" : "");
   }
+  std::string label() const { return model_label() + (seed ? fmt::format(", seed {}", *seed) : ""); }
 };
+
+/// The options of run r: o with the run's own training seed (--seeds), the split's seed pinned.
+inline Options run_options_of(const Options& o, const RunSpec& r) {
+  Options os = o;
+  if (r.seed) {
+    os.train.split_seed = o.train.split();
+    os.train.seed = *r.seed;
+  }
+  return os;
+}
 
 /// The model configuration of a new run. The ablation has no encoder, so none of the encoder's
 /// settings (layers, pooling through a [CLS] token, norm placement, window, checkpointing) apply to it.

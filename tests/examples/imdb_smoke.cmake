@@ -69,6 +69,34 @@ if(EXISTS "${WORK}/int8_run")
   message(FATAL_ERROR "training with --precision int8 wrote ${WORK}/int8_run")
 endif()
 
+# --seeds: each model once per seed, all on one validation split; the per-seed table and the
+# differences between the models, seed by seed; a repeated seed is refused before anything is written.
+smoke_run(seeds 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --heads 2 --seeds 3,4 --nblr-buckets 0
+          --ngram-buckets 1024 --out "${WORK}/seeds")
+smoke_expect_match("${seeds_output}" "2 heads, seed 3 +[0-9.]+%" "imdb --seeds: a row per seed")
+smoke_expect_match("${seeds_output}" "2 heads: mean of 2 +[0-9.]+%" "imdb --seeds: the mean row")
+smoke_expect_match("${seeds_output}" "validation accuracy by seed \\(3 / 4\\), on one validation split" "imdb --seeds: the table")
+smoke_expect_match("${seeds_output}" "2 heads - no attention: [-+][0-9.]+ / [-+][0-9.]+ points \\(mean [-+][0-9.]+; ahead on [0-2] of 2 seeds\\)"
+                   "imdb --seeds: the differences seed by seed")
+foreach(seed 3 4)
+  file(READ "${WORK}/seeds/h2-s${seed}/config.json" cfg)
+  string(JSON recorded GET "${cfg}" options --seed)
+  string(JSON split GET "${cfg}" options --split-seed)
+  if(NOT recorded EQUAL seed OR NOT split EQUAL 42)
+    message(FATAL_ERROR "--seeds: h2-s${seed}/config.json records --seed ${recorded} and --split-seed ${split}, expected ${seed} and 42")
+  endif()
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${WORK}/seeds/h2-s3/model.safetensors" "${WORK}/seeds/h2-s4/model.safetensors"
+                RESULT_VARIABLE same_weights)
+if(same_weights EQUAL 0)
+  message(FATAL_ERROR "--seeds 3,4: both runs trained the same weights")
+endif()
+smoke_run(seeds_twice fail "${PROGRAM}" --data "${DATA}" --seeds 5,6,5 --out "${WORK}/seeds_twice")
+smoke_expect_match("${seeds_twice_output}" "--seeds: seed 5 is given twice" "imdb --seeds 5,6,5")
+if(EXISTS "${WORK}/seeds_twice")
+  message(FATAL_ERROR "a refused --seeds wrote ${WORK}/seeds_twice")
+endif()
+
 smoke_run(entropy_pool fail "${PROGRAM}" --data "${DATA}" --attn-entropy 0.1 --pool mean+max --out "${WORK}/bad")
 smoke_expect_match("${entropy_pool_output}" "--attn-entropy: the penalty is on the \\[CLS\\] rows' attention, but --pool is mean\\+max"
                    "imdb --attn-entropy with --pool mean+max")
