@@ -86,11 +86,8 @@ foreach(seed 3 4)
     message(FATAL_ERROR "--seeds: h2-s${seed}/config.json records --seed ${recorded} and --split-seed ${split}, expected ${seed} and 42")
   endif()
 endforeach()
-execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${WORK}/seeds/h2-s3/model.safetensors" "${WORK}/seeds/h2-s4/model.safetensors"
-                RESULT_VARIABLE same_weights)
-if(same_weights EQUAL 0)
-  message(FATAL_ERROR "--seeds 3,4: both runs trained the same weights")
-endif()
+smoke_expect_files_differ("${WORK}/seeds/h2-s3/model.safetensors" "${WORK}/seeds/h2-s4/model.safetensors"
+                          "--seeds 3,4: both runs trained the same weights")
 smoke_run(seeds_twice fail "${PROGRAM}" --data "${DATA}" --seeds 5,6,5 --out "${WORK}/seeds_twice")
 smoke_expect_match("${seeds_twice_output}" "--seeds: seed 5 is given twice" "imdb --seeds 5,6,5")
 if(EXISTS "${WORK}/seeds_twice")

@@ -50,11 +50,8 @@ foreach(f last.safetensors optimizer.safetensors ema.safetensors model.safetenso
     message(FATAL_ERROR "--ema: ${f}: 2 epochs straight and 1 + resume 1 differ")
   endif()
 endforeach()
-execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${WORK}/ema_straight/h2/model.safetensors" "${WORK}/ema_straight/h2/last.safetensors"
-                RESULT_VARIABLE same)
-if(same EQUAL 0)
-  message(FATAL_ERROR "--ema: model.safetensors equals last.safetensors: the saved model is not the average")
-endif()
+smoke_expect_files_differ("${WORK}/ema_straight/h2/model.safetensors" "${WORK}/ema_straight/h2/last.safetensors"
+                          "--ema: model.safetensors equals last.safetensors: the saved model is not the average")
 smoke_run(ema_mismatch fail ${common} --out "${WORK}/ema_resumed" --resume)
 smoke_expect_match("${ema_mismatch_output}" "--ema" "resuming an --ema run without --ema")
 

@@ -23,6 +23,17 @@ function(smoke_expect_match text regex what)
   endif()
 endfunction()
 
+# smoke_expect_files_differ(<a> <b> <message>): fails with message when the two files are byte for
+# byte the same (and when either cannot be read).
+function(smoke_expect_files_differ a b message)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${a}" "${b}" RESULT_VARIABLE rc)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "${message}")
+  elseif(NOT rc EQUAL 1)
+    message(FATAL_ERROR "cannot compare ${a} and ${b} (compare_files exit ${rc})")
+  endif()
+endfunction()
+
 function(smoke_require_file path)
   if(NOT EXISTS "${path}")
     message(FATAL_ERROR "missing output file ${path}")
