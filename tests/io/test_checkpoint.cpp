@@ -99,6 +99,72 @@ TEST_CASE("checkpoint: Adam state round trip resumes identically") {
   fs::remove_all(dir);
 }
 
+namespace {
+std::vector<char> file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+// A model with one tensor of several write chunks (the last one partial) and small ones.
+struct Big : nn::Module {
+  nn::Embedding<5> table{this, "table", attn::io::kWriteChunkBytes / 4 / 5 * 2 + 7};
+  nn::Linear<5, 3> fc{this, "fc"};
+};
+}  // namespace
+
+TEST_CASE("checkpoint: save streams the parameters and writes the bytes of their copies") {
+  auto dir = tmpdir();
+  Big m;
+  m.init(4);
+  REQUIRE(m.table.weight.numel() * sizeof(float) > 2 * attn::io::kWriteChunkBytes);
+  attn::io::save(m, dir / "streamed.safetensors", {{"k", "v"}});
+  attn::io::write_safetensors(dir / "copied.safetensors", attn::io::state_dict(m), {{"k", "v"}});
+  const auto streamed = file_bytes(dir / "streamed.safetensors"), copied = file_bytes(dir / "copied.safetensors");
+  REQUIRE(streamed.size() > 2 * attn::io::kWriteChunkBytes);
+  CHECK(streamed == copied);
+  Big back;
+  attn::io::load(back, dir / "streamed.safetensors");
+  CHECK(std::memcmp(back.table.weight.raw().data(), m.table.weight.raw().data(), m.table.weight.numel() * sizeof(float)) == 0);
+
+  // The optimizer's moments are streamed too: the same bytes as their copies.
+  attn::optim::Adam<float> opt(m, {.lr = 0.1});
+  for (auto& [name, t] : opt.state()) t.data()[t.numel() - 1] = 0.5f;  // not all zeros
+  attn::io::save_optimizer(opt, dir / "opt.safetensors");
+  attn::io::TensorMap moments;
+  for (auto& [name, t] : opt.state()) moments.emplace(name, attn::io::TensorRecord::from_values(attn::io::DType::F32, {t.numel()}, t.to_vector()));
+  const auto f = attn::io::read_safetensors(dir / "opt.safetensors");
+  REQUIRE(f.tensors.size() == moments.size());
+  for (auto& [name, r] : moments) CHECK(f.at(name).bytes == r.bytes);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: a reader that fails mid-file leaves the existing file as it was") {
+  auto dir = tmpdir();
+  Small a;
+  a.init(5);
+  attn::io::save(a, dir / "keep.safetensors");
+  const auto before = file_bytes(dir / "keep.safetensors");
+  attn::io::SourceMap src;
+  int calls = 0;
+  src.emplace("x", attn::io::TensorSource{attn::io::DType::F32, {3 * attn::io::kWriteChunkBytes / 4}, 3 * attn::io::kWriteChunkBytes,
+                                          [&calls](std::size_t, std::size_t n, std::byte* dst) {
+                                            if (++calls == 2) throw attn::IoError("device", "copy failed");
+                                            std::memset(dst, 0, n);
+                                          }});
+  CHECK_THROWS_AS(attn::io::write_safetensors(dir / "keep.safetensors", src), attn::IoError);
+  CHECK(calls == 2);
+  CHECK(file_bytes(dir / "keep.safetensors") == before);
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);  // no temporary left
+  // A size that does not match the shape, or a missing reader, is refused before anything is written.
+  attn::io::SourceMap wrong;
+  wrong.emplace("x", attn::io::TensorSource{attn::io::DType::F32, {3}, 8, [](std::size_t, std::size_t, std::byte*) {}});
+  CHECK_THROWS_AS(attn::io::write_safetensors(dir / "keep.safetensors", wrong), attn::ArgumentError);
+  attn::io::SourceMap unread;
+  unread.emplace("x", attn::io::TensorSource{attn::io::DType::F32, {3}, 12, {}});
+  CHECK_THROWS_AS(attn::io::write_safetensors(dir / "keep.safetensors", unread), attn::ArgumentError);
+  CHECK(file_bytes(dir / "keep.safetensors") == before);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("checkpoint: a failed save leaves the existing file as it was") {
   auto dir = tmpdir();
   Small a;

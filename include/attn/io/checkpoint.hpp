@@ -73,16 +73,40 @@ inline TensorRecord record_of(const nn::ParameterSlot& p) {
 }
 }  // namespace detail
 
-/// The parameters of `model` as safetensors records, by their dotted names.
+namespace detail {
+/// A parameter as a TensorSource: its bytes are read from its storage while the file is written.
+inline TensorSource source_of(const nn::ParameterSlot& p) {
+  const std::size_t width = dtype_size(file_dtype(p.dtype()));
+  return {file_dtype(p.dtype()), shape_of(p.dims()), p.numel() * width,
+          [&p, width](std::size_t offset, std::size_t count, std::byte* dst) {
+            if (offset % width || count % width) throw ArgumentError("source_of: a chunk splits an element");
+            p.copy_to_host(dst, offset / width, count / width);
+          }};
+}
+/// A tensor (sharing its owner's storage) as a TensorSource.
+template <class T, class S, class B>
+TensorSource source_of(const Tensor<T, S, B>& t) {
+  return {file_dtype(dtype_of<T>()), shape_of(t.dims()), t.numel() * sizeof(T),
+          [t](std::size_t offset, std::size_t count, std::byte* dst) {
+            if (offset % sizeof(T) || count % sizeof(T)) throw ArgumentError("source_of: a chunk splits an element");
+            if (count) B::template to_host<T>(reinterpret_cast<T*>(dst), t.data() + offset / sizeof(T), count / sizeof(T));
+          }};
+}
+}  // namespace detail
+
+/// The parameters of `model` as safetensors records, by their dotted names (a copy of every value).
 inline TensorMap state_dict(const nn::Module& model) {
   TensorMap m;
   for (auto& [name, p] : model.named_parameters()) m.emplace(name, detail::record_of(*p));
   return m;
 }
 
-/// Writes the parameters of `model` to `path` atomically.
+/// Writes the parameters of `model` to `path` atomically, straight from their storage (no copy of
+/// the model in memory: a few MiB of staging, whatever the model's size).
 inline void save(const nn::Module& model, const std::filesystem::path& path, const MetadataMap& metadata = {}) {
-  write_safetensors(path, state_dict(model), metadata);
+  SourceMap m;
+  for (auto& [name, p] : model.named_parameters()) m.emplace(name, detail::source_of(*p));
+  write_safetensors(path, m, metadata);
 }
 
 namespace detail {
@@ -221,8 +245,8 @@ void copy_state(const SafetensorsFile& file, State& state) {
 /// step count (metadata "step") atomically, for exact resumption.
 template <class T, class B>
 void save_optimizer(const optim::Adam<T, B>& opt, const std::filesystem::path& path, MetadataMap metadata = {}) {
-  TensorMap m;
-  for (auto& [name, t] : opt.state()) m.emplace(name, detail::record_of(t));
+  SourceMap m;
+  for (auto& [name, t] : opt.state()) m.emplace(name, detail::source_of(t));
   metadata["step"] = std::to_string(opt.steps());
   metadata["lr"] = std::to_string(opt.lr());
   write_safetensors(path, m, metadata);
@@ -252,8 +276,8 @@ MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& 
 template <class T, class B>
 void save_ema(const optim::Ema<T, B>& ema, const std::filesystem::path& path, MetadataMap metadata = {}) {
   if (ema.swapped()) throw std::logic_error("io::save_ema: the Ema is swapped (the model holds the average); swap() back first");
-  TensorMap m;
-  for (auto& [name, t] : ema.state()) m.emplace(name, detail::record_of(t));
+  SourceMap m;
+  for (auto& [name, t] : ema.state()) m.emplace(name, detail::source_of(t));
   metadata["ema_steps"] = std::to_string(ema.steps());
   metadata["ema_updates"] = std::to_string(ema.updates());
   metadata["ema_decay"] = std::to_string(ema.options().decay);

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -287,6 +288,21 @@ struct TensorRecord {
 using TensorMap = std::map<std::string, TensorRecord>;
 using MetadataMap = std::map<std::string, std::string>;
 
+/// A tensor to be written without a copy of its bytes in memory: its dtype, its shape, its size
+/// in bytes and a reader that fills `dst` with `count` bytes from byte `offset` of its data
+/// (write_safetensors calls it in chunks of at most kWriteChunkBytes). io::save writes a model's
+/// parameters this way, straight from their storage.
+struct TensorSource {
+  DType dtype = DType::F32;
+  std::vector<std::size_t> shape;
+  std::size_t size = 0;  // bytes
+  std::function<void(std::size_t offset, std::size_t count, std::byte* dst)> read;
+};
+using SourceMap = std::map<std::string, TensorSource>;
+
+/// The largest piece of a TensorSource that write_safetensors holds in memory at once.
+inline constexpr std::size_t kWriteChunkBytes = std::size_t(16) << 20;
+
 /// The content of a safetensors file: tensors by name and the free-form "__metadata__" strings.
 struct SafetensorsFile {
   std::string source;  // path or buffer name, used in error messages
@@ -347,9 +363,13 @@ inline void append_json_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
-// Reference order: descending dtype alignment rank, then name (bytewise).
-inline std::vector<const TensorMap::value_type*> write_order(const TensorMap& tensors) {
-  std::vector<const TensorMap::value_type*> order;
+inline std::size_t byte_size(const TensorRecord& t) { return t.bytes.size(); }
+inline std::size_t byte_size(const TensorSource& t) { return t.size; }
+
+// Reference order: descending dtype alignment rank, then name (bytewise). Map: TensorMap or SourceMap.
+template <class Map>
+std::vector<const typename Map::value_type*> write_order(const Map& tensors) {
+  std::vector<const typename Map::value_type*> order;
   order.reserve(tensors.size());
   for (const auto& kv : tensors) order.push_back(&kv);
   std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
@@ -359,7 +379,8 @@ inline std::vector<const TensorMap::value_type*> write_order(const TensorMap& te
 }
 
 // The padded JSON header for `tensors` in write_order; validates names and byte counts.
-inline std::string make_header(const std::vector<const TensorMap::value_type*>& order, const MetadataMap& metadata) {
+template <class Entry>
+std::string make_header(const std::vector<const Entry*>& order, const MetadataMap& metadata) {
   auto check_text = [](const std::string& s, const char* what) {
     if (const auto bad = utf8_error(s))
       throw ArgumentError("write_safetensors: " + std::string(what) + " is not valid UTF-8 (byte " +
@@ -386,9 +407,10 @@ inline std::string make_header(const std::vector<const TensorMap::value_type*>& 
     check_text(name, "a tensor name");
     if (name == "__metadata__") throw ArgumentError("write_safetensors: '__metadata__' is reserved, not a tensor name");
     const auto numel = checked_numel(t.shape);
+    const std::size_t bytes = byte_size(t);
     if (!numel || *numel > std::numeric_limits<std::size_t>::max() / dtype_size(t.dtype) ||
-        t.bytes.size() != *numel * dtype_size(t.dtype))
-      throw ArgumentError("write_safetensors: tensor '" + name + "' has " + std::to_string(t.bytes.size()) +
+        bytes != *numel * dtype_size(t.dtype))
+      throw ArgumentError("write_safetensors: tensor '" + name + "' has " + std::to_string(bytes) +
                           " bytes, but shape " + shape_str(t.shape) + " of " + std::string(dtype_name(t.dtype)) +
                           " needs " + (numel ? std::to_string(*numel * dtype_size(t.dtype)) : "too many"));
     if (h.size() > 1) h += ',';
@@ -400,8 +422,8 @@ inline std::string make_header(const std::vector<const TensorMap::value_type*>& 
       if (i) h += ',';
       h += std::to_string(t.shape[i]);
     }
-    h += "],\"data_offsets\":[" + std::to_string(offset) + ',' + std::to_string(offset + t.bytes.size()) + "]}";
-    offset += t.bytes.size();
+    h += "],\"data_offsets\":[" + std::to_string(offset) + ',' + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
   }
   h += '}';
   h.append((8 - h.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
@@ -819,6 +841,32 @@ inline void write_safetensors(const std::filesystem::path& path, const TensorMap
   file.write(detail::le_u64(header.size()));
   file.write(header);
   for (const auto* kv : order) file.write(kv->second.bytes);
+  file.commit();
+}
+
+/// Writes the tensors of `sources` to `path` atomically, as write_safetensors(path, TensorMap)
+/// would write the same bytes, holding at most kWriteChunkBytes of tensor data in memory at once.
+/// A reader that throws leaves an existing file at `path` as it was.
+inline void write_safetensors(const std::filesystem::path& path, const SourceMap& sources, const MetadataMap& metadata = {}) {
+  const auto order = detail::write_order(sources);
+  const std::string header = detail::make_header(order, metadata);  // validates before touching the disk
+  for (const auto* kv : order)
+    if (kv->second.size && !kv->second.read)
+      throw ArgumentError("write_safetensors: tensor '" + kv->first + "' has no reader");
+  std::size_t largest = 0;
+  for (const auto* kv : order) largest = std::max(largest, kv->second.size);
+  std::vector<std::byte> chunk(std::min(largest, kWriteChunkBytes));
+  AtomicFile file(path);
+  file.write(detail::le_u64(header.size()));
+  file.write(header);
+  for (const auto* kv : order) {
+    const TensorSource& t = kv->second;
+    for (std::size_t off = 0; off < t.size; off += chunk.size()) {
+      const std::size_t n = std::min(chunk.size(), t.size - off);
+      t.read(off, n, chunk.data());
+      file.write(std::span<const std::byte>(chunk.data(), n));
+    }
+  }
   file.commit();
 }
 

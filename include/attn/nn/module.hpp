@@ -43,6 +43,8 @@ class ParameterSlot {
   /// Copies the value to / from host memory holding numel() elements of dtype().
   virtual void copy_to_host(void* dst) const = 0;
   virtual void copy_from_host(const void* src) = 0;
+  /// Copies elements [first, first + count) of the value to host memory (first + count <= numel()).
+  virtual void copy_to_host(void* dst, std::size_t first, std::size_t count) const = 0;
   virtual void zero_grad() = 0;
   /// Whether the value is a weight matrix (Out, In) that the linear op or the LSTM multiplies by
   /// (nn::Linear's weight, nn::Attention's in_proj_weight, the LSTMs' weight_ih / weight_hh): the
@@ -59,6 +61,10 @@ class TypedParameter final : public ParameterSlot {
   std::size_t numel() const override { return var.numel(); }
   const char* backend_name() const override { return B::name; }
   void copy_to_host(void* dst) const override { var.raw().copy_to_host(std::span<T>(static_cast<T*>(dst), numel())); }
+  void copy_to_host(void* dst, std::size_t first, std::size_t count) const override {
+    if (first > numel() || count > numel() - first) throw ArgumentError("copy_to_host: elements out of range");
+    if (count) B::template to_host<T>(static_cast<T*>(dst), var.raw().data() + first, count);
+  }
   void copy_from_host(const void* src) override {
     var.data()->value.copy_from_host(std::span<const T>(static_cast<const T*>(src), numel()));
     var.data()->mark_value_written();
