@@ -155,23 +155,29 @@ inline void check_ema_steps(long long ema_steps, long long optimizer_steps, cons
 /// Checks that `options` (option name -> value, as config.json records them under "options")
 /// equal the recorded ones; ArgumentError naming the first option that differs. An option that
 /// runs did not record before it existed is compared with the one whose value it took then:
-/// "--split-seed" with "--seed".
+/// "--split-seed" with "--seed"; one that did not exist then matches its default, which is how
+/// those runs trained ("--adversarial" 0).
 inline void check_same_options(const nlohmann::json& config, const nlohmann::json& options, const std::filesystem::path& path) {
   const auto rec = config.find("options");
   if (rec == config.end() || !rec->is_object())
     throw attn::FormatError::in_field(path.string(), "options",
                                       "missing: the run's options are not recorded, so --resume cannot check them");
   static constexpr std::pair<const char*, const char*> kLaterOptions[] = {{"--split-seed", "--seed"}};
+  // Options added later, with the default that every run recorded before them trained with.
+  static const std::pair<const char*, nlohmann::json> kLaterDefaults[] = {{"--adversarial", 0.0}};
   for (auto& [name, value] : options.items()) {
     auto it = rec->find(name);
     for (auto [later, earlier] : kLaterOptions)
       if (it == rec->end() && name == later) it = rec->find(earlier);
-    if (it == rec->end()) throw attn::FormatError::in_field(path.string(), "options." + name, "missing");
-    if (*it != value)
+    const nlohmann::json* recorded = it == rec->end() ? nullptr : &*it;
+    for (const auto& [later, def] : kLaterDefaults)
+      if (!recorded && name == later) recorded = &def;
+    if (!recorded) throw attn::FormatError::in_field(path.string(), "options." + name, "missing");
+    if (*recorded != value)
       throw attn::ArgumentError(fmt::format(
           "{}: {} differs from the run's {} ({}); --resume continues a run with its own options (only --epochs, --stop-after, "
           "--threads, --patience and --on-nonfinite may change): give the same value, or a new --out",
-          name, value.dump(), it->dump(), path.string()));
+          name, value.dump(), recorded->dump(), path.string()));
   }
 }
 

@@ -233,6 +233,23 @@ attn::Var<T, attn::AnyShape, B> entropy_fraction(C& ctx, const attn::Var<T, attn
   return attn::neg(ctx, attn::mean(ctx, attn::mul(ctx, plogp, attn::Var<T, attn::AnyShape, B>(norm)))).erased();
 }
 
+/// The perturbation of adversarial training (--adversarial): the loss gradient g (B, T, Dim) of a
+/// batch's inputs, normalised to L2 norm eps over each review's positions together (zero for a
+/// review whose gradient is zero).
+template <class B>
+Tensor<float, attn::AnyShape, B> adversarial_delta(const Tensor<float, attn::AnyShape, B>& g, double eps) {
+  const auto& d = g.dims();
+  std::vector<float> v = g.to_vector();
+  const std::size_t n = d.v[0], per = n ? v.size() / n : 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double ss = 0;
+    for (std::size_t k = 0; k < per; ++k) ss += double(v[i * per + k]) * double(v[i * per + k]);
+    const double f = ss > 0 ? eps / std::sqrt(ss) : 0.0;
+    for (std::size_t k = 0; k < per; ++k) v[i * per + k] = float(double(v[i * per + k]) * f);
+  }
+  return Tensor<float, attn::AnyShape, B>::from(d, std::span<const float>(v));
+}
+
 /// The encoder's options for a configuration.
 inline nn::TransformerEncoderOptions encoder_options(const ModelConfig& c) {
   return {.num_layers = c.layers,
@@ -373,13 +390,16 @@ struct ImdbClassifier : nn::Module {
   /// [CLS] model on a tape), it receives the mean entropy of the [CLS] rows' attention weights in the
   /// last layer, over the batch and the heads, each as a fraction of the uniform distribution's over
   /// the keys the row sees: a scalar on the tape, for a penalty on it (--attn-entropy).
+  /// When delta is given (B, T, Dim), it is added to every position's input before dropout (the
+  /// perturbation of adversarial training, --adversarial).
   template <attn::Context C>
   auto forward(C& ctx, const BatchOn<B>& b, std::vector<Tensor<float, attn::AnyShape, B>>* weights = nullptr,
-               attn::Var<float, attn::AnyShape, B>* cls_entropy = nullptr) const {
+               attn::Var<float, attn::AnyShape, B>* cls_entropy = nullptr, const attn::Var<float, attn::AnyShape, B>* delta = nullptr) const {
     const bool tr = training();
     auto x = tokens(ctx, b.ids) + positions(ctx, b.pos);  // (B, T, Dim)
     for (const auto& g : b.grams) x = x + (tr ? drop_rows(ctx, ngrams(ctx, g), cfg.ngram_dropout) : ngrams(ctx, g));
     if (cls) x = x + (*cls)(ctx, b.cls);
+    if (delta) x = decltype(x)(attn::add(ctx, x, *delta));
     const auto xe = nn::dropout(ctx, x, cfg.dropout, tr).erased();
     auto h = xe;
     if (weights) weights->clear();

@@ -23,11 +23,11 @@ inline constexpr std::size_t kMaxCount = std::size_t(1) << 32;      // --min-fre
 inline constexpr std::size_t kMaxNgramBuckets = std::size_t(1) << 24;
 inline constexpr std::size_t kMaxNblrBuckets = std::size_t(1) << 30;
 
-/// The default number of n-gram buckets: one per 8 tokens of the training portion, as a power of
-/// two, at least 1,024 and at most 2^19 (a 256 MiB table at width 128).
+/// The default number of n-gram buckets: one per 4 tokens of the training portion, as a power of
+/// two, at least 1,024 and at most 2^21 (a 1 GiB table at width 128, as fastText's 2 million).
 inline std::size_t auto_ngram_buckets(std::size_t training_tokens) {
   std::size_t b = 1024;
-  while (b < training_tokens / 8 && b < (std::size_t(1) << 19)) b *= 2;
+  while (b < training_tokens / 4 && b < (std::size_t(1) << 21)) b *= 2;
   return b;
 }
 
@@ -59,6 +59,7 @@ struct Options {
   double dropout = 0.3, attn_dropout = 0.1, ngram_dropout = 0.0;
   double label_smoothing = 0.2;  // of the training loss (validation and test losses are plain)
   double attn_entropy = 0.0;     // training loss + this x the [CLS] rows' mean attention entropy (fraction of uniform)
+  double adversarial = 0.3;      // adversarial training: eps of the perturbation of each review's inputs (0: none)
   double valid_fraction = 0.1;
   std::string truncate = "head+tail";
   std::vector<std::string> explain;

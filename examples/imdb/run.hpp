@@ -158,6 +158,7 @@ inline json run_options(const Options& o, const RunSpec& r) {
           {"--ngram-order", o.ngram_order},
           {"--ngram-dropout", o.ngram_dropout},
           {"--label-smoothing", o.label_smoothing},
+          {"--adversarial", o.adversarial},
           {"--pretrain-epochs", o.pretrain.epochs},
           {"--valid-fraction", o.valid_fraction}};
   if (r.variant != Variant::ablation)  // the ablation has no attention

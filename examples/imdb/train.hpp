@@ -155,6 +155,35 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
   return e;
 }
 
+/// The training loss of batch b: cross-entropy with label smoothing, plus the [CLS] entropy
+/// penalty (--attn-entropy). With --adversarial eps (Miyato et al., 2017), the mean of that loss on
+/// the clean inputs and on inputs moved by eps along its gradient, normalised per review over all
+/// its positions: the clean pass runs on its own tape and leaves its gradients in the parameters,
+/// and the adversarial pass is on `tape`, whose value includes the clean loss as a constant.
+template <class Model, class B>
+attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model& model, const BatchOn<B>& b, const Options& o) {
+  const double adversarial = o.adversarial;
+  using V = attn::Var<float, attn::AnyShape, B>;
+  const bool penalty = o.attn_entropy > 0 && model.cfg.layers && model.cfg.pool == Pool::cls;
+  auto objective = [&](attn::Tape& t, const V* delta, float scale) {
+    V entropy;
+    V loss = attn::cross_entropy(t, model.forward(t, b, nullptr, penalty ? &entropy : nullptr, delta), b.labels,
+                                 {.label_smoothing = o.label_smoothing}).erased();
+    if (penalty) loss = attn::add(t, loss, attn::scale(t, entropy, float(o.attn_entropy))).erased();
+    return scale == 1.0f ? loss : attn::scale(t, loss, scale).erased();
+  };
+  if (!(adversarial > 0)) return objective(tape, nullptr, 1.0f);
+  const std::size_t n = b.size(), len = b.ids.size(1);
+  const attn::Dims dims{n, len, kDim};
+  V r(Tensor<float, attn::AnyShape, B>::zeros(dims), true);
+  attn::Tape clean(tape.rng().next());
+  const V clean_loss = objective(clean, &r, 0.5f);
+  clean.backward(clean_loss);
+  const V delta(adversarial_delta(r.grad().erased(), adversarial));
+  const V adv_loss = objective(tape, &delta, 0.5f);
+  return attn::add(tape, adv_loss, V(clean_loss.value())).erased();
+}
+
 template <class B>
 RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
   const fs::path& dir = plan.dir;
@@ -170,11 +199,13 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   res.heads = heads;
   res.params = model.parameter_count();
   if (r.variant == Variant::ablation)
-    fmt::print("\n== ablation: no attention, the inputs mean+max pooled; {} parameters, on {}\n", res.params, B::name);
+    fmt::print("\n== ablation: no attention, the inputs mean+max pooled{}; {} parameters, on {}\n",
+               o.adversarial > 0 ? fmt::format(", adversarial training eps {}", o.adversarial) : "", res.params, B::name);
   else
-    fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}{}), {} parameters, on {}\n", r.label(), cfg.layers, heads, kDim,
+    fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}{}{}), {} parameters, on {}\n", r.label(), cfg.layers, heads, kDim,
                cfg.window ? fmt::format(", window {}", cfg.window) : "", cfg.checkpoint ? ", checkpointed" : "",
-               o.attn_entropy > 0 ? fmt::format(", [CLS] entropy penalty {}", o.attn_entropy) : "", res.params, B::name);
+               o.attn_entropy > 0 ? fmt::format(", [CLS] entropy penalty {}", o.attn_entropy) : "",
+               o.adversarial > 0 ? fmt::format(", adversarial training eps {}", o.adversarial) : "", res.params, B::name);
 
   json config = {{"model", cfg.to_json()}, {"heads", heads}, {"dim", kDim}, {"seed", o.train.seed},
                  {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"run", r.name()},
@@ -201,12 +232,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
         }
         return to_backend<B>(make_batch(seqs, lab, z, cfg));
       },
-      [&](attn::Tape& tape, const BatchOn<B>& b) {
-        if (!(o.attn_entropy > 0) || !cfg.layers || cfg.pool != Pool::cls) return attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
-        attn::Var<float, attn::AnyShape, B> entropy;
-        auto loss = attn::cross_entropy(tape, model.forward(tape, b, nullptr, &entropy), b.labels, {.label_smoothing = o.label_smoothing});
-        return decltype(loss)(attn::add(tape, loss, attn::scale(tape, entropy, float(o.attn_entropy))));
-      },
+      [&](attn::Tape& tape, const BatchOn<B>& b) { return training_loss(tape, model, b, o); },
       [&] {
         const auto ev = evaluate(model, p.valid, p.valid_y, nb_of(p.valid_nb), p.valid_words, 64);
         return examples::Validation{.loss = ev.loss, .accuracy = ev.accuracy};

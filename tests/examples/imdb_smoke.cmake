@@ -55,9 +55,21 @@ smoke_html_file("${out}/report.html")
 # A [CLS]-pooled, checkpointed two-layer model trained with a penalty on its [CLS] rows' entropy:
 # the [CLS] row's entropy is reported, predict names the tokens the [CLS] row attends to.
 smoke_run(cls 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --out "${WORK}/cls" --pool cls --layers 2
-          --window 8 --checkpoint --no-ablation --nblr-buckets 0 --ngram-buckets 1024 --attn-entropy 0.5)
+          --window 8 --checkpoint --no-ablation --nblr-buckets 0 --ngram-buckets 1024 --attn-entropy 0.5 --adversarial 0.5)
 smoke_expect_match("${cls_output}" "attention entropy of the \\[CLS\\] row \\(the classifier's input\\), last layer:( [01]\\.[0-9][0-9])+" "imdb --pool cls")
-smoke_expect_match("${cls_output}" "checkpointed, \\[CLS\\] entropy penalty 0.5\\)" "imdb --attn-entropy")
+smoke_expect_match("${cls_output}" "checkpointed, \\[CLS\\] entropy penalty 0.5, adversarial training eps 0.5\\)" "imdb --attn-entropy --adversarial")
+# Adversarial training changes what both the attention model and the ablation learn.
+foreach(eps 0 5)
+  smoke_run(adv${eps} 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --heads 2 --nblr-buckets 0
+            --ngram-buckets 1024 --adversarial 0.${eps} --out "${WORK}/adv${eps}")
+endforeach()
+smoke_expect_match("${adv5_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>, adversarial training eps 0.5\\)" "imdb --adversarial")
+smoke_expect_match("${adv0_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>\\)" "imdb --adversarial 0")
+smoke_expect_match("${adv5_output}" "== ablation: no attention, the inputs mean\\+max pooled, adversarial training eps 0.5;" "imdb --adversarial, ablation")
+foreach(run h2 ablation)
+  smoke_expect_files_differ("${WORK}/adv0/${run}/model.safetensors" "${WORK}/adv5/${run}/model.safetensors"
+                            "imdb --adversarial 0.5 trained the same ${run} weights as without it")
+endforeach()
 smoke_run(cls_predict 0 "${PROGRAM}" predict --model "${WORK}/cls/h8" "not good, but brilliant")
 smoke_expect_match("${cls_predict_output}" "(positive|negative)\t[0-9.]+\t[a-z,]+\\([0-9.]+\\)" "imdb predict --pool cls")
 # The same model with dynamic int8 quantization; training in int8 is refused before anything is written.

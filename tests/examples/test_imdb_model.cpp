@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The IMDb model's batches and its [CLS] entropy penalty (examples/imdb/model.hpp): make_batch's
-// 1 / log n per review, and entropy_fraction's value and gradient.
+// 1 / log n per review, entropy_fraction's value and gradient, and the perturbation of adversarial
+// training.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -50,6 +51,21 @@ TEST_CASE("imdb entropy_fraction: the mean row entropy over log n, with padded k
     return attn::Var<double>(imdb::entropy_fraction(t, attn::Var<double, attn::AnyShape>(attn::softmax(t, s)), norm));
   };
   testutil::check_gradients("entropy_fraction", f, {attn::Tensor<double>::from(Dims{2, 2, 1, 4}, std::span<const double>(sv))});
+}
+
+TEST_CASE("imdb adversarial_delta: each review's gradient scaled to norm eps, zero where the gradient is") {
+  // Three reviews of 2 positions x 2 dims: a gradient along one axis, a general one, and none.
+  const std::vector<float> g{3, 0, 0, 4, /**/ 1, -2, 2, 4, /**/ 0, 0, 0, 0};
+  const auto gt = attn::Tensor<float, attn::AnyShape>::from(Dims{3, 2, 2}, std::span<const float>(g));
+  const auto d = imdb::adversarial_delta(gt, 0.5).to_vector();
+  REQUIRE(d.size() == g.size());
+  for (std::size_t k = 0; k < 4; ++k) CHECK(d[k] == Approx(0.5 * g[k] / 5.0));
+  for (std::size_t k = 4; k < 8; ++k) CHECK(d[k] == Approx(0.5 * g[k] / 5.0));  // |(1,-2,2,4)| = 5
+  for (std::size_t k = 8; k < 12; ++k) CHECK(d[k] == 0.0f);
+  // To first order the loss rises by eps times the gradient's norm: for L(x) = <a, x>, exactly.
+  double rise = 0;
+  for (std::size_t k = 4; k < 8; ++k) rise += double(g[k]) * double(d[k]);
+  CHECK(rise == Approx(0.5 * 5.0));
 }
 
 }  // namespace

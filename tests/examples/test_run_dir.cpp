@@ -129,6 +129,18 @@ TEST_CASE("run_dir: --split-seed is the split's seed, bound to the run, and runs
   CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 42}}), json{{"--batch", 32}}, cfg), Contains("options.--batch: missing"));
 }
 
+TEST_CASE("run_dir: a run recorded before --adversarial existed trained without it") {
+  const fs::path cfg = "run/config.json";
+  const auto config = [](json options) { return json{{"options", std::move(options)}}; };
+  examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--adversarial", 0.0}}, cfg);
+  CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--adversarial", 0.3}}, cfg),
+                    Contains("--adversarial: 0.3 differs from the run's 0.0"));
+  // Recorded: the recorded value decides.
+  examples::check_same_options(config({{"--adversarial", 0.3}}), json{{"--adversarial", 0.3}}, cfg);
+  CHECK_THROWS_WITH(examples::check_same_options(config({{"--adversarial", 0.3}}), json{{"--adversarial", 0.0}}, cfg),
+                    Contains("--adversarial: 0.0 differs from the run's 0.3"));
+}
+
 TEST_CASE("run_dir: metrics.jsonl is cut back to the committed epochs") {
   auto dir = fresh_dir("metrics");
   const std::string l1 = R"({"epoch":1,"x":1})", l2 = R"({"epoch":2,"x":2})";
