@@ -162,7 +162,6 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
 /// and the adversarial pass is on `tape`, whose value includes the clean loss as a constant.
 template <class Model, class B>
 attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model& model, const BatchOn<B>& b, const Options& o) {
-  const double adversarial = o.adversarial;
   using V = attn::Var<float, attn::AnyShape, B>;
   const bool penalty = o.attn_entropy > 0 && model.cfg.layers && model.cfg.pool == Pool::cls;
   auto objective = [&](attn::Tape& t, const V* delta, float scale) {
@@ -172,14 +171,14 @@ attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model&
     if (penalty) loss = attn::add(t, loss, attn::scale(t, entropy, float(o.attn_entropy))).erased();
     return scale == 1.0f ? loss : attn::scale(t, loss, scale).erased();
   };
-  if (!(adversarial > 0)) return objective(tape, nullptr, 1.0f);
+  if (!(o.adversarial > 0)) return objective(tape, nullptr, 1.0f);
   const std::size_t n = b.size(), len = b.ids.size(1);
   const attn::Dims dims{n, len, kDim};
   V r(Tensor<float, attn::AnyShape, B>::zeros(dims), true);
   attn::Tape clean(tape.rng().next());
   const V clean_loss = objective(clean, &r, 0.5f);
   clean.backward(clean_loss);
-  const V delta(adversarial_delta(r.grad().erased(), adversarial));
+  const V delta(adversarial_delta(r.grad().erased(), o.adversarial));
   const V adv_loss = objective(tape, &delta, 0.5f);
   return attn::add(tape, adv_loss, V(clean_loss.value())).erased();
 }
@@ -198,14 +197,13 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   res.spec = r;
   res.heads = heads;
   res.params = model.parameter_count();
+  const std::string adversarial = o.adversarial > 0 ? fmt::format(", adversarial training eps {}", o.adversarial) : "";
   if (r.variant == Variant::ablation)
-    fmt::print("\n== ablation: no attention, the inputs mean+max pooled{}; {} parameters, on {}\n",
-               o.adversarial > 0 ? fmt::format(", adversarial training eps {}", o.adversarial) : "", res.params, B::name);
+    fmt::print("\n== ablation: no attention, the inputs mean+max pooled{}; {} parameters, on {}\n", adversarial, res.params, B::name);
   else
     fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}{}{}), {} parameters, on {}\n", r.label(), cfg.layers, heads, kDim,
                cfg.window ? fmt::format(", window {}", cfg.window) : "", cfg.checkpoint ? ", checkpointed" : "",
-               o.attn_entropy > 0 ? fmt::format(", [CLS] entropy penalty {}", o.attn_entropy) : "",
-               o.adversarial > 0 ? fmt::format(", adversarial training eps {}", o.adversarial) : "", res.params, B::name);
+               o.attn_entropy > 0 ? fmt::format(", [CLS] entropy penalty {}", o.attn_entropy) : "", adversarial, res.params, B::name);
 
   json config = {{"model", cfg.to_json()}, {"heads", heads}, {"dim", kDim}, {"seed", o.train.seed},
                  {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"run", r.name()},

@@ -56,12 +56,6 @@ inline void non_finite_problem(std::vector<std::string>& problems, const std::st
 /// that the step and the bias corrections derived from it stay exact.
 inline constexpr long long kMaxOptimizerStep = 1LL << 53;
 
-template <class T, class S, class B>
-TensorRecord record_of(const Tensor<T, S, B>& t) {
-  TensorRecord r{file_dtype(dtype_of<T>()), shape_of(t.dims()), std::vector<std::byte>(t.numel() * sizeof(T))};
-  if (t.numel()) B::template to_host<T>(reinterpret_cast<T*>(r.bytes.data()), t.data(), t.numel());
-  return r;
-}
 }  // namespace detail
 
 namespace detail {
