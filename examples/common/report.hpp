@@ -4,10 +4,12 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include <attn/core/tensor.hpp>
+#include <attn/backend/cpu.hpp>  // attn::Tensor<float> on the CPU
 #include <attn/data/file_io.hpp>
 #include <fmt/format.h>
 
@@ -104,13 +106,15 @@ inline std::string svg_color_legend(double vmax, const std::string& label = "att
 }
 
 /// A heatmap of w (rows x cols, row-major) with token labels, coloured on the scale [0, vmax] (see heat_color);
-/// hovering a cell shows its value. With a non-empty column_means_label, a row of vertical bars under the map,
-/// titled with that label, shows for every column the mean of its weights over the rows: one bar under each
-/// column, scaled to the largest mean (written at the left), hovering a bar shows its column and value; a mean
-/// that is not finite is drawn as a grey bar of full height.
+/// hovering a cell shows its value. With a non-empty bars_label, a row of vertical bars under the map, titled
+/// with that label, shows for every column the mean of its weights over the rows, or with bar_row the weight
+/// in that row alone: one bar under each column, scaled to the largest value (written at the left), hovering a
+/// bar shows its column and value; a value that is not finite is drawn as a grey bar of full height.
 inline std::string svg_heatmap(const std::string& title, const std::vector<std::string>& rows, const std::vector<std::string>& cols,
-                               const std::vector<float>& w, double vmax, const std::string& column_means_label = {}) {
-  const bool bars = !column_means_label.empty();
+                               const std::vector<float>& w, double vmax, const std::string& bars_label = {},
+                               std::optional<std::size_t> bar_row = {}) {
+  if (bar_row && *bar_row >= rows.size()) throw std::out_of_range("svg_heatmap: bar_row past the last row");
+  const bool bars = !bars_label.empty();
   const double cell = 22, L = 90, T = 90, gap = 8, label_h = 14, bar_h = 44;
   const double map_w = cell * double(cols.size()), map_bottom = T + cell * double(rows.size());
   const double bars_top = map_bottom + gap + label_h, base = bars_top + bar_h;
@@ -128,16 +132,18 @@ inline std::string svg_heatmap(const std::string& title, const std::vector<std::
     }
   }
   if (!bars) return s + "</svg>";
-  // Column means over the rows, and their scale: 0 at the baseline, the largest finite mean at the top.
+  // Column means over the rows (or bar_row's weights), and their scale: 0 at the baseline, the
+  // largest finite value at the top.
   std::vector<double> mean(cols.size(), 0.0);
-  for (std::size_t i = 0; i < rows.size(); ++i)
+  const std::size_t first = bar_row ? *bar_row : 0, last = bar_row ? *bar_row + 1 : rows.size();
+  for (std::size_t i = first; i < last; ++i)
     for (std::size_t j = 0; j < cols.size(); ++j) mean[j] += w[i * cols.size() + j];
   double bmax = 0;
   for (double& m : mean) {
-    if (!rows.empty()) m /= double(rows.size());
+    if (last > first) m /= double(last - first);
     if (std::isfinite(m)) bmax = std::max(bmax, m);
   }
-  s += fmt::format("<text x='4' y='{}'>{}</text>", bars_top - 4, html_escape(column_means_label));
+  s += fmt::format("<text x='4' y='{}'>{}</text>", bars_top - 4, html_escape(bars_label));
   s += fmt::format("<text x='{}' y='{}' text-anchor='end'>{:.3g}</text>", L - 4, bars_top + 8, bmax);
   s += fmt::format("<text x='{}' y='{}' text-anchor='end'>0</text>", L - 4, base);
   s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#eee'/>", L, L + map_w, bars_top, bars_top);
@@ -156,9 +162,11 @@ inline std::string svg_heatmap(const std::string& title, const std::vector<std::
 
 /// The first sample's attention weights w (batch, heads, T, T) over its first labels.size() tokens: a colour
 /// legend, then one heatmap per head (rows: the attending tokens, columns: the attended ones) with, under each
-/// column, a bar of the mean attention that token receives. All heads share one colour scale, from 0 to the
-/// largest finite weight shown.
-inline std::string head_heatmaps(const attn::Tensor<float>& w, const std::vector<std::string>& labels, std::size_t heads) {
+/// column, a bar of the mean attention that token receives, or with read_row (a [CLS] token's row: the one a
+/// classifier reads) that row's weight on it. All heads share one colour scale, from 0 to the largest finite
+/// weight shown.
+inline std::string head_heatmaps(const attn::Tensor<float>& w, const std::vector<std::string>& labels, std::size_t heads,
+                                 std::optional<std::size_t> read_row = {}) {
   const std::size_t t = labels.size();
   std::vector<std::vector<float>> maps(heads, std::vector<float>(t * t));
   double vmax = 0;
@@ -172,7 +180,10 @@ inline std::string head_heatmaps(const attn::Tensor<float>& w, const std::vector
   if (!(vmax > 0)) vmax = 1;  // no positive finite weight: every scale draws the cells alike
   std::string html = "<div>" + svg_color_legend(vmax, "attention weight") + "</div>";
   for (std::size_t h = 0; h < heads; ++h)
-    html += svg_heatmap(fmt::format("head {} of {}", h + 1, heads), labels, labels, maps[h], vmax, "mean attention received per token");
+    html += svg_heatmap(fmt::format("head {} of {}", h + 1, heads), labels, labels, maps[h], vmax,
+                        read_row ? fmt::format("weight of the {} row (what the classifier reads)", labels.at(*read_row))
+                                 : std::string("mean attention received per token"),
+                        read_row);
   return html;
 }
 

@@ -164,7 +164,7 @@ inline void check_same_options(const nlohmann::json& config, const nlohmann::jso
                                       "missing: the run's options are not recorded, so --resume cannot check them");
   static constexpr std::pair<const char*, const char*> kLaterOptions[] = {{"--split-seed", "--seed"}};
   // Options added later, with the default that every run recorded before them trained with.
-  static const std::pair<const char*, nlohmann::json> kLaterDefaults[] = {{"--adversarial", 0.0}};
+  static const std::pair<const char*, nlohmann::json> kLaterDefaults[] = {{"--adversarial", 0.0}, {"--attn-entropy-target", 0.0}};
   for (auto& [name, value] : options.items()) {
     auto it = rec->find(name);
     for (auto [later, earlier] : kLaterOptions)

@@ -300,6 +300,9 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
   }
   if (const auto et = entropy_table(runs); !et.empty()) {
     rep.heading("Attention entropy on validation (fraction of the uniform distribution's; 1.0 = attends to everything alike)");
+    if (o.pool == "cls")
+      rep.paragraph("A layer's line averages every row of it; the classifier reads only the [CLS] row of the last layer (the [CLS] line), "
+                    "and training never computes that layer's other rows.");
     rep.preformatted(et);
   }
   for (auto& r : runs) {

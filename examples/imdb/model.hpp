@@ -223,14 +223,31 @@ inline Batch make_batch(const std::vector<const std::vector<std::int32_t>*>& seq
   return out;
 }
 
-/// The mean entropy of attention rows w (B, Heads, rows, T), each as a fraction of the uniform
+/// The entropy of each attention row of w (B, Heads, rows, T) as a fraction of the uniform
 /// distribution's over the keys its sample's rows see: norm (B, 1, 1) holds 1 / log n for sample b's
-/// n keys (BatchOn::cls_norm). A scalar on ctx, differentiable in w; a zero weight (a padded key)
-/// adds nothing.
+/// n keys (BatchOn::cls_norm). (B, Heads, rows) on ctx, differentiable in w; a zero weight (a padded
+/// key) adds nothing.
 template <attn::Context C, class T, class B>
-attn::Var<T, attn::AnyShape, B> entropy_fraction(C& ctx, const attn::Var<T, attn::AnyShape, B>& w, const Tensor<T, attn::AnyShape, B>& norm) {
+attn::Var<T, attn::AnyShape, B> entropy_rows(C& ctx, const attn::Var<T, attn::AnyShape, B>& w, const Tensor<T, attn::AnyShape, B>& norm) {
   auto plogp = attn::sum(ctx, attn::mul(ctx, w, attn::log(ctx, w + T(1e-30))), 3);  // (B, H, rows): sum_j w log w
-  return attn::neg(ctx, attn::mean(ctx, attn::mul(ctx, plogp, attn::Var<T, attn::AnyShape, B>(norm)))).erased();
+  return attn::neg(ctx, attn::mul(ctx, plogp, attn::Var<T, attn::AnyShape, B>(norm))).erased();
+}
+
+/// The entropy penalty of --attn-entropy on row fractions f (entropy_rows): the mean over rows of
+/// the part of each above target, max(f - target, 0), a hinge that leaves a row alone once it is
+/// that focused (--attn-entropy-target); with target 0, the mean fraction. A scalar on ctx.
+template <attn::Context C, class T, class B>
+attn::Var<T, attn::AnyShape, B> entropy_penalty(C& ctx, const attn::Var<T, attn::AnyShape, B>& f, double target) {
+  if (!(target > 0)) return attn::mean(ctx, f).erased();
+  return attn::mean(ctx, attn::relu(ctx, f - T(target))).erased();
+}
+
+/// The mean entropy of attention rows w (entropy_rows), each as a fraction of the uniform
+/// distribution's, hinged at target (entropy_penalty). A scalar on ctx, differentiable in w.
+template <attn::Context C, class T, class B>
+attn::Var<T, attn::AnyShape, B> entropy_fraction(C& ctx, const attn::Var<T, attn::AnyShape, B>& w, const Tensor<T, attn::AnyShape, B>& norm,
+                                                 double target = 0) {
+  return entropy_penalty(ctx, entropy_rows(ctx, w, norm), target);
 }
 
 /// The perturbation of adversarial training (--adversarial): the loss gradient g (B, T, Dim) of a
@@ -387,9 +404,9 @@ struct ImdbClassifier : nn::Module {
 
   /// Logits (B, 2). When weights is given, every encoder layer's attention weights (B, Heads, T, T)
   /// are stored there, first layer first (none without layers). When cls_entropy is given (a
-  /// [CLS] model on a tape), it receives the mean entropy of the [CLS] rows' attention weights in the
-  /// last layer, over the batch and the heads, each as a fraction of the uniform distribution's over
-  /// the keys the row sees: a scalar on the tape, for a penalty on it (--attn-entropy).
+  /// [CLS] model on a tape), it receives the entropy of the [CLS] rows' attention weights in the
+  /// last layer (B, Heads, 1), each as a fraction of the uniform distribution's over the keys the
+  /// row sees (entropy_rows): on the tape, for a penalty on it (--attn-entropy).
   /// When delta is given (B, T, Dim), it is added to every position's input before dropout (the
   /// perturbation of adversarial training, --adversarial).
   template <attn::Context C>
@@ -418,7 +435,7 @@ struct ImdbClassifier : nn::Module {
         if constexpr (std::is_same_v<C, attn::Tape>) {
           auto r = encoder->forward_rows_with_weights(ctx, xe, b.mask, 1);
           state = attn::reshape(ctx, r.out, attn::Dims{b.size(), kDim});
-          *cls_entropy = entropy_fraction(ctx, r.weights, b.cls_norm);
+          *cls_entropy = entropy_rows(ctx, r.weights, b.cls_norm);
         } else {
           throw attn::ArgumentError("ImdbClassifier::forward: the [CLS] entropy is for training (a tape)");
         }

@@ -35,9 +35,15 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss (torch's cross_entropy label_smoothing)")
       ->check(examples::real(0, 1));
   app.add_option("--attn-entropy", o.attn_entropy,
-                 "add this multiple of the [CLS] rows' mean attention entropy (a fraction of the uniform distribution's, last layer, "
-                 "every head) to the training loss: a penalty that makes heads drop the tokens they do not need, included in the reported training loss (--pool cls; 0: none)")
+                 "add this multiple of the [CLS] rows' attention entropy (a fraction of the uniform distribution's, last layer, every head, "
+                 "hinged at --attn-entropy-target) to the training loss: a penalty that makes heads drop the tokens they do not need, included "
+                 "in the reported training loss (default 0.03 with --pool cls, the default; 0: none)")
       ->check(examples::real(0, 100));
+  app.add_option("--attn-entropy-target", o.attn_entropy_target,
+                 "the --attn-entropy penalty counts only the part of each [CLS] row's entropy above this fraction of the uniform "
+                 "distribution's (a hinge): a head already that focused is left alone, so that the penalty cannot collapse it onto one token "
+                 "(default 0.5; 0: the whole entropy)")
+      ->check(examples::real(0, 0.99));
   app.add_option("--adversarial", o.adversarial,
                  "adversarial training (Miyato et al., 2017): the training loss is the mean of the loss and the loss with each "
                  "review's inputs moved by this L2 distance along its gradient (every position's word, n-gram and position "
@@ -85,8 +91,19 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       if (o.seeds[i] == o.seeds[j])
         return app.exit(CLI::ValidationError("--seeds", "seed " + std::to_string(o.seeds[i]) + " is given twice"));
   if (o.ensemble == "nblr" && !o.nblr_buckets) return app.exit(CLI::ValidationError("--ensemble", "nblr needs NB-LR, but --nblr-buckets is 0"));
-  if (o.attn_entropy > 0 && o.pool != "cls")
-    return app.exit(CLI::ValidationError("--attn-entropy", "the penalty is on the [CLS] rows' attention, but --pool is " + o.pool));
+  // The [CLS] entropy penalty is on by default for a [CLS] model; another pooling turns the default
+  // off, and a penalty that is off has no target (so that both are recorded as 0).
+  if (o.pool != "cls") {
+    if (app.count("--attn-entropy") && o.attn_entropy > 0)
+      return app.exit(CLI::ValidationError("--attn-entropy", "the penalty is on the [CLS] rows' attention, but --pool is " + o.pool));
+    o.attn_entropy = 0;
+  }
+  if (!(o.attn_entropy > 0)) {
+    if (app.count("--attn-entropy-target") && o.attn_entropy_target > 0)
+      return app.exit(CLI::ValidationError("--attn-entropy-target", "the target of a penalty that is off: --attn-entropy is 0" +
+                                                                        std::string(o.pool != "cls" ? " with --pool " + o.pool : "")));
+    o.attn_entropy_target = 0;
+  }
   cmd.predict = bool(*pred);
   return std::nullopt;
 }

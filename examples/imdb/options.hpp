@@ -58,7 +58,9 @@ struct Options {
   double nblr_c = 1.0;
   double dropout = 0.3, attn_dropout = 0.1, ngram_dropout = 0.0;
   double label_smoothing = 0.2;  // of the training loss (validation and test losses are plain)
-  double attn_entropy = 0.0;     // training loss + this x the [CLS] rows' mean attention entropy (fraction of uniform)
+  // Training loss + attn_entropy x the [CLS] rows' mean attention entropy (a fraction of uniform),
+  // counting only each row's part above attn_entropy_target (a hinge); both 0 without --pool cls.
+  double attn_entropy = 0.03, attn_entropy_target = 0.5;
   double adversarial = 0.3;      // adversarial training: eps of the perturbation of each review's inputs (0: none)
   double valid_fraction = 0.1;
   std::string truncate = "head+tail";

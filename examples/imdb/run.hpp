@@ -164,7 +164,8 @@ inline json run_options(const Options& o, const RunSpec& r) {
   if (r.variant != Variant::ablation)  // the ablation has no attention
     options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--pool", o.pool}, {"--post-norm", !o.norm_first},
                         {"--window", o.window}, {"--checkpoint", o.checkpoint},
-                        {"--attn-dropout", o.attn_dropout}, {"--attn-entropy", o.attn_entropy}});
+                        {"--attn-dropout", o.attn_dropout}, {"--attn-entropy", o.attn_entropy},
+                        {"--attn-entropy-target", o.attn_entropy_target}});
   if (r.variant == Variant::ensemble)  // NB-LR shapes the ensemble only
     options.update(json{{"--nblr-buckets", o.nblr_buckets}, {"--nblr-order", o.nblr_order}, {"--nblr-c", o.nblr_c}, {"--nblr-folds", o.nblr_folds}});
   options.update(examples::train_run_options(o.train));

@@ -81,7 +81,12 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
   std::string html = fmt::format("<p><b>{}</b> &rarr; positive with probability {:.3f}", examples::html_escape(text), pr(0, 1));
   if (w.empty()) return html + "</p>";
   if (w.size() > 1) html += fmt::format(" (layer {} of {})", w.size(), w.size());
-  return html + "</p><div>" + examples::head_heatmaps(examples::to_host(w.back()), shown, H) + "</div>";
+  if (!model.cfg.offset()) return html + "</p><div>" + examples::head_heatmaps(examples::to_host(w.back()), shown, H) + "</div>";
+  // A [CLS] model reads the [CLS] row of its last layer alone: the bars show that row, and the
+  // other rows of that layer, which training never computes, are drawn for comparison only.
+  html += "</p><p>The classifier reads the [CLS] row (the first) of this layer: the bars under each map show its weights. "
+          "The other rows of this layer are not used by the model (training never computes them).";
+  return html + "</p><div>" + examples::head_heatmaps(examples::to_host(w.back()), shown, H, 0) + "</div>";
 }
 
 /// Mean entropy of every layer's and head's attention rows over the reviews xs, as a fraction of
@@ -156,7 +161,7 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
 }
 
 /// The training loss of batch b: cross-entropy with label smoothing, plus the [CLS] entropy
-/// penalty (--attn-entropy). With --adversarial eps (Miyato et al., 2017), the mean of that loss on
+/// penalty (--attn-entropy, hinged at --attn-entropy-target). With --adversarial eps (Miyato et al., 2017), the mean of that loss on
 /// the clean inputs and on inputs moved by eps along its gradient, normalised per review over all
 /// its positions: the clean pass runs on its own tape and leaves its gradients in the parameters,
 /// and the adversarial pass is on `tape`, whose value includes the clean loss as a constant.
@@ -168,7 +173,7 @@ attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model&
     V entropy;
     V loss = attn::cross_entropy(t, model.forward(t, b, nullptr, penalty ? &entropy : nullptr, delta), b.labels,
                                  {.label_smoothing = o.label_smoothing}).erased();
-    if (penalty) loss = attn::add(t, loss, attn::scale(t, entropy, float(o.attn_entropy))).erased();
+    if (penalty) loss = attn::add(t, loss, attn::scale(t, entropy_penalty(t, entropy, o.attn_entropy_target), float(o.attn_entropy))).erased();
     return scale == 1.0f ? loss : attn::scale(t, loss, scale).erased();
   };
   if (!(o.adversarial > 0)) return objective(tape, nullptr, 1.0f);
@@ -203,7 +208,9 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   else
     fmt::print("\n== {} ({} x TransformerEncoderLayer<{}, {}>{}{}{}{}), {} parameters, on {}\n", r.label(), cfg.layers, heads, kDim,
                cfg.window ? fmt::format(", window {}", cfg.window) : "", cfg.checkpoint ? ", checkpointed" : "",
-               o.attn_entropy > 0 ? fmt::format(", [CLS] entropy penalty {}", o.attn_entropy) : "", adversarial, res.params, B::name);
+               o.attn_entropy > 0 ? fmt::format(", [CLS] entropy penalty {}{}", o.attn_entropy,
+                                                o.attn_entropy_target > 0 ? fmt::format(" above {}", o.attn_entropy_target) : "")
+                                : "", adversarial, res.params, B::name);
 
   json config = {{"model", cfg.to_json()}, {"heads", heads}, {"dim", kDim}, {"seed", o.train.seed},
                  {"batch", o.train.batch}, {"lr", o.train.lr}, {"weight_decay", o.train.weight_decay}, {"run", r.name()},
@@ -268,7 +275,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
     for (std::size_t l = 0; l < cfg.layers; ++l) {
       fmt::print("attention entropy on validation{} (fraction of uniform):", cfg.layers > 1 ? fmt::format(", layer {}", l + 1) : "");
       for (std::size_t h = 0; h < heads; ++h) fmt::print(" {:.2f}", res.entropy.per_head[l][h]);
-      fmt::print("\n");
+      fmt::print("{}\n", l + 1 == cfg.layers && !res.entropy.cls.empty() ? " (every row; the model reads only the [CLS] row of this layer)" : "");
     }
     if (!res.entropy.cls.empty()) {
       fmt::print("attention entropy of the [CLS] row (the classifier's input), last layer:");

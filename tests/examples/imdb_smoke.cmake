@@ -19,7 +19,7 @@ if(NOT IS_DIRECTORY "${out}/ablation")
   message(FATAL_ERROR "the ablation run's directory ${out}/ablation is missing")
 endif()
 file(READ "${out}/report.html" report)
-foreach(part "attention weight" "mean attention received" "Attention entropy on validation" "NB-LR alone")
+foreach(part "attention weight" "weight of the [CLS] row (what the classifier reads)" "Attention entropy on validation" "NB-LR alone")
   string(FIND "${report}" "${part}" at)
   if(at LESS 0)
     message(FATAL_ERROR "report.html lacks \"${part}\"")
@@ -55,16 +55,37 @@ smoke_html_file("${out}/report.html")
 # A [CLS]-pooled, checkpointed two-layer model trained with a penalty on its [CLS] rows' entropy:
 # the [CLS] row's entropy is reported, predict names the tokens the [CLS] row attends to.
 smoke_run(cls 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --out "${WORK}/cls" --pool cls --layers 2
-          --window 8 --checkpoint --no-ablation --nblr-buckets 0 --ngram-buckets 1024 --attn-entropy 0.5 --adversarial 0.5)
+          --window 8 --checkpoint --no-ablation --nblr-buckets 0 --ngram-buckets 1024 --attn-entropy 0.5 --attn-entropy-target 0.25
+          --adversarial 0.5)
 smoke_expect_match("${cls_output}" "attention entropy of the \\[CLS\\] row \\(the classifier's input\\), last layer:( [01]\\.[0-9][0-9])+" "imdb --pool cls")
-smoke_expect_match("${cls_output}" "checkpointed, \\[CLS\\] entropy penalty 0.5, adversarial training eps 0.5\\)" "imdb --attn-entropy --adversarial")
-# Adversarial training changes what both the attention model and the ablation learn.
+smoke_expect_match("${cls_output}" "checkpointed, \\[CLS\\] entropy penalty 0.5 above 0.25, adversarial training eps 0.5\\)"
+                   "imdb --attn-entropy --attn-entropy-target --adversarial")
+# Adversarial training changes what both the attention model and the ablation learn; the [CLS]
+# entropy penalty is on by default, hinged at 0.5.
 foreach(eps 0 5)
   smoke_run(adv${eps} 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --heads 2 --nblr-buckets 0
             --ngram-buckets 1024 --adversarial 0.${eps} --out "${WORK}/adv${eps}")
 endforeach()
-smoke_expect_match("${adv5_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>, adversarial training eps 0.5\\)" "imdb --adversarial")
-smoke_expect_match("${adv0_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>\\)" "imdb --adversarial 0")
+smoke_expect_match("${adv5_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>, \\[CLS\\] entropy penalty 0.03 above 0.5, adversarial training eps 0.5\\)"
+                   "imdb --adversarial")
+smoke_expect_match("${adv0_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>, \\[CLS\\] entropy penalty 0.03 above 0.5\\)" "imdb --adversarial 0")
+foreach(dir adv0/h2 adv5/h2)
+  file(READ "${WORK}/${dir}/config.json" cfg)
+  string(JSON penalty GET "${cfg}" options --attn-entropy)
+  string(JSON target GET "${cfg}" options --attn-entropy-target)
+  if(NOT penalty EQUAL 0.03 OR NOT target EQUAL 0.5)
+    message(FATAL_ERROR "${dir}/config.json records --attn-entropy ${penalty} and --attn-entropy-target ${target}, expected 0.03 and 0.5")
+  endif()
+endforeach()
+# Without the penalty the header names none, and the run records both as 0.
+smoke_run(nopen 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --heads 2 --nblr-buckets 0
+          --ngram-buckets 1024 --adversarial 0 --attn-entropy 0 --no-ablation --out "${WORK}/nopen")
+smoke_expect_match("${nopen_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>\\)" "imdb --attn-entropy 0 --adversarial 0")
+file(READ "${WORK}/nopen/h2/config.json" cfg)
+string(JSON target GET "${cfg}" options --attn-entropy-target)
+if(NOT target EQUAL 0)
+  message(FATAL_ERROR "nopen/h2/config.json records --attn-entropy-target ${target} for a run without the penalty, expected 0")
+endif()
 smoke_expect_match("${adv5_output}" "== ablation: no attention, the inputs mean\\+max pooled, adversarial training eps 0.5;" "imdb --adversarial, ablation")
 foreach(run h2 ablation)
   smoke_expect_files_differ("${WORK}/adv0/${run}/model.safetensors" "${WORK}/adv5/${run}/model.safetensors"
@@ -109,6 +130,26 @@ endif()
 smoke_run(entropy_pool fail "${PROGRAM}" --data "${DATA}" --attn-entropy 0.1 --pool mean+max --out "${WORK}/bad")
 smoke_expect_match("${entropy_pool_output}" "--attn-entropy: the penalty is on the \\[CLS\\] rows' attention, but --pool is mean\\+max"
                    "imdb --attn-entropy with --pool mean+max")
+# Another pooling turns the default penalty off (it is on the [CLS] rows) and records it as 0.
+smoke_run(meanmax 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --heads 2 --nblr-buckets 0
+          --ngram-buckets 1024 --adversarial 0 --pool mean+max --no-ablation --out "${WORK}/meanmax")
+smoke_expect_match("${meanmax_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>\\)" "imdb --pool mean+max: no penalty")
+file(READ "${WORK}/meanmax/report.html" report)
+string(FIND "${report}" "mean attention received per token" at)
+if(at LESS 0)
+  message(FATAL_ERROR "meanmax/report.html: a mean+max model's heatmaps lack the mean attention each token receives")
+endif()
+file(READ "${WORK}/meanmax/h2/config.json" cfg)
+string(JSON penalty GET "${cfg}" options --attn-entropy)
+if(NOT penalty EQUAL 0)
+  message(FATAL_ERROR "meanmax/h2/config.json records --attn-entropy ${penalty} for a mean+max model, expected 0")
+endif()
+smoke_run(target_off fail "${PROGRAM}" --data "${DATA}" --attn-entropy 0 --attn-entropy-target 0.3 --out "${WORK}/bad")
+smoke_expect_match("${target_off_output}" "--attn-entropy-target: the target of a penalty that is off: --attn-entropy is 0"
+                   "imdb --attn-entropy-target without the penalty")
+smoke_run(target_pool fail "${PROGRAM}" --data "${DATA}" --attn-entropy-target 0.3 --pool mean+max --out "${WORK}/bad")
+smoke_expect_match("${target_pool_output}" "--attn-entropy-target: the target of a penalty that is off: --attn-entropy is 0 with --pool mean\\+max"
+                   "imdb --attn-entropy-target with --pool mean+max")
 smoke_run(heads fail "${PROGRAM}" --data "${DATA}" --heads 3 --out "${WORK}/bad")
 smoke_expect_match("${heads_output}" "--heads: unsupported value 3 \\(supported: 1, 2, 4, 8, 16\\)" "imdb --heads 3")
 smoke_run(ensemble fail "${PROGRAM}" --data "${DATA}" --ensemble nblr --nblr-buckets 0 --out "${WORK}/bad")

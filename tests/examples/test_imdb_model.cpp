@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The IMDb model's batches and its [CLS] entropy penalty (examples/imdb/model.hpp): make_batch's
-// 1 / log n per review, entropy_fraction's value and gradient, and the perturbation of adversarial
+// 1 / log n per review, entropy_fraction's value and gradient, the penalty's hinge, and the perturbation of adversarial
 // training.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "../../examples/imdb/model.hpp"
@@ -51,6 +52,61 @@ TEST_CASE("imdb entropy_fraction: the mean row entropy over log n, with padded k
     return attn::Var<double>(imdb::entropy_fraction(t, attn::Var<double, attn::AnyShape>(attn::softmax(t, s)), norm));
   };
   testutil::check_gradients("entropy_fraction", f, {attn::Tensor<double>::from(Dims{2, 2, 1, 4}, std::span<const double>(sv))});
+}
+
+TEST_CASE("imdb entropy_penalty: a hinge at the target, with its gradient zero below it, in double") {
+  // The rows of the case above: fractions 1, h01 (about 0.68), 1 and 0.
+  const std::vector<double> w{0.25, 0.25, 0.25, 0.25, 0.7, 0.1, 0.1, 0.1, 0.5, 0.5, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0};
+  const auto wt = attn::Tensor<double, attn::AnyShape>::from(Dims{2, 2, 1, 4}, std::span<const double>(w));
+  const std::vector<double> nv{1 / std::log(4.0), 1 / std::log(2.0)};
+  const auto norm = attn::Tensor<double, attn::AnyShape>::from(Dims{2, 1, 1}, std::span<const double>(nv));
+  const double h01 = -(0.7 * std::log(0.7) + 3 * 0.1 * std::log(0.1)) / std::log(4.0);
+  attn::NoGrad ng;
+  const attn::Var<double, attn::AnyShape> wv(wt);
+  CHECK(imdb::entropy_fraction(ng, wv, norm, 0.5).value().to_vector()[0] == Approx((0.5 + (h01 - 0.5) + 0.5 + 0.0) / 4).epsilon(1e-12));
+  CHECK(imdb::entropy_fraction(ng, wv, norm, 0.9).value().to_vector()[0] == Approx((0.1 + 0.0 + 0.1 + 0.0) / 4).epsilon(1e-12));
+  CHECK(imdb::entropy_fraction(ng, wv, norm, 0.0).value().to_vector()[0] == Approx((1.0 + h01 + 1.0 + 0.0) / 4).epsilon(1e-12));
+
+  // Rows on both sides of the target, well away from the kink: the gradient flows through the
+  // rows above it only.
+  attn::Rng rng(11);
+  std::vector<double> sv(4 * 4);
+  for (auto& v : sv) v = (rng.uniform() * 2 - 1) * 4;
+  const auto st = attn::Tensor<double, attn::AnyShape>::from(Dims{4, 1, 1, 4}, std::span<const double>(sv));
+  const std::vector<double> n4(4, 1 / std::log(4.0));
+  const auto norm4 = attn::Tensor<double, attn::AnyShape>::from(Dims{4, 1, 1}, std::span<const double>(n4));
+  const auto rows = imdb::entropy_rows(ng, attn::Var<double, attn::AnyShape>(attn::softmax(ng, attn::Var<double, attn::AnyShape>(st))), norm4)
+                        .value()
+                        .to_vector();
+  REQUIRE(rows.size() == 4);
+  const double target = 0.5 * (*std::min_element(rows.begin(), rows.end()) + *std::max_element(rows.begin(), rows.end()));
+  std::size_t below = 0;
+  for (double r : rows) {
+    INFO("row fraction " << r << ", target " << target);
+    REQUIRE(std::abs(r - target) > 1e-3);
+    below += r < target;
+  }
+  REQUIRE(below > 0);
+  REQUIRE(below < rows.size());
+  auto f = [&](attn::Tape& t, std::vector<attn::Var<double>>& v) {
+    auto p = attn::softmax(t, attn::Var<double, attn::AnyShape>(v[0].erased()));
+    return attn::Var<double>(imdb::entropy_fraction(t, attn::Var<double, attn::AnyShape>(p), norm4, target));
+  };
+  testutil::check_gradients("entropy_penalty", f, {attn::Tensor<double>::from(Dims{4, 1, 1, 4}, std::span<const double>(sv))});
+  // The rows below the target get no gradient at all.
+  attn::Tape tape;
+  attn::Var<double, attn::AnyShape> s(st, true);
+  tape.backward(imdb::entropy_fraction(tape, attn::Var<double, attn::AnyShape>(attn::softmax(tape, s)), norm4, target));
+  const auto g = s.grad().to_vector();
+  for (std::size_t r = 0; r < 4; ++r) {
+    double mag = 0;
+    for (std::size_t k = 0; k < 4; ++k) mag += std::abs(g[r * 4 + k]);
+    INFO("row " << r << " fraction " << rows[r]);
+    if (rows[r] < target)
+      CHECK(mag == 0.0);
+    else
+      CHECK(mag > 1e-6);
+  }
 }
 
 TEST_CASE("imdb adversarial_delta: each review's gradient scaled to norm eps, zero where the gradient is") {

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: MIT
+// The examples' HTML report pieces (examples/common/report.hpp): the bars under an attention
+// heatmap show the mean attention each token receives, or one row's weights (a [CLS] row).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "../../examples/common/report.hpp"
+
+namespace {
+
+using Catch::Matchers::Contains;
+
+TEST_CASE("report svg_heatmap: bars of the column means, or of one row") {
+  const std::vector<std::string> labels{"a", "b"};
+  const std::vector<float> w{0.9f, 0.1f, 0.5f, 0.5f};  // rows a, b
+  const auto means = examples::svg_heatmap("m", labels, labels, w, 1.0, "mean received");
+  CHECK_THAT(means, Contains("mean received"));
+  CHECK_THAT(means, Contains("<title>a: 0.7</title>"));
+  CHECK_THAT(means, Contains("<title>b: 0.3</title>"));
+  const auto row0 = examples::svg_heatmap("m", labels, labels, w, 1.0, "row a", std::size_t(0));
+  CHECK_THAT(row0, Contains("<title>a: 0.9</title>"));
+  CHECK_THAT(row0, Contains("<title>b: 0.1</title>"));
+  CHECK_THAT(row0, !Contains("<title>a: 0.7</title>"));
+  const auto row1 = examples::svg_heatmap("m", labels, labels, w, 1.0, "row b", std::size_t(1));
+  CHECK_THAT(row1, Contains("<title>a: 0.5</title>"));
+  CHECK_THROWS_AS(examples::svg_heatmap("m", labels, labels, w, 1.0, "row c", std::size_t(2)), std::out_of_range);
+  // Without a label there are no bars.
+  CHECK_THAT(examples::svg_heatmap("m", labels, labels, w, 1.0), !Contains("<title>a: "));
+}
+
+TEST_CASE("report head_heatmaps: a [CLS] model's bars are its [CLS] row's weights in every head") {
+  // One sample, two heads, three tokens; head 1's [CLS] row sits on "good".
+  const std::vector<float> v{0.2f, 0.3f, 0.5f, 0.3f, 0.4f, 0.3f, 0.1f, 0.1f, 0.8f,   // head 0
+                             0.0f, 1.0f, 0.0f, 0.5f, 0.25f, 0.25f, 0.4f, 0.2f, 0.4f};  // head 1
+  const auto w = attn::Tensor<float>::from(attn::Dims{1, 2, 3, 3}, std::span<const float>(v));
+  const std::vector<std::string> labels{"[CLS]", "good", "film"};
+  const auto cls = examples::head_heatmaps(w, labels, 2, 0);
+  CHECK_THAT(cls, Contains("weight of the [CLS] row (what the classifier reads)"));
+  CHECK_THAT(cls, Contains("<title>film: 0.5</title>"));  // head 0's [CLS] row
+  CHECK_THAT(cls, Contains("<title>good: 1</title>"));    // head 1's
+  const auto mean = examples::head_heatmaps(w, labels, 2);
+  CHECK_THAT(mean, Contains("mean attention received per token"));
+  CHECK_THAT(mean, Contains("<title>good: 0.483</title>"));  // head 1: (1 + 0.25 + 0.2) / 3
+}
+
+}  // namespace
