@@ -105,20 +105,25 @@ inline std::string svg_color_legend(double vmax, const std::string& label = "att
   return s + "</svg>";
 }
 
+/// A row of bars under a heatmap (svg_heatmap): for every column, the mean of its weights over the
+/// rows, or with `row` the weight in that row alone; titled with `label`.
+struct HeatmapBars {
+  std::string label;
+  std::optional<std::size_t> row;
+};
+
 /// A heatmap of w (rows x cols, row-major) with token labels, coloured on the scale [0, vmax] (see heat_color);
-/// hovering a cell shows its value. With a non-empty bars_label, a row of vertical bars under the map, titled
-/// with that label, shows for every column the mean of its weights over the rows, or with bar_row the weight
-/// in that row alone: one bar under each column, scaled to the largest value (written at the left), hovering a
-/// bar shows its column and value; a value that is not finite is drawn as a grey bar of full height.
+/// hovering a cell shows its value. Under the map, one row of vertical bars for each entry of `bars`, titled
+/// with its label: one bar under each column, scaled to the row's largest value (written at the left),
+/// hovering a bar shows its column and value; a value that is not finite is drawn as a grey bar of full
+/// height. A bars entry whose row is past the last row is an std::out_of_range.
 inline std::string svg_heatmap(const std::string& title, const std::vector<std::string>& rows, const std::vector<std::string>& cols,
-                               const std::vector<float>& w, double vmax, const std::string& bars_label = {},
-                               std::optional<std::size_t> bar_row = {}) {
-  if (bar_row && *bar_row >= rows.size()) throw std::out_of_range("svg_heatmap: bar_row past the last row");
-  const bool bars = !bars_label.empty();
-  const double cell = 22, L = 90, T = 90, gap = 8, label_h = 14, bar_h = 44;
+                               const std::vector<float>& w, double vmax, const std::vector<HeatmapBars>& bars = {}) {
+  for (const auto& b : bars)
+    if (b.row && *b.row >= rows.size()) throw std::out_of_range("svg_heatmap: the bars' row is past the last row");
+  const double cell = 22, L = 90, T = 90, gap = 8, label_h = 14, bar_h = 44, block = gap + label_h + bar_h;
   const double map_w = cell * double(cols.size()), map_bottom = T + cell * double(rows.size());
-  const double bars_top = map_bottom + gap + label_h, base = bars_top + bar_h;
-  const double W = std::max(L + map_w + 10, bars ? 220.0 : 0.0), H = (bars ? base : map_bottom) + 10;
+  const double W = std::max(L + map_w + 10, bars.empty() ? 0.0 : 300.0), H = map_bottom + block * double(bars.size()) + 10;
   std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='10'>", W, H);
   s += fmt::format("<text x='4' y='14' font-size='12' font-weight='bold'>{}</text>", html_escape(title));
   for (std::size_t j = 0; j < cols.size(); ++j)
@@ -131,40 +136,43 @@ inline std::string svg_heatmap(const std::string& title, const std::vector<std::
                        T + cell * double(i), cell - 1, cell - 1, heat_color(x, vmax), x);
     }
   }
-  if (!bars) return s + "</svg>";
-  // Column means over the rows (or bar_row's weights), and their scale: 0 at the baseline, the
-  // largest finite value at the top.
-  std::vector<double> mean(cols.size(), 0.0);
-  const std::size_t first = bar_row ? *bar_row : 0, last = bar_row ? *bar_row + 1 : rows.size();
-  for (std::size_t i = first; i < last; ++i)
-    for (std::size_t j = 0; j < cols.size(); ++j) mean[j] += w[i * cols.size() + j];
-  double bmax = 0;
-  for (double& m : mean) {
-    if (last > first) m /= double(last - first);
-    if (std::isfinite(m)) bmax = std::max(bmax, m);
+  for (std::size_t k = 0; k < bars.size(); ++k) {
+    const double bars_top = map_bottom + block * double(k) + gap + label_h, base = bars_top + bar_h;
+    // Column means over the rows (or the one row's weights), and their scale: 0 at the baseline, the
+    // largest finite value at the top.
+    const auto& b = bars[k];
+    std::vector<double> v(cols.size(), 0.0);
+    const std::size_t first = b.row ? *b.row : 0, last = b.row ? *b.row + 1 : rows.size();
+    for (std::size_t i = first; i < last; ++i)
+      for (std::size_t j = 0; j < cols.size(); ++j) v[j] += w[i * cols.size() + j];
+    double bmax = 0;
+    for (double& m : v) {
+      if (last > first) m /= double(last - first);
+      if (std::isfinite(m)) bmax = std::max(bmax, m);
+    }
+    s += fmt::format("<text x='4' y='{}'>{}</text>", bars_top - 4, html_escape(b.label));
+    s += fmt::format("<text x='{}' y='{}' text-anchor='end'>{:.3g}</text>", L - 4, bars_top + 8, bmax);
+    s += fmt::format("<text x='{}' y='{}' text-anchor='end'>0</text>", L - 4, base);
+    s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#eee'/>", L, L + map_w, bars_top, bars_top);
+    for (std::size_t j = 0; j < cols.size(); ++j) {
+      const double m = v[j], x = L + cell * double(j);
+      const double h = !std::isfinite(m) ? bar_h : bmax > 0 ? std::clamp(m / bmax, 0.0, 1.0) * bar_h : 0.0;
+      // An invisible rect over the whole bar height keeps short bars easy to hover.
+      s += fmt::format("<g><title>{}: {:.3g}</title><rect x='{}' y='{}' width='{}' height='{}' fill='#fff' fill-opacity='0'/>",
+                       html_escape(cols[j]), m, x, bars_top, cell - 1, bar_h);
+      s += fmt::format("<rect x='{}' y='{:.2f}' width='{}' height='{:.2f}' fill='{}'/></g>", x, base - h, cell - 1, h,
+                       std::isfinite(m) ? "rgb(70,90,210)" : "rgb(160,160,160)");
+    }
+    s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#888'/>", L, L + map_w, base, base);
   }
-  s += fmt::format("<text x='4' y='{}'>{}</text>", bars_top - 4, html_escape(bars_label));
-  s += fmt::format("<text x='{}' y='{}' text-anchor='end'>{:.3g}</text>", L - 4, bars_top + 8, bmax);
-  s += fmt::format("<text x='{}' y='{}' text-anchor='end'>0</text>", L - 4, base);
-  s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#eee'/>", L, L + map_w, bars_top, bars_top);
-  for (std::size_t j = 0; j < cols.size(); ++j) {
-    const double m = mean[j], x = L + cell * double(j);
-    const double h = !std::isfinite(m) ? bar_h : bmax > 0 ? std::clamp(m / bmax, 0.0, 1.0) * bar_h : 0.0;
-    // An invisible rect over the whole bar height keeps short bars easy to hover.
-    s += fmt::format("<g><title>{}: {:.3g}</title><rect x='{}' y='{}' width='{}' height='{}' fill='#fff' fill-opacity='0'/>",
-                     html_escape(cols[j]), m, x, bars_top, cell - 1, bar_h);
-    s += fmt::format("<rect x='{}' y='{:.2f}' width='{}' height='{:.2f}' fill='{}'/></g>", x, base - h, cell - 1, h,
-                     std::isfinite(m) ? "rgb(70,90,210)" : "rgb(160,160,160)");
-  }
-  s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='#888'/>", L, L + map_w, base, base);
   return s + "</svg>";
 }
 
 /// The first sample's attention weights w (batch, heads, T, T) over its first labels.size() tokens: a colour
 /// legend, then one heatmap per head (rows: the attending tokens, columns: the attended ones) with, under each
-/// column, a bar of the mean attention that token receives, or with read_row (a [CLS] token's row: the one a
-/// classifier reads) that row's weight on it. All heads share one colour scale, from 0 to the largest finite
-/// weight shown.
+/// column, a bar of the mean attention that token receives; with read_row (a [CLS] token's row: the one a
+/// classifier reads), first a row of bars of that row's weight on each token. All heads share one colour
+/// scale, from 0 to the largest finite weight shown.
 inline std::string head_heatmaps(const attn::Tensor<float>& w, const std::vector<std::string>& labels, std::size_t heads,
                                  std::optional<std::size_t> read_row = {}) {
   const std::size_t t = labels.size();
@@ -179,11 +187,11 @@ inline std::string head_heatmaps(const attn::Tensor<float>& w, const std::vector
       }
   if (!(vmax > 0)) vmax = 1;  // no positive finite weight: every scale draws the cells alike
   std::string html = "<div>" + svg_color_legend(vmax, "attention weight") + "</div>";
+  std::vector<HeatmapBars> bars;
+  if (read_row) bars.push_back({fmt::format("weight of the {} row (what the classifier reads)", labels.at(*read_row)), read_row});
+  bars.push_back({read_row ? "mean attention received per token (every row)" : "mean attention received per token", std::nullopt});
   for (std::size_t h = 0; h < heads; ++h)
-    html += svg_heatmap(fmt::format("head {} of {}", h + 1, heads), labels, labels, maps[h], vmax,
-                        read_row ? fmt::format("weight of the {} row (what the classifier reads)", labels.at(*read_row))
-                                 : std::string("mean attention received per token"),
-                        read_row);
+    html += svg_heatmap(fmt::format("head {} of {}", h + 1, heads), labels, labels, maps[h], vmax, bars);
   return html;
 }
 

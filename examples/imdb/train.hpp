@@ -82,10 +82,11 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
   if (w.empty()) return html + "</p>";
   if (w.size() > 1) html += fmt::format(" (layer {} of {})", w.size(), w.size());
   if (!model.cfg.offset()) return html + "</p><div>" + examples::head_heatmaps(examples::to_host(w.back()), shown, H) + "</div>";
-  // A [CLS] model reads the [CLS] row of its last layer alone: the bars show that row, and the
+  // A [CLS] model reads the [CLS] row of its last layer alone: the first bars show that row; the
   // other rows of that layer, which training never computes, are drawn for comparison only.
-  html += "</p><p>The classifier reads the [CLS] row (the first) of this layer: the bars under each map show its weights. "
-          "The other rows of this layer are not used by the model (training never computes them).";
+  html += "</p><p>The classifier reads the [CLS] row (the first) of this layer: the first bars under each map show its weights, "
+          "the second the mean attention each token receives over every row. The other rows of this layer are not used by the model "
+          "(training never computes them).";
   return html + "</p><div>" + examples::head_heatmaps(examples::to_host(w.back()), shown, H, 0) + "</div>";
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The examples' HTML report pieces (examples/common/report.hpp): the bars under an attention
-// heatmap show the mean attention each token receives, or one row's weights (a [CLS] row).
+// heatmap show the mean attention each token receives, and one row's weights (a [CLS] row).
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -12,25 +12,28 @@ namespace {
 
 using Catch::Matchers::Contains;
 
-TEST_CASE("report svg_heatmap: bars of the column means, or of one row") {
+TEST_CASE("report svg_heatmap: bars of the column means, of one row, or both") {
   const std::vector<std::string> labels{"a", "b"};
   const std::vector<float> w{0.9f, 0.1f, 0.5f, 0.5f};  // rows a, b
-  const auto means = examples::svg_heatmap("m", labels, labels, w, 1.0, "mean received");
+  const auto means = examples::svg_heatmap("m", labels, labels, w, 1.0, {{"mean received", std::nullopt}});
   CHECK_THAT(means, Contains("mean received"));
   CHECK_THAT(means, Contains("<title>a: 0.7</title>"));
   CHECK_THAT(means, Contains("<title>b: 0.3</title>"));
-  const auto row0 = examples::svg_heatmap("m", labels, labels, w, 1.0, "row a", std::size_t(0));
+  const auto row0 = examples::svg_heatmap("m", labels, labels, w, 1.0, {{"row a", 0}});
   CHECK_THAT(row0, Contains("<title>a: 0.9</title>"));
   CHECK_THAT(row0, Contains("<title>b: 0.1</title>"));
   CHECK_THAT(row0, !Contains("<title>a: 0.7</title>"));
-  const auto row1 = examples::svg_heatmap("m", labels, labels, w, 1.0, "row b", std::size_t(1));
+  const auto row1 = examples::svg_heatmap("m", labels, labels, w, 1.0, {{"row b", 1}});
   CHECK_THAT(row1, Contains("<title>a: 0.5</title>"));
-  CHECK_THROWS_AS(examples::svg_heatmap("m", labels, labels, w, 1.0, "row c", std::size_t(2)), std::out_of_range);
-  // Without a label there are no bars.
+  const auto both = examples::svg_heatmap("m", labels, labels, w, 1.0, {{"row a", 0}, {"mean received", std::nullopt}});
+  CHECK_THAT(both, Contains("<title>a: 0.9</title>"));
+  CHECK_THAT(both, Contains("<title>a: 0.7</title>"));
+  CHECK_THROWS_AS(examples::svg_heatmap("m", labels, labels, w, 1.0, {{"row c", 2}}), std::out_of_range);
+  // Without bars there are none.
   CHECK_THAT(examples::svg_heatmap("m", labels, labels, w, 1.0), !Contains("<title>a: "));
 }
 
-TEST_CASE("report head_heatmaps: a [CLS] model's bars are its [CLS] row's weights in every head") {
+TEST_CASE("report head_heatmaps: a [CLS] model's bars are its [CLS] row's weights and the mean received, in every head") {
   // One sample, two heads, three tokens; head 1's [CLS] row sits on "good".
   const std::vector<float> v{0.2f, 0.3f, 0.5f, 0.3f, 0.4f, 0.3f, 0.1f, 0.1f, 0.8f,   // head 0
                              0.0f, 1.0f, 0.0f, 0.5f, 0.25f, 0.25f, 0.4f, 0.2f, 0.4f};  // head 1
@@ -40,6 +43,8 @@ TEST_CASE("report head_heatmaps: a [CLS] model's bars are its [CLS] row's weight
   CHECK_THAT(cls, Contains("weight of the [CLS] row (what the classifier reads)"));
   CHECK_THAT(cls, Contains("<title>film: 0.5</title>"));  // head 0's [CLS] row
   CHECK_THAT(cls, Contains("<title>good: 1</title>"));    // head 1's
+  CHECK_THAT(cls, Contains("mean attention received per token (every row)"));
+  CHECK_THAT(cls, Contains("<title>good: 0.483</title>"));  // and head 1's mean received
   const auto mean = examples::head_heatmaps(w, labels, 2);
   CHECK_THAT(mean, Contains("mean attention received per token"));
   CHECK_THAT(mean, Contains("<title>good: 0.483</title>"));  // head 1: (1 + 0.25 + 0.2) / 3
