@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -320,7 +321,11 @@ inline void print_summary(const Prepared& p, const std::vector<RunResult>& runs)
   if (runs.size() > 1) {
     if (const auto bt = buckets_table(runs); !bt.empty()) fmt::print("\nvalidation accuracy by review length\n{}", bt);
   }
-  if (const auto et = entropy_table(runs); !et.empty()) fmt::print("\nattention entropy on validation (fraction of uniform)\n{}", et);
+  if (const auto et = entropy_table(runs); !et.empty()) {
+    const bool cls = std::any_of(runs.begin(), runs.end(), [](const RunResult& r) { return !r.entropy.cls.empty(); });
+    fmt::print("\nattention entropy on validation (fraction of uniform{})\n{}",
+               cls ? "; a layer's line averages every row, the classifier reads only the [CLS] row of the last layer" : "", et);
+  }
 }
 
 }  // namespace imdb

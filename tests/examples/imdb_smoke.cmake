@@ -13,6 +13,8 @@ smoke_run(train 0 "${PROGRAM}" --data "${DATA}" --limit 300 --epochs 2 --batch 1
           --ngram-order 3 --window 16 --nblr-buckets 4096)
 smoke_expect_match("${train_output}" "epoch 1: train loss" "imdb training")
 smoke_expect_match("${train_output}" "attention entropy on validation \\(fraction of uniform\\):( [01]\\.[0-9][0-9])+" "imdb entropy")
+smoke_expect_match("${train_output}" "fraction of uniform; a layer's line averages every row, the classifier reads only the \\[CLS\\] row of the last layer\\)"
+                   "imdb summary: which entropy the classifier reads")
 smoke_expect_match("${train_output}" "\nno attention +[0-9.]+%" "imdb ablation row")
 smoke_expect_match("${train_output}" "\nNB-LR alone \\(baseline\\) +[0-9.]+%" "imdb baseline row")
 if(NOT IS_DIRECTORY "${out}/ablation")
