@@ -162,10 +162,11 @@ AttentionEntropy attention_entropy(const Model& model, const std::vector<std::ve
 }
 
 /// The training loss of batch b: cross-entropy with label smoothing, plus the [CLS] entropy
-/// penalty (--attn-entropy, hinged at --attn-entropy-target). With --adversarial eps (Miyato et al., 2017), the mean of that loss on
-/// the clean inputs and on inputs moved by eps along its gradient, normalised per review over all
-/// its positions: the clean pass runs on its own tape and leaves its gradients in the parameters,
-/// and the adversarial pass is on `tape`, whose value includes the clean loss as a constant.
+/// penalty (--attn-entropy, hinged at --attn-entropy-target). With --adversarial eps (Miyato et
+/// al., 2017), the mean of that loss on the clean inputs and on inputs moved by eps along its
+/// gradient, normalised per review over all its positions: the clean pass runs on its own tape and
+/// leaves its gradients in the parameters, and the adversarial pass is on `tape`, whose value
+/// includes the clean loss as a constant.
 template <class Model, class B>
 attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model& model, const BatchOn<B>& b, const Options& o) {
   using V = attn::Var<float, attn::AnyShape, B>;
