@@ -270,6 +270,11 @@ inline std::string entropy_table(const std::vector<RunResult>& runs) {
   return t.empty() ? t : fmt::format("{:<24} {:>5} {:>6}  per head\n", "model", "layer", "mean") + t;
 }
 
+/// Whether a run reads a [CLS] row (its [CLS] entropy was measured): the entropy tables' note.
+inline bool reads_cls_row(const std::vector<RunResult>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const RunResult& r) { return !r.entropy.cls.empty(); });
+}
+
 inline void write_report(const Options& o, const Prepared& p, const std::vector<RunResult>& runs) {
   examples::HtmlReport rep("attn: IMDb sentiment with single- and multi-head self-attention");
   rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% split of train, seed {}{}). Training seed{} {}. Model width {}, {} encoder layer{}{}, "
@@ -301,7 +306,7 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
   }
   if (const auto et = entropy_table(runs); !et.empty()) {
     rep.heading("Attention entropy on validation (fraction of the uniform distribution's; 1.0 = attends to everything alike)");
-    if (o.pool == "cls")
+    if (reads_cls_row(runs))
       rep.paragraph("A layer's line averages every row of it; the classifier reads only the [CLS] row of the last layer (the [CLS] line), "
                     "and training never computes that layer's other rows.");
     rep.preformatted(et);
@@ -322,9 +327,8 @@ inline void print_summary(const Prepared& p, const std::vector<RunResult>& runs)
     if (const auto bt = buckets_table(runs); !bt.empty()) fmt::print("\nvalidation accuracy by review length\n{}", bt);
   }
   if (const auto et = entropy_table(runs); !et.empty()) {
-    const bool cls = std::any_of(runs.begin(), runs.end(), [](const RunResult& r) { return !r.entropy.cls.empty(); });
     fmt::print("\nattention entropy on validation (fraction of uniform{})\n{}",
-               cls ? "; a layer's line averages every row, the classifier reads only the [CLS] row of the last layer" : "", et);
+               reads_cls_row(runs) ? "; a layer's line averages every row, the classifier reads only the [CLS] row of the last layer" : "", et);
   }
 }
 

@@ -242,14 +242,6 @@ attn::Var<T, attn::AnyShape, B> entropy_penalty(C& ctx, const attn::Var<T, attn:
   return attn::mean(ctx, attn::relu(ctx, f - T(target))).erased();
 }
 
-/// The mean entropy of attention rows w (entropy_rows), each as a fraction of the uniform
-/// distribution's, hinged at target (entropy_penalty). A scalar on ctx, differentiable in w.
-template <attn::Context C, class T, class B>
-attn::Var<T, attn::AnyShape, B> entropy_fraction(C& ctx, const attn::Var<T, attn::AnyShape, B>& w, const Tensor<T, attn::AnyShape, B>& norm,
-                                                 double target = 0) {
-  return entropy_penalty(ctx, entropy_rows(ctx, w, norm), target);
-}
-
 /// The perturbation of adversarial training (--adversarial): the loss gradient g (B, T, Dim) of a
 /// batch's inputs, normalised to L2 norm eps over each review's positions together (zero for a
 /// review whose gradient is zero).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The IMDb model's batches and its [CLS] entropy penalty (examples/imdb/model.hpp): make_batch's
-// 1 / log n per review, entropy_fraction's value and gradient, the penalty's hinge, and the perturbation of adversarial
+// 1 / log n per review, the row entropies' mean and its gradient, the penalty's hinge, and the perturbation of adversarial
 // training.
 #include <catch2/catch.hpp>
 
@@ -13,6 +13,13 @@
 namespace {
 
 using attn::Dims;
+
+/// The training loss's penalty on attention weights w: entropy_rows, then entropy_penalty at target.
+template <class C>
+attn::Var<double, attn::AnyShape> penalty_of(C& ctx, const attn::Var<double, attn::AnyShape>& w, const attn::Tensor<double, attn::AnyShape>& norm,
+                                             double target = 0) {
+  return imdb::entropy_penalty(ctx, imdb::entropy_rows(ctx, w, norm), target);
+}
 
 TEST_CASE("imdb make_batch: cls_norm is 1 / log of the keys the [CLS] row sees") {
   imdb::ModelConfig cfg;
@@ -30,7 +37,7 @@ TEST_CASE("imdb make_batch: cls_norm is 1 / log of the keys the [CLS] row sees")
   CHECK(plain.cls_norm.data()[0] == 0.0f);
 }
 
-TEST_CASE("imdb entropy_fraction: the mean row entropy over log n, with padded keys, and its gradient in double") {
+TEST_CASE("imdb entropy_rows and entropy_penalty: the mean row entropy over log n, with padded keys, and its gradient in double") {
   // Two samples, two heads, one row each, over 4 keys; sample 1 has 2 real keys (zeros after them).
   const std::vector<double> w{0.25, 0.25, 0.25, 0.25, 0.7, 0.1, 0.1, 0.1,  // sample 0: heads 0, 1
                               0.5,  0.5,  0.0,  0.0,  1.0, 0.0, 0.0, 0.0};  // sample 1: heads 0, 1
@@ -38,7 +45,7 @@ TEST_CASE("imdb entropy_fraction: the mean row entropy over log n, with padded k
   const std::vector<double> nv{1 / std::log(4.0), 1 / std::log(2.0)};
   const auto norm = attn::Tensor<double, attn::AnyShape>::from(Dims{2, 1, 1}, std::span<const double>(nv));
   attn::NoGrad ng;
-  const double got = imdb::entropy_fraction(ng, attn::Var<double, attn::AnyShape>(wt), norm).value().to_vector()[0];
+  const double got = penalty_of(ng, attn::Var<double, attn::AnyShape>(wt), norm).value().to_vector()[0];
   const double h01 = -(0.7 * std::log(0.7) + 3 * 0.1 * std::log(0.1)) / std::log(4.0);
   CHECK(got == Approx((1.0 + h01 + 1.0 + 0.0) / 4).epsilon(1e-12));
   // Through a softmax of scores with -inf at the padded keys, as the model's weights are formed.
@@ -49,9 +56,9 @@ TEST_CASE("imdb entropy_fraction: the mean row entropy over log n, with padded k
   pad.data()[6] = pad.data()[7] = 1;  // sample 1's keys 2 and 3
   auto f = [&](attn::Tape& t, std::vector<attn::Var<double>>& v) {
     auto s = attn::masked_fill(t, attn::Var<double, attn::AnyShape>(v[0].erased()), pad, -std::numeric_limits<double>::infinity());
-    return attn::Var<double>(imdb::entropy_fraction(t, attn::Var<double, attn::AnyShape>(attn::softmax(t, s)), norm));
+    return attn::Var<double>(penalty_of(t, attn::Var<double, attn::AnyShape>(attn::softmax(t, s)), norm));
   };
-  testutil::check_gradients("entropy_fraction", f, {attn::Tensor<double>::from(Dims{2, 2, 1, 4}, std::span<const double>(sv))});
+  testutil::check_gradients("entropy_rows + entropy_penalty", f, {attn::Tensor<double>::from(Dims{2, 2, 1, 4}, std::span<const double>(sv))});
 }
 
 TEST_CASE("imdb entropy_penalty: a hinge at the target, with its gradient zero below it, in double") {
@@ -63,9 +70,9 @@ TEST_CASE("imdb entropy_penalty: a hinge at the target, with its gradient zero b
   const double h01 = -(0.7 * std::log(0.7) + 3 * 0.1 * std::log(0.1)) / std::log(4.0);
   attn::NoGrad ng;
   const attn::Var<double, attn::AnyShape> wv(wt);
-  CHECK(imdb::entropy_fraction(ng, wv, norm, 0.5).value().to_vector()[0] == Approx((0.5 + (h01 - 0.5) + 0.5 + 0.0) / 4).epsilon(1e-12));
-  CHECK(imdb::entropy_fraction(ng, wv, norm, 0.9).value().to_vector()[0] == Approx((0.1 + 0.0 + 0.1 + 0.0) / 4).epsilon(1e-12));
-  CHECK(imdb::entropy_fraction(ng, wv, norm, 0.0).value().to_vector()[0] == Approx((1.0 + h01 + 1.0 + 0.0) / 4).epsilon(1e-12));
+  CHECK(penalty_of(ng, wv, norm, 0.5).value().to_vector()[0] == Approx((0.5 + (h01 - 0.5) + 0.5 + 0.0) / 4).epsilon(1e-12));
+  CHECK(penalty_of(ng, wv, norm, 0.9).value().to_vector()[0] == Approx((0.1 + 0.0 + 0.1 + 0.0) / 4).epsilon(1e-12));
+  CHECK(penalty_of(ng, wv, norm, 0.0).value().to_vector()[0] == Approx((1.0 + h01 + 1.0 + 0.0) / 4).epsilon(1e-12));
 
   // Rows on both sides of the target, well away from the kink: the gradient flows through the
   // rows above it only.
@@ -90,13 +97,13 @@ TEST_CASE("imdb entropy_penalty: a hinge at the target, with its gradient zero b
   REQUIRE(below < rows.size());
   auto f = [&](attn::Tape& t, std::vector<attn::Var<double>>& v) {
     auto p = attn::softmax(t, attn::Var<double, attn::AnyShape>(v[0].erased()));
-    return attn::Var<double>(imdb::entropy_fraction(t, attn::Var<double, attn::AnyShape>(p), norm4, target));
+    return attn::Var<double>(penalty_of(t, attn::Var<double, attn::AnyShape>(p), norm4, target));
   };
   testutil::check_gradients("entropy_penalty", f, {attn::Tensor<double>::from(Dims{4, 1, 1, 4}, std::span<const double>(sv))});
   // The rows below the target get no gradient at all.
   attn::Tape tape;
   attn::Var<double, attn::AnyShape> s(st, true);
-  tape.backward(imdb::entropy_fraction(tape, attn::Var<double, attn::AnyShape>(attn::softmax(tape, s)), norm4, target));
+  tape.backward(penalty_of(tape, attn::Var<double, attn::AnyShape>(attn::softmax(tape, s)), norm4, target));
   const auto g = s.grad().to_vector();
   for (std::size_t r = 0; r < 4; ++r) {
     double mag = 0;
