@@ -5,6 +5,8 @@
 //   state.json             the commit point: epochs done, step, history (see training.hpp)
 //   model.safetensors      the best epoch's weights
 //   last.safetensors, optimizer.safetensors   the last committed epoch's weights and optimizer
+//                          (last.safetensors is a hard link to model.safetensors when the last
+//                          epoch is the best and there is no --ema: one copy on disk)
 //   ema.safetensors        with --ema: the last committed epoch's moving average of the weights
 //   metrics.jsonl          one line per committed epoch
 //   <file>.pending         an epoch's checkpoint written but not yet committed (see commit_epoch)
@@ -287,6 +289,19 @@ inline void commit_pending(const std::filesystem::path& dir) {
     fs::rename(p, dir / f);
     attn::fault_point();
   }
+}
+
+/// Makes `to` a second name (a hard link) of the checkpoint `from`, replacing a leftover `to`.
+/// False where the file system cannot link (the caller then writes a copy). Safe because a
+/// checkpoint is never modified in place: every write replaces its name with a new file.
+inline bool link_checkpoint(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::error_code ec;
+  std::filesystem::remove(to, ec);
+  if (ec) return false;
+  std::filesystem::create_hard_link(from, to, ec);
+  if (ec) return false;
+  attn::fault_point();
+  return true;
 }
 
 /// The first write to a run directory, after every check has passed: creates it, removes stale

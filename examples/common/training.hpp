@@ -10,8 +10,8 @@
 //                          the average is what is validated and saved as model.safetensors
 //   metrics.jsonl          one line per epoch
 // An epoch ends with: its metrics.jsonl line appended; model.safetensors (when best),
-// last.safetensors, optimizer.safetensors (and ema.safetensors) written as <name>.pending; state.json replaced (the
-// commit point); the .pending files renamed. Killed anywhere in between, the directory holds the
+// last.safetensors (a hard link to model's when that holds the same weights), optimizer.safetensors
+// (and ema.safetensors) written as <name>.pending; state.json replaced (the commit point); the .pending files renamed. Killed anywhere in between, the directory holds the
 // previous committed epoch (whose model.safetensors still loads) and --resume repeats the epoch
 // exactly: it finishes or drops the .pending files and cuts metrics.jsonl back (begin_writing).
 // A program supplies its batches, the loss of a batch and its validation figures:
@@ -211,19 +211,24 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
     }
     // Every process evaluates the same validation set, so all take the same early-stopping path.
     const std::string epoch_str = std::to_string(epoch + 1);
+    const attn::io::MetadataMap weights_meta{{"heads", std::to_string(heads)}, {"epoch", epoch_str}};
+    bool live_weights_saved = false;  // model.safetensors.pending holds this epoch's live weights
     if (v.accuracy > log.best_valid || !have_best) {
       log.best_valid = v.accuracy;
       stale = 0;
       have_best = true;
-      if (par.main())
-        attn::io::save(model, pending_path(dir / "model.safetensors"), {{"heads", std::to_string(heads)}, {"epoch", epoch_str}});
+      if (par.main()) attn::io::save(model, pending_path(dir / "model.safetensors"), weights_meta);
+      live_weights_saved = !ema;
     } else {
       ++stale;
     }
     if (ema) ema->swap();  // the live weights again
     if (!par.main()) continue;
     // Resumable state: the last weights, the optimizer, and the loop counters; state.json commits them.
-    attn::io::save(model, pending_path(dir / "last.safetensors"), {{"epoch", epoch_str}});
+    // When the best epoch is this one and the weights are the live ones, last.safetensors is the
+    // same file as model.safetensors: a second name for it (a hard link) instead of a second copy.
+    if (!(live_weights_saved && link_checkpoint(pending_path(dir / "model.safetensors"), pending_path(dir / "last.safetensors"))))
+      attn::io::save(model, pending_path(dir / "last.safetensors"), weights_meta);
     attn::io::save_optimizer(opt, pending_path(dir / "optimizer.safetensors"), {{"epoch", epoch_str}});
     if (ema) attn::io::save_ema(*ema, pending_path(dir / "ema.safetensors"), {{"epoch", epoch_str}});
     json hist = json::array();

@@ -4,7 +4,8 @@
 # a rename done, a line appended), until a run gets through. After each kill:
 #  - a directory holding state.json loads: predict works;
 #  - --resume finishes with model.safetensors, last.safetensors and optimizer.safetensors byte for
-#    byte those of an uninterrupted run, metrics.jsonl with one line per epoch (no duplicates), and
+#    byte those of an uninterrupted run (last.safetensors a link to model.safetensors exactly when
+#    they hold the same bytes), metrics.jsonl with one line per epoch (no duplicates), and
 #    no temporary or .pending file left.
 # A second round kills the resumed run as well (at its 1st, 3rd, 5th ... step) before resuming again.
 #   cmake -DPROGRAM=<imdb|clue> -DDATA=<dir> -DWORK=<dir> -DEPOCHS=<n> "-DARGS=<extra>" -P fault_injection.cmake
@@ -27,6 +28,7 @@ function(check_resumed out what)
       message(FATAL_ERROR "${what}: after --resume ${f} differs from the uninterrupted run's\n${resume_output}")
     endif()
   endforeach()
+  smoke_expect_stored_once("${out}/h2")
   file(STRINGS "${out}/h2/metrics.jsonl" lines)
   list(LENGTH lines n)
   if(NOT n EQUAL EPOCHS)

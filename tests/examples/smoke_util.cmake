@@ -34,6 +34,24 @@ function(smoke_expect_files_differ a b message)
   endif()
 endfunction()
 
+# smoke_expect_stored_once(<run-dir>): last.safetensors is stored once with model.safetensors (a hard
+# link: the same device and inode) exactly when the two hold the same bytes, i.e. when the last
+# epoch was the best and its live weights were saved.
+function(smoke_expect_stored_once dir)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files "${dir}/model.safetensors" "${dir}/last.safetensors" RESULT_VARIABLE same)
+  execute_process(COMMAND stat -c %d:%i "${dir}/model.safetensors" OUTPUT_VARIABLE a RESULT_VARIABLE rc1)
+  execute_process(COMMAND stat -c %d:%i "${dir}/last.safetensors" OUTPUT_VARIABLE b RESULT_VARIABLE rc2)
+  if(NOT rc1 EQUAL 0 OR NOT rc2 EQUAL 0)
+    message(FATAL_ERROR "${dir}: cannot stat model.safetensors or last.safetensors")
+  endif()
+  if(same EQUAL 0 AND NOT a STREQUAL b)
+    message(FATAL_ERROR "${dir}: last.safetensors holds model.safetensors' bytes in a second copy, not a link to it")
+  elseif(NOT same EQUAL 0 AND a STREQUAL b)
+    message(FATAL_ERROR "${dir}: last.safetensors and model.safetensors are one file but compare different")
+  endif()
+  set(smoke_stored_once ${same} PARENT_SCOPE)
+endfunction()
+
 function(smoke_require_file path)
   if(NOT EXISTS "${path}")
     message(FATAL_ERROR "missing output file ${path}")
