@@ -142,14 +142,15 @@ class Imdb(nn.Module):
 
 class Clue(nn.Module):
     """examples/clue/model.hpp: character embeddings, BiLSTM over the real characters,
-    MultiheadAttention, residual LayerNorm (unless --no-residual), masked mean pooling, head."""
+    MultiheadAttention, residual LayerNorm (unless --no-residual), masked mean pooling, head.
+    With 0 heads (the ablation) the attention branch is gone: LayerNorm(h), or h, is pooled."""
 
     def __init__(self, m, heads):
         super().__init__()
         self.residual = m["residual"]
         self.embed = nn.Embedding(m["vocab"], 128, padding_idx=0)
         self.lstm = nn.LSTM(128, 128, batch_first=True, bidirectional=True)
-        self.attn = nn.MultiheadAttention(256, heads, batch_first=True)
+        self.attn = nn.MultiheadAttention(256, heads, batch_first=True) if heads else None
         self.norm = nn.LayerNorm(256)
         self.head = nn.Linear(256, 15)
 
@@ -158,8 +159,11 @@ class Clue(nn.Module):
         ids = b["ids"].long()
         packed = nn.utils.rnn.pack_padded_sequence(self.embed(ids), keep.sum(1), batch_first=True, enforce_sorted=False)
         h, _ = nn.utils.rnn.pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=ids.shape[1])
-        a, _ = self.attn(h, h, h, key_padding_mask=~keep, need_weights=False)
-        y = self.norm(h + a) if self.residual else a
+        if self.attn is None:
+            y = self.norm(h) if self.residual else h
+        else:
+            a, _ = self.attn(h, h, h, key_padding_mask=~keep, need_weights=False)
+            y = self.norm(h + a) if self.residual else a
         return self.head(masked_mean(y, keep))
 
 
@@ -204,6 +208,7 @@ def main():
     ap.add_argument("--work", required=True, help="a scratch directory (replaced)")
     ap.add_argument("--data", help="data for the quick training run")
     ap.add_argument("--model", help="a trained run directory (default: train a quick one into --work)")
+    ap.add_argument("--heads", type=int, default=2, help="heads of the quick run (clue: 0 is the model without attention)")
     ap.add_argument("--tol", type=float, default=1e-4)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -215,8 +220,8 @@ def main():
     if model_dir is None:
         if not args.data:
             sys.exit("FAILED: give --model, or --data for a quick training run")
-        run([args.program, "--data", args.data, "--out", work / "run", "--heads", "2"] + QUICK[args.example])
-        model_dir = work / "run" / "h2"
+        run([args.program, "--data", args.data, "--out", work / "run", "--heads", str(args.heads)] + QUICK[args.example])
+        model_dir = work / "run" / (f"h{args.heads}" if args.heads else "ablation")
 
     # 1. attn -> PyTorch.
     dump = attn_logits(args, model_dir, work / "attn.safetensors")

@@ -38,6 +38,7 @@ class AttentionOf final : public AnyAttention<B> {
 
 template <class B>
 std::unique_ptr<AnyAttention<B>> make_attention(std::size_t heads, nn::Module* parent, const ModelConfig& c) {
+  if (heads == 0) return nullptr;  // the ablation
   return attn::dispatch<1, 2, 4, 8>(heads, "heads",
                                     [&]<std::size_t H>() -> std::unique_ptr<AnyAttention<B>> { return std::make_unique<AttentionOf<H, B>>(parent, c); });
 }

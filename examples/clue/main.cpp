@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // CLUE TNEWS news-title classification (15 classes) with a character BiLSTM and multi-head
-// self-attention: trains one head count (--heads) or all of them (--sweep), reports accuracy,
+// self-attention: trains one head count (--heads; 0: the model without attention) or all of them
+// and the ablation (--sweep), reports accuracy,
 // macro-F1, per-class scores and the confusion matrix, writes checkpoints, metrics.jsonl and a
 // report.html; `predict` classifies titles and shows the characters attended to most; --bench
 // measures inference throughput at batch 64 and single-title latency.
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -31,7 +33,8 @@ inline std::string sweep_table(const std::vector<RunResult>& runs) {
   std::string t = fmt::format("{:>6} {:>10} {:>10} {:>10} {:>10} {:>11} {:>14} {:>11}\n", "heads", "valid acc", "macro-F1", "dev acc",
                               "dev F1", "train time", "infer samp/s", "parameters");
   for (auto& r : runs)
-    t += fmt::format("{:>6} {:>9.2f}% {:>9.2f}% {:>10} {:>10} {:>10.0f}s {:>14.0f} {:>11}\n", r.heads, 100 * r.valid_acc, 100 * r.valid_f1,
+    t += fmt::format("{:>6} {:>9.2f}% {:>9.2f}% {:>10} {:>10} {:>10.0f}s {:>14.0f} {:>11}\n", r.heads ? std::to_string(r.heads) : "none",
+                     100 * r.valid_acc, 100 * r.valid_f1,
                      dev ? fmt::format("{:.2f}%", 100 * r.dev_acc) : "-", dev ? fmt::format("{:.2f}%", 100 * r.dev_f1) : "-",
                      r.train_seconds, r.speed.samples_per_s, r.params);
   return t;
@@ -47,10 +50,13 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
                             o.residual ? " + residual LayerNorm" : "", kDim, kClasses));
   rep.heading("Accuracy, macro-F1 and speed by head count");
   rep.preformatted(sweep_table(runs) + (runs.empty() ? "" : "inference: batch 64 on the validation titles\n"));
+  if (std::any_of(runs.begin(), runs.end(), [](auto& r) { return r.heads == 0; }))
+    rep.paragraph("Heads \"none\" is the ablation: the same model without its attention (the BiLSTM's output, through the "
+                  "same LayerNorm unless --no-residual, mean-pooled), trained the same way.");
   std::vector<examples::Series> loss, acc;
   for (auto& r : runs) {
-    examples::Series tl{fmt::format("train h{}", r.heads), {}, {}}, vl{fmt::format("valid h{}", r.heads), {}, {}},
-        va{fmt::format("acc h{}", r.heads), {}, {}}, vf{fmt::format("F1 h{}", r.heads), {}, {}};
+    const std::string h = r.heads ? fmt::format("h{}", r.heads) : std::string("no attention");
+    examples::Series tl{"train " + h, {}, {}}, vl{"valid " + h, {}, {}}, va{"acc " + h, {}, {}}, vf{"F1 " + h, {}, {}};
     for (auto& e : r.history) {
       const double x = double(e.epoch);
       tl.x.push_back(x), tl.y.push_back(e.train_loss), vl.x.push_back(x), vl.y.push_back(e.valid_loss);
@@ -63,7 +69,7 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
           examples::svg_line_chart("validation accuracy and macro-F1 (%)", "epoch", acc));
   const auto names = class_names(p.labels);
   for (auto& r : runs) {
-    rep.heading(fmt::format("{} head{}: validation per class", r.heads, r.heads > 1 ? "s" : ""));
+    rep.heading(fmt::format("{}: validation per class", heads_label(r.heads)));
     rep.preformatted(r.valid_report);
     // Row-normalised: every cell is a fraction of its true class, drawn on the scale [0, 1].
     rep.raw("<div>" + examples::svg_color_legend(1.0, "fraction of the true class") + "</div>" +
@@ -71,10 +77,11 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
                                   r.confusion_rows, 1.0));
     rep.preformatted(r.valid_confusion);
     if (!r.dev_report.empty()) {
-      rep.heading(fmt::format("{} head{}: dev.json per class", r.heads, r.heads > 1 ? "s" : ""));
+      rep.heading(fmt::format("{}: dev.json per class", heads_label(r.heads)));
       rep.preformatted(r.dev_report);
     }
-    rep.heading(fmt::format("{} head{}: attention heatmaps", r.heads, r.heads > 1 ? "s" : ""));
+    if (r.heads == 0) continue;  // the ablation has no attention to draw
+    rep.heading(fmt::format("{}: attention heatmaps", heads_label(r.heads)));
     rep.raw(r.heatmaps);
   }
   rep.write((fs::path(o.train.out) / "report.html").string());
@@ -109,7 +116,7 @@ int main(int argc, char** argv) {
       if (pr.texts.empty()) pr.texts.push_back(kExampleTitle);
       const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       auto tr = load_trained(pr.model_dir);
-      attn::dispatch<1, 2, 4, 8>(tr.heads, "config.json heads", []<std::size_t>() {});
+      attn::dispatch<0, 1, 2, 4, 8>(tr.heads, "config.json heads", []<std::size_t>() {});
 #if defined(ATTN_EXAMPLES_CUDA)
       if (cuda) return predict_cuda(pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump);
 #endif
@@ -117,7 +124,8 @@ int main(int argc, char** argv) {
     }
     std::size_t heads = o.heads;
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
-    if (!o.sweep) attn::dispatch<1, 2, 4, 8>(heads, "--heads", []<std::size_t>() {});  // validate before loading data
+    if (!o.sweep) attn::dispatch<0, 1, 2, 4, 8>(heads, "--heads", []<std::size_t>() {});  // validate before loading data
+    if (!o.ablation && !o.sweep) throw attn::ArgumentError("--no-ablation: only with --sweep (a single run trains --heads)");
     if (o.train.precision == "int8" && !o.bench)
       throw attn::ArgumentError("--precision int8 is for inference (--bench, predict --precision int8); training takes fp32 or bf16");
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
@@ -142,7 +150,8 @@ int main(int argc, char** argv) {
     }
     // Everything is checked before anything is written: the run directories (options against
     // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.
-    const std::vector<std::size_t> head_counts = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8} : std::vector<std::size_t>{heads};
+    std::vector<std::size_t> head_counts = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8} : std::vector<std::size_t>{heads};
+    if (o.sweep && o.ablation) head_counts.push_back(0);
     std::vector<examples::RunPlan> plans;
     for (std::size_t h : head_counts) {
       plans.push_back(examples::inspect_run_dir(run_dir(o, h), o.train, run_options(o, h)));
@@ -181,7 +190,9 @@ int main(int argc, char** argv) {
                     {"inference_samples_per_s", r.speed.samples_per_s}, {"parameters", r.params}});
     data::write_file_atomic(fs::path(o.train.out) / "summary.json", sj.dump(2) + "\n");
     write_report(o, p, runs);
-    const auto& last = runs.back();
+    // The last attention model (a sweep trains the ablation last).
+    const auto last_it = std::find_if(runs.rbegin(), runs.rend(), [](auto& r) { return r.heads > 0; });
+    const auto& last = last_it == runs.rend() ? runs.back() : *last_it;
     if (!last.history.empty())
       fmt::print("RESULT {}\n", json{{"heads", last.heads}, {"valid_accuracy", last.valid_acc}, {"valid_macro_f1", last.valid_f1},
                                    {"train_seconds", last.train_seconds}, {"first_train_loss", last.history.front().train_loss},

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The TNEWS classifier (reference model R2): character embeddings, a BiLSTM, one multi-head
 // self-attention block (optionally residual + LayerNorm), masked mean pooling and a linear head
-// over the 15 news classes. The head count is the attention's template argument
-// (nn::Attention<Heads, 256>); the model reaches its attention through an interface (AnyAttention),
+// over the 15 news classes; with 0 heads, the ablation, the same model without its attention
+// (LayerNorm(h), or h itself without the residual, is pooled). The head count is the attention's
+// template argument (nn::Attention<Heads, 256>); the model reaches its attention through an interface (AnyAttention),
 // so that the model and everything that trains, evaluates and serves it are compiled once per
 // backend and only the attention once per head count (heads.hpp).
 #pragma once
@@ -115,13 +116,13 @@ class AnyAttention {
                                  Tensor<float, attn::AnyShape, B>& weights) const = 0;
 };
 
-/// The attention "attn" of `parent` with `heads` heads (1, 2, 4 or 8) for configuration c. Defined
-/// in heads.hpp, instantiated by one translation unit per backend.
+/// The attention "attn" of `parent` with `heads` heads (1, 2, 4 or 8) for configuration c; none
+/// (nullptr) for 0 heads. Defined in heads.hpp, instantiated by one translation unit per backend.
 template <class B>
 std::unique_ptr<AnyAttention<B>> make_attention(std::size_t heads, nn::Module* parent, const ModelConfig& c);
 
 /// The model on backend B (attn::cpu or attn::cuda; the embedding fold is the CPU's only), with
-/// `heads` attention heads.
+/// `heads` attention heads (0: without attention).
 template <class B = attn::cpu>
 struct TnewsClassifier : nn::Module {
   using backend = B;
@@ -134,10 +135,11 @@ struct TnewsClassifier : nn::Module {
         norm(this, "norm"),
         head(this, "head", {.xavier = true}) {}
 
-  /// The attention's heads.
-  std::size_t heads() const noexcept { return attention->heads(); }
+  /// The attention's heads (0: the model has no attention).
+  std::size_t heads() const noexcept { return attention ? attention->heads() : 0; }
 
-  /// Logits (B, 15). When weights is given, the attention weights (B, Heads, T, T) are stored there.
+  /// Logits (B, 15). When weights is given, the attention weights (B, Heads, T, T) are stored there
+  /// (a model without attention leaves it as it is).
   template <attn::Context C>
   auto forward(C& ctx, const BatchOn<B>& b, Tensor<float, attn::AnyShape, B>* weights = nullptr) const {
     const bool tr = training();
@@ -146,12 +148,17 @@ struct TnewsClassifier : nn::Module {
       if (folded && !tr) h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, b.lengths).out;
     }
     if (!h.defined()) h = lstm(ctx, nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr), b.lengths).out;
-    attn::Var<float, Shape<dyn, dyn, kDim>, B> a;
-    if (weights)
-      a = attention->forward_with_weights(ctx, h, b.lengths, *weights);
-    else
-      a = attention->forward(ctx, h, b.lengths);                         // (B, T, 256)
-    auto y = cfg.residual ? norm(ctx, h + nn::dropout(ctx, a, cfg.dropout, tr)) : a;
+    attn::Var<float, Shape<dyn, dyn, kDim>, B> y;
+    if (!attention) {  // the ablation: the attention branch removed, nothing else
+      y = cfg.residual ? norm(ctx, h) : h;
+    } else {
+      attn::Var<float, Shape<dyn, dyn, kDim>, B> a;
+      if (weights)
+        a = attention->forward_with_weights(ctx, h, b.lengths, *weights);
+      else
+        a = attention->forward(ctx, h, b.lengths);                       // (B, T, 256)
+      y = cfg.residual ? norm(ctx, h + nn::dropout(ctx, a, cfg.dropout, tr)) : a;
+    }
     auto pooled = nn::masked_mean(ctx, y, b.lengths);                    // (B, 256)
     return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, 15)
   }

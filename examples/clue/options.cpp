@@ -11,9 +11,12 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   CLI::App app{"CLUE TNEWS news-title classification with a BiLSTM and single- or multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data.dir, "tnews_public directory: labels.json, train.json (dev.json, test.json when present)");
-  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8 (default: nn::recommended_heads(256))")
-      ->check(examples::count(1, 8));
-  app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and print the ablation table");
+  app.add_option("--heads", o.heads,
+                 "attention heads, one of 1, 2, 4, 8, or 0 for the ablation: the same model without its attention (default: "
+                 "nn::recommended_heads(256))")
+      ->check(examples::count(0, 8));
+  app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and the ablation (no attention), and print the table");
+  app.add_flag("!--no-ablation", o.ablation, "with --sweep: skip the ablation run (the model without its attention)");
   examples::add_training_flags(app, o.train);
   examples::add_device_option(app, o.device);
   app.add_option("--dropout", o.dropout, "dropout on embeddings, the attention output and the pooled features")->check(examples::real(0, 0.95));

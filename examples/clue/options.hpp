@@ -15,6 +15,10 @@ namespace clue {
 /// The --heads default: nn::recommended_heads(kDim) (main.cpp checks that they agree).
 inline constexpr std::size_t kDefaultHeads = 4;
 
+/// Whether the program offers `heads`: 1, 2, 4 or 8 attention heads, or 0, the ablation (the same
+/// model without its attention). main.cpp checks the option as attn::dispatch<0, 1, 2, 4, 8>.
+constexpr bool offered_heads(std::size_t heads) noexcept { return heads == 0 || heads == 1 || heads == 2 || heads == 4 || heads == 8; }
+
 /// Limits of the count options (also checked when config.json is read).
 inline constexpr std::size_t kMaxLen = 8192;                          // --max-len
 inline constexpr std::size_t kMaxVocab = (std::size_t(1) << 31) - 1;  // --max-vocab (ids are int32)
@@ -38,6 +42,7 @@ struct Options {
   examples::TrainOptions train{.out = "runs/clue", .epochs = 5, .batch = 64, .patience = 3, .warmup = 0.05};
   std::size_t heads = kDefaultHeads;
   bool sweep = false;
+  bool ablation = true;  // --sweep: also the model without attention (--no-ablation: not)
   std::size_t threads = 0;
   double dropout = 0.2, attn_dropout = 0.1, label_smoothing = 0.1;
   bool residual = true;

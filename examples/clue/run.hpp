@@ -63,7 +63,8 @@ inline Trained trained_config(const fs::path& dir, json config) {
   examples::with_json(dir / "config.json", t.config, [&](const json& j) {
     if (!j.contains("model")) throw examples::FieldError("model", "missing");
     t.cfg = ModelConfig::from_json(j.at("model"));
-    t.heads = examples::json_count(j, "heads", 1, 8);
+    t.heads = examples::json_count(j, "heads", 0, 8);
+    if (!offered_heads(t.heads)) throw examples::FieldError("heads", fmt::format("{} is not one of 0, 1, 2, 4, 8", t.heads));
     const auto ls = j.find("labels");
     if (ls == j.end() || !ls->is_array()) throw examples::FieldError("labels", "missing or not an array");
     for (std::size_t i = 0; i < ls->size(); ++i) {
@@ -97,8 +98,15 @@ inline Trained load_trained(const fs::path& dir) {
   return trained_from(dir, std::move(t.config), data::Vocab::load(dir / "vocab.txt"));
 }
 
-/// The run directory of a head count.
-inline fs::path run_dir(const Options& o, std::size_t heads) { return fs::path(o.train.out) / fmt::format("h{}", heads); }
+/// The run directory of a head count: <out>/h<heads>, or <out>/ablation for the model without attention.
+inline fs::path run_dir(const Options& o, std::size_t heads) {
+  return fs::path(o.train.out) / (heads ? fmt::format("h{}", heads) : std::string("ablation"));
+}
+
+/// "1 head", "8 heads", "no attention".
+inline std::string heads_label(std::size_t heads) {
+  return heads ? fmt::format("{} head{}", heads, heads > 1 ? "s" : "") : std::string("no attention");
+}
 
 /// The options a run directory is bound to (config.json "options"): everything that shapes the
 /// model, its data or its training, by option name. --resume refuses a different value.
@@ -129,7 +137,7 @@ inline Trained resumed(const examples::RunPlan& plan, std::size_t heads) {
   return t;
 }
 
-/// Trains the model with `heads` heads (1, 2, 4 or 8; else ArgumentError) on p under o, in
+/// Trains the model with `heads` heads (1, 2, 4 or 8, or 0: no attention; else ArgumentError) on p under o, in
 /// plan.dir (inspected and checked: see main), and evaluates its best epoch (on rank 0; other
 /// ranks return the history).
 RunResult train_heads(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan);

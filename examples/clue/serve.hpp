@@ -44,8 +44,13 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
     attn::Tensor<float, attn::AnyShape, B> wd;
     const auto b = to_backend<B>(make_batch({&ids}, {}));
     const auto pr = examples::to_host(attn::softmax(ctx, model.forward(ctx, b, &wd)).value());
-    const auto w = examples::to_host(wd);
     const std::size_t c = attn::argmax_rows(pr)[0];
+    fmt::print("{}\t{}\t{:.4f}\t", names[c], tr.labels.names[c], pr(0, c));
+    if (heads == 0) {  // the ablation: no attention weights to rank the characters by
+      fmt::print("(no attention)\n");
+      continue;
+    }
+    const auto w = examples::to_host(wd);
     // The weight each character receives, averaged over heads and queries: with mean pooling this
     // is how much of the pooled vector comes from it.
     const std::size_t t = ids.size();
@@ -57,7 +62,6 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
       recv[j] = {s / float(heads * t), j};
     }
     std::stable_sort(recv.begin(), recv.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    fmt::print("{}\t{}\t{:.4f}\t", names[c], tr.labels.names[c], pr(0, c));
     for (std::size_t k = 0; k < std::min(top, t); ++k) {
       const std::size_t j = recv[k].second;
       fmt::print("{}{}({:.3f})", k ? " " : "", j < toks.size() ? toks[j] : "<unk>", recv[k].first);
@@ -114,7 +118,7 @@ void run_bench(std::size_t heads, const Options& o) {
     ceiling = attn::cpu_gemm_ceiling_gflops(2048, 5, 3.0);
   }
   const bool folded = model.folded.has_value();
-  fmt::print("bench: {} head{}, {}{}, {} products{} ({}); inputs: the validation titles\n", heads, heads > 1 ? "s" : "",
+  fmt::print("bench: {}, {}{}, {} products{} ({}); inputs: the validation titles\n", heads_label(heads),
              tr ? "trained model " + o.model_dir : std::string("untrained model"), folded ? "" : ", embedding not folded",
              B::host_accessible ? attn::precision_route(attn::precision()) : std::string("FP32"), quantized,
              B::host_accessible ? fmt::format("{} thread(s)", attn::cpu::threads()) : std::string("on ") + B::name);

@@ -122,8 +122,12 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   RunResult res;
   res.heads = heads;
   res.params = model.parameter_count();
-  fmt::print("\n== {} head{} (BiLSTM<{}, {}> -> Attention<{}, {}>), {} parameters, on {}\n", heads, heads > 1 ? "s" : "", kEmbed, kHidden,
-             heads, kDim, res.params, B::name);
+  if (heads)
+    fmt::print("\n== {} (BiLSTM<{}, {}> -> Attention<{}, {}>), {} parameters, on {}\n", heads_label(heads), kEmbed, kHidden, heads, kDim,
+               res.params, B::name);
+  else
+    fmt::print("\n== no attention, the ablation (BiLSTM<{}, {}> -> {}mean pooling), {} parameters, on {}\n", kEmbed, kHidden,
+               cfg.residual ? "LayerNorm -> " : "", res.params, B::name);
 
   json labels = json::array();
   for (std::size_t c = 0; c < p.labels.size(); ++c) labels.push_back({{"label", p.labels.names[c]}, {"label_desc", p.labels.descriptions[c]}});
@@ -202,6 +206,7 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   res.speed = bench_inference(model, p.valid.ids, 64, std::min(o.bench_seconds, 3.0), 0);
   fmt::print("inference: {}\n", res.speed.str());
   // Heatmaps: the example title, the first validation title, then --explain.
+  if (heads == 0) return res;  // no attention to draw
   const bool kw = o.data.keywords;
   res.heatmaps += heatmaps_html(model, p, kExampleTitle, "", kw);
   if (p.valid.size()) res.heatmaps += heatmaps_html(model, p, p.valid.text[0], p.valid.keywords[0], kw);
