@@ -139,15 +139,21 @@ struct TnewsClassifier : nn::Module {
   std::size_t heads() const noexcept { return attention ? attention->heads() : 0; }
 
   /// Logits (B, 15). When weights is given, the attention weights (B, Heads, T, T) are stored there
-  /// (a model without attention leaves it as it is).
+  /// (a model without attention leaves it as it is). When delta is given (B, T, kEmbed), it is added
+  /// to the character embeddings before dropout (the perturbation of adversarial training).
   template <attn::Context C>
-  auto forward(C& ctx, const BatchOn<B>& b, Tensor<float, attn::AnyShape, B>* weights = nullptr) const {
+  auto forward(C& ctx, const BatchOn<B>& b, Tensor<float, attn::AnyShape, B>* weights = nullptr,
+               const attn::Var<float, attn::AnyShape, B>* delta = nullptr) const {
     const bool tr = training();
     attn::Var<float, Shape<dyn, dyn, kDim>, B> h;                       // (B, T, 256), zero at padding
     if constexpr (std::is_same_v<C, attn::NoGrad> && B::host_accessible) {
-      if (folded && !tr) h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, b.lengths).out;
+      if (folded && !tr && !delta) h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, b.lengths).out;
     }
-    if (!h.defined()) h = lstm(ctx, nn::dropout(ctx, tokens(ctx, b.ids), cfg.dropout, tr), b.lengths).out;
+    if (!h.defined()) {
+      auto x = tokens(ctx, b.ids);  // (B, T, kEmbed)
+      if (delta) x = decltype(x)(attn::add(ctx, x, *delta));
+      h = lstm(ctx, nn::dropout(ctx, x, cfg.dropout, tr), b.lengths).out;
+    }
     attn::Var<float, Shape<dyn, dyn, kDim>, B> y;
     if (!attention) {  // the ablation: the attention branch removed, nothing else
       y = cfg.residual ? norm(ctx, h) : h;

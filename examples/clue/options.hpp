@@ -45,6 +45,7 @@ struct Options {
   bool ablation = true;  // --sweep: also the model without attention (--no-ablation: not)
   std::size_t threads = 0;
   double dropout = 0.2, attn_dropout = 0.1, label_smoothing = 0.1;
+  double adversarial = 0;  // adversarial training: eps of the perturbation of each title's embeddings (0: none)
   bool residual = true;
   bool bench = false;
   double bench_seconds = 10;

@@ -117,6 +117,7 @@ inline json run_options(const Options& o, std::size_t heads) {
           {"--dropout", o.dropout},
           {"--attn-dropout", o.attn_dropout},
           {"--label-smoothing", o.label_smoothing},
+          {"--adversarial", o.adversarial},
           {"--no-residual", !o.residual},
           {"--max-len", o.data.max_len},
           {"--min-freq", o.data.min_freq},

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "../common/adversarial.hpp"
 #include "../common/device.hpp"
 #include "../common/report.hpp"
 #include "bench.hpp"
@@ -110,6 +111,20 @@ inline void write_test_predictions(const fs::path& path, const Prepared& p, cons
   data::write_file_atomic(path, out);
 }
 
+/// The training loss of batch b: cross-entropy with label smoothing; with --adversarial eps, the
+/// mean of that loss on the clean embeddings and on embeddings moved by eps along its gradient
+/// (examples::adversarial_loss).
+template <class Model, class B>
+attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model& model, const BatchOn<B>& b, const Options& o) {
+  using V = attn::Var<float, attn::AnyShape, B>;
+  auto objective = [&](attn::Tape& t, const V* delta, float scale) {
+    V loss = attn::cross_entropy(t, model.forward(t, b, nullptr, delta), b.labels, {.label_smoothing = o.label_smoothing}).erased();
+    return scale == 1.0f ? loss : attn::scale(t, loss, scale).erased();
+  };
+  if (!(o.adversarial > 0)) return objective(tape, nullptr, 1.0f);
+  return examples::adversarial_loss<B>(tape, attn::Dims{b.size(), b.ids.size(1), kEmbed}, o.adversarial, objective);
+}
+
 template <class B>
 RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, examples::Parallel& par, const examples::RunPlan& plan) {
   const fs::path& dir = plan.dir;
@@ -122,12 +137,13 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   RunResult res;
   res.heads = heads;
   res.params = model.parameter_count();
+  const std::string adversarial = o.adversarial > 0 ? fmt::format("; adversarial training eps {}", o.adversarial) : "";
   if (heads)
-    fmt::print("\n== {} (BiLSTM<{}, {}> -> Attention<{}, {}>), {} parameters, on {}\n", heads_label(heads), kEmbed, kHidden, heads, kDim,
-               res.params, B::name);
+    fmt::print("\n== {} (BiLSTM<{}, {}> -> Attention<{}, {}>{}), {} parameters, on {}\n", heads_label(heads), kEmbed, kHidden, heads, kDim,
+               adversarial, res.params, B::name);
   else
-    fmt::print("\n== no attention, the ablation (BiLSTM<{}, {}> -> {}mean pooling), {} parameters, on {}\n", kEmbed, kHidden,
-               cfg.residual ? "LayerNorm -> " : "", res.params, B::name);
+    fmt::print("\n== no attention, the ablation (BiLSTM<{}, {}> -> {}mean pooling{}), {} parameters, on {}\n", kEmbed, kHidden,
+               cfg.residual ? "LayerNorm -> " : "", adversarial, res.params, B::name);
 
   json labels = json::array();
   for (std::size_t c = 0; c < p.labels.size(); ++c) labels.push_back({{"label", p.labels.names[c]}, {"label_desc", p.labels.descriptions[c]}});
@@ -151,9 +167,7 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
         }
         return to_backend<B>(make_batch(seqs, lab));
       },
-      [&](attn::Tape& tape, const BatchOn<B>& b) {
-        return attn::cross_entropy(tape, model.forward(tape, b), b.labels, {.label_smoothing = o.label_smoothing});
-      },
+      [&](attn::Tape& tape, const BatchOn<B>& b) { return training_loss(tape, model, b, o); },
       [&] {
         const auto ev = evaluate(model, p.valid);
         return examples::Validation{ev.loss, ev.cm.accuracy(), ev.cm.macro_f1()};

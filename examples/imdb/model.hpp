@@ -26,6 +26,7 @@
 #include <span>
 #include <type_traits>
 
+#include "../common/adversarial.hpp"
 #include "../common/json_files.hpp"
 #include "nblr.hpp"
 #include "pretrain.hpp"
@@ -240,23 +241,6 @@ template <attn::Context C, class T, class B>
 attn::Var<T, attn::AnyShape, B> entropy_penalty(C& ctx, const attn::Var<T, attn::AnyShape, B>& f, double target) {
   if (!(target > 0)) return attn::mean(ctx, f).erased();
   return attn::mean(ctx, attn::relu(ctx, f - T(target))).erased();
-}
-
-/// The perturbation of adversarial training (--adversarial): the loss gradient g (B, T, Dim) of a
-/// batch's inputs, normalised to L2 norm eps over each review's positions together (zero for a
-/// review whose gradient is zero).
-template <class B>
-Tensor<float, attn::AnyShape, B> adversarial_delta(const Tensor<float, attn::AnyShape, B>& g, double eps) {
-  const auto& d = g.dims();
-  std::vector<float> v = g.to_vector();
-  const std::size_t n = d.v[0], per = n ? v.size() / n : 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    double ss = 0;
-    for (std::size_t k = 0; k < per; ++k) ss += double(v[i * per + k]) * double(v[i * per + k]);
-    const double f = ss > 0 ? eps / std::sqrt(ss) : 0.0;
-    for (std::size_t k = 0; k < per; ++k) v[i * per + k] = float(double(v[i * per + k]) * f);
-  }
-  return Tensor<float, attn::AnyShape, B>::from(d, std::span<const float>(v));
 }
 
 /// The encoder's options for a configuration.

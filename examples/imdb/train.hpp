@@ -179,15 +179,7 @@ attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model&
     return scale == 1.0f ? loss : attn::scale(t, loss, scale).erased();
   };
   if (!(o.adversarial > 0)) return objective(tape, nullptr, 1.0f);
-  const std::size_t n = b.size(), len = b.ids.size(1);
-  const attn::Dims dims{n, len, kDim};
-  V r(Tensor<float, attn::AnyShape, B>::zeros(dims), true);
-  attn::Tape clean(tape.rng().next());
-  const V clean_loss = objective(clean, &r, 0.5f);
-  clean.backward(clean_loss);
-  const V delta(adversarial_delta(r.grad().erased(), o.adversarial));
-  const V adv_loss = objective(tape, &delta, 0.5f);
-  return attn::add(tape, adv_loss, V(clean_loss.value())).erased();
+  return examples::adversarial_loss<B>(tape, attn::Dims{b.size(), b.ids.size(1), kDim}, o.adversarial, objective);
 }
 
 template <class B>

@@ -64,6 +64,18 @@ string(JSON id GET "${p0}" id)
 smoke_json_file("${out}/summary.json")
 smoke_html_file("${out}/report.html")
 
+# Adversarial training: the header says so, the run directory binds it, and resuming it with
+# another eps is refused.
+smoke_run(adv 0 "${PROGRAM}" --data "${DATA}" --epochs 2 --batch 8 --threads 1 --bench-seconds 0.05 --adversarial 0.5 --out "${WORK}/adv")
+smoke_expect_match("${adv_output}" "== 4 heads \\(BiLSTM<128, 128> -> Attention<4, 256>; adversarial training eps 0.5\\)" "clue --adversarial")
+file(READ "${WORK}/adv/h4/config.json" adv_config)
+string(JSON eps GET "${adv_config}" options --adversarial)
+if(NOT eps EQUAL 0.5)
+  message(FATAL_ERROR "config.json: --adversarial ${eps}, expected 0.5")
+endif()
+smoke_run(advres fail "${PROGRAM}" --data "${DATA}" --epochs 3 --batch 8 --threads 1 --adversarial 0.2 --resume --out "${WORK}/adv")
+smoke_expect_match("${advres_output}" "--adversarial: 0.2 differs from the run's 0.5" "resuming with another --adversarial")
+
 # Resume: a third epoch continues from the saved state.
 smoke_run(resume 0 "${PROGRAM}" ${common} --epochs 3 --resume)
 smoke_expect_match("${resume_output}" "resumed after epoch 2" "resume")

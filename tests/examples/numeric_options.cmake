@@ -61,7 +61,7 @@ set(training
     --valid-fraction:r,r,r,r,r --threads:r,r,r,a,r --limit:r,r,r,a,r)
 run_table("${IMDB}" ${training} --heads:r,r,r,r,r --layers:r,r,r,r,r --window:r,r,r,a,r --ngram-buckets:r,r,r,a,r --ngram-order:r,r,r,r,r --ngram-dropout:r,r,r,a,r
           --attn-entropy:r,r,r,a,r --attn-entropy-target:r,r,r,a,r --adversarial:r,r,r,a,r --seeds:r,r,r,a,r --nblr-buckets:r,r,r,a,r --nblr-order:r,r,r,r,r --nblr-c:r,r,r,r,r --nblr-folds:r,r,r,r,r)
-run_table("${CLUE}" ${training} --heads:r,r,r,a,r --label-smoothing:r,r,r,a,r --bench-seconds:r,r,r,r,r
+run_table("${CLUE}" ${training} --heads:r,r,r,a,r --label-smoothing:r,r,r,a,r --adversarial:r,r,r,a,r --bench-seconds:r,r,r,r,r
           --bench-latency:r,r,r,a,r)
 set(top_expect r r r a r)
 foreach(i RANGE 4)

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The IMDb model's batches and its [CLS] entropy penalty (examples/imdb/model.hpp): make_batch's
-// 1 / log n per review, the row entropies' mean and its gradient, the penalty's hinge, and the perturbation of adversarial
-// training.
+// 1 / log n per review, the row entropies' mean and its gradient, and the penalty's hinge.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -114,21 +113,6 @@ TEST_CASE("imdb entropy_penalty: a hinge at the target, with its gradient zero b
     else
       CHECK(mag > 1e-6);
   }
-}
-
-TEST_CASE("imdb adversarial_delta: each review's gradient scaled to norm eps, zero where the gradient is") {
-  // Three reviews of 2 positions x 2 dims: a gradient along one axis, a general one, and none.
-  const std::vector<float> g{3, 0, 0, 4, /**/ 1, -2, 2, 4, /**/ 0, 0, 0, 0};
-  const auto gt = attn::Tensor<float, attn::AnyShape>::from(Dims{3, 2, 2}, std::span<const float>(g));
-  const auto d = imdb::adversarial_delta(gt, 0.5).to_vector();
-  REQUIRE(d.size() == g.size());
-  for (std::size_t k = 0; k < 4; ++k) CHECK(d[k] == Approx(0.5 * g[k] / 5.0));
-  for (std::size_t k = 4; k < 8; ++k) CHECK(d[k] == Approx(0.5 * g[k] / 5.0));  // |(1,-2,2,4)| = 5
-  for (std::size_t k = 8; k < 12; ++k) CHECK(d[k] == 0.0f);
-  // To first order the loss rises by eps times the gradient's norm: for L(x) = <a, x>, exactly.
-  double rise = 0;
-  for (std::size_t k = 4; k < 8; ++k) rise += double(g[k]) * double(d[k]);
-  CHECK(rise == Approx(0.5 * 5.0));
 }
 
 }  // namespace
