@@ -11,9 +11,10 @@
 //   metrics.jsonl          one line per epoch
 // An epoch ends with: its metrics.jsonl line appended; model.safetensors (when best),
 // last.safetensors (a hard link to model's when that holds the same weights), optimizer.safetensors
-// (and ema.safetensors) written as <name>.pending; state.json replaced (the commit point); the .pending files renamed. Killed anywhere in between, the directory holds the
-// previous committed epoch (whose model.safetensors still loads) and --resume repeats the epoch
-// exactly: it finishes or drops the .pending files and cuts metrics.jsonl back (begin_writing).
+// (and ema.safetensors) written as <name>.pending; state.json replaced (the commit point); the
+// .pending files renamed. Killed anywhere in between, the directory holds the previous committed
+// epoch (whose model.safetensors still loads) and --resume repeats the epoch exactly: it finishes
+// or drops the .pending files and cuts metrics.jsonl back (begin_writing).
 // A program supplies its batches, the loss of a batch and its validation figures:
 //   examples::TrainOptions t;  examples::add_training_flags(app, t);  // in the program's options.cpp
 //   auto plan = examples::inspect_run_dir(dir, t, options);  // before anything is written
