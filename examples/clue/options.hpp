@@ -46,6 +46,7 @@ struct Options {
   std::size_t threads = 0;
   double dropout = 0.2, attn_dropout = 0.1, label_smoothing = 0.1;
   double adversarial = 0;  // adversarial training: eps of the perturbation of each title's embeddings (0: none)
+  std::string class_weights = "none";  // "balanced": the training loss weights each class by n / (C n_c)
   bool residual = true;
   bool bench = false;
   double bench_seconds = 10;

@@ -118,6 +118,7 @@ inline json run_options(const Options& o, std::size_t heads) {
           {"--attn-dropout", o.attn_dropout},
           {"--label-smoothing", o.label_smoothing},
           {"--adversarial", o.adversarial},
+          {"--class-weights", o.class_weights},
           {"--no-residual", !o.residual},
           {"--max-len", o.data.max_len},
           {"--min-freq", o.data.min_freq},

@@ -111,14 +111,16 @@ inline void write_test_predictions(const fs::path& path, const Prepared& p, cons
   data::write_file_atomic(path, out);
 }
 
-/// The training loss of batch b: cross-entropy with label smoothing; with --adversarial eps, the
-/// mean of that loss on the clean embeddings and on embeddings moved by eps along its gradient
-/// (examples::adversarial_loss).
+/// The training loss of batch b: cross-entropy with label smoothing and the class weights (none:
+/// empty); with --adversarial eps, the mean of that loss on the clean embeddings and on embeddings
+/// moved by eps along its gradient (examples::adversarial_loss).
 template <class Model, class B>
-attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model& model, const BatchOn<B>& b, const Options& o) {
+attn::Var<float, attn::AnyShape, B> training_loss(attn::Tape& tape, const Model& model, const BatchOn<B>& b, const Options& o,
+                                                  const std::vector<double>& weights) {
   using V = attn::Var<float, attn::AnyShape, B>;
+  const attn::CrossEntropyOptions ce{.label_smoothing = o.label_smoothing, .weight = weights};
   auto objective = [&](attn::Tape& t, const V* delta, float scale) {
-    V loss = attn::cross_entropy(t, model.forward(t, b, nullptr, delta), b.labels, {.label_smoothing = o.label_smoothing}).erased();
+    V loss = attn::cross_entropy(t, model.forward(t, b, nullptr, delta), b.labels, ce).erased();
     return scale == 1.0f ? loss : attn::scale(t, loss, scale).erased();
   };
   if (!(o.adversarial > 0)) return objective(tape, nullptr, 1.0f);
@@ -137,13 +139,14 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   RunResult res;
   res.heads = heads;
   res.params = model.parameter_count();
-  const std::string adversarial = o.adversarial > 0 ? fmt::format("; adversarial training eps {}", o.adversarial) : "";
+  const std::string training_extras = (o.adversarial > 0 ? fmt::format("; adversarial training eps {}", o.adversarial) : "") +
+                                  (o.class_weights != "none" ? "; class weights " + o.class_weights : "");
   if (heads)
     fmt::print("\n== {} (BiLSTM<{}, {}> -> Attention<{}, {}>{}), {} parameters, on {}\n", heads_label(heads), kEmbed, kHidden, heads, kDim,
-               adversarial, res.params, B::name);
+               training_extras, res.params, B::name);
   else
     fmt::print("\n== no attention, the ablation (BiLSTM<{}, {}> -> {}mean pooling{}), {} parameters, on {}\n", kEmbed, kHidden,
-               cfg.residual ? "LayerNorm -> " : "", adversarial, res.params, B::name);
+               cfg.residual ? "LayerNorm -> " : "", training_extras, res.params, B::name);
 
   json labels = json::array();
   for (std::size_t c = 0; c < p.labels.size(); ++c) labels.push_back({{"label", p.labels.names[c]}, {"label_desc", p.labels.descriptions[c]}});
@@ -156,6 +159,9 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train.ids) lengths.push_back(x.size());
+  // --class-weights balanced: n / (15 n_c) over the training split's labels; none: unweighted.
+  const std::vector<double> weights =
+      o.class_weights == "balanced" ? data::balanced_class_weights(p.train.labels, kClasses) : std::vector<double>{};
   const auto log = examples::train(
       model, o.train, plan, heads, par, lengths,
       [&](const std::vector<std::size_t>& idx) {
@@ -167,7 +173,7 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
         }
         return to_backend<B>(make_batch(seqs, lab));
       },
-      [&](attn::Tape& tape, const BatchOn<B>& b) { return training_loss(tape, model, b, o); },
+      [&](attn::Tape& tape, const BatchOn<B>& b) { return training_loss(tape, model, b, o, weights); },
       [&] {
         const auto ev = evaluate(model, p.valid);
         return examples::Validation{ev.loss, ev.cm.accuracy(), ev.cm.macro_f1()};

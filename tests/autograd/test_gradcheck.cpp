@@ -91,11 +91,17 @@ TEST_CASE("gradcheck: embedding gathers rows and scatters only into used rows") 
   CHECK_THROWS_AS(attn::embedding(t, table, bad), attn::ShapeError);
 }
 
-TEST_CASE("gradcheck: cross-entropy with ignore_index and label smoothing") {
+TEST_CASE("gradcheck: cross-entropy with ignore_index, label smoothing and class weights") {
   auto tg = Tensor<std::int64_t>::from({5}, {2, -100, 0, 4, 1});
   check_gradients("cross_entropy", [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg); }, {rnd({5, 5}, -2, 2)});
   check_gradients("cross_entropy smoothing",
         [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg, {.label_smoothing = 0.1}); }, {rnd({5, 5}, -2, 2)});
+  const std::vector<double> w{0.5, 2.0, 1.25, 0.0, 3.0};
+  check_gradients("cross_entropy weighted", [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg, {.weight = w}); },
+                  {rnd({5, 5}, -2, 2)});
+  check_gradients("cross_entropy weighted smoothing",
+                  [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg, {.label_smoothing = 0.2, .weight = w}); },
+                  {rnd({5, 5}, -2, 2)});
 }
 
 TEST_CASE("tape: gradients accumulate over two backward passes, and NoGrad records nothing") {

@@ -104,6 +104,22 @@ TEST_CASE("bucketed_batches: covers every index once, is seed-deterministic and 
   CHECK_FALSE(ascending);
 }
 
+TEST_CASE("balanced_class_weights: n / (classes n_c), 0 for an absent class, unknown labels skipped") {
+  const std::vector<int> labels{0, 0, 0, 1, -1, 3, 0, 1};  // 7 known: 4, 2, 0, 1
+  const auto w = attn::data::balanced_class_weights(labels, 4);
+  REQUIRE(w.size() == 4);
+  CHECK(w[0] == Approx(7.0 / 16));
+  CHECK(w[1] == Approx(7.0 / 8));
+  CHECK(w[2] == 0.0);
+  CHECK(w[3] == Approx(7.0 / 4));
+  double weighted = 0;  // every class present weighs n / classes in all
+  for (int y : labels)
+    if (y >= 0) weighted += w[std::size_t(y)];
+  CHECK(weighted == Approx(7.0 * 3 / 4));
+  const std::vector<int> bad{0, 4};
+  CHECK_THROWS_WITH(attn::data::balanced_class_weights(bad, 4), Catch::Contains("label 4 at 1 is outside [0, 4)"));
+}
+
 TEST_CASE("random_split: sizes, disjointness, determinism") {
   const Split s = random_split(100, 0.2, 42);
   CHECK(s.valid.size() == 20);

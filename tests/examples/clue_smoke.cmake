@@ -76,6 +76,17 @@ endif()
 smoke_run(advres fail "${PROGRAM}" --data "${DATA}" --epochs 3 --batch 8 --threads 1 --adversarial 0.2 --resume --out "${WORK}/adv")
 smoke_expect_match("${advres_output}" "--adversarial: 0.2 differs from the run's 0.5" "resuming with another --adversarial")
 
+# Class weights: the header says so and config.json binds the choice; an unknown choice is refused.
+smoke_run(cw 0 "${PROGRAM}" --data "${DATA}" --epochs 1 --batch 8 --threads 1 --bench-seconds 0.05 --class-weights balanced --out "${WORK}/cw")
+smoke_expect_match("${cw_output}" "== 4 heads \\(BiLSTM<128, 128> -> Attention<4, 256>; class weights balanced\\)" "clue --class-weights")
+file(READ "${WORK}/cw/h4/config.json" cw_config)
+string(JSON cw GET "${cw_config}" options --class-weights)
+if(NOT cw STREQUAL "balanced")
+  message(FATAL_ERROR "config.json: --class-weights ${cw}, expected balanced")
+endif()
+smoke_run(cwbad fail "${PROGRAM}" --data "${DATA}" --class-weights inverse --out "${WORK}/bad")
+smoke_expect_match("${cwbad_output}" "--class-weights" "clue --class-weights inverse")
+
 # Resume: a third epoch continues from the saved state.
 smoke_run(resume 0 "${PROGRAM}" ${common} --epochs 3 --resume)
 smoke_expect_match("${resume_output}" "resumed after epoch 2" "resume")

@@ -455,6 +455,37 @@ def case_cross_entropy(out_dir: Path, written: list[Path], smoothing: float, see
                mean_over="non-ignored targets", counted=int(keep.sum())), written)
 
 
+def case_cross_entropy_weighted(out_dir: Path, written: list[Path], seed: int) -> None:
+    """Class weights (torch's `weight`), with and without label smoothing, with ignored rows and a
+    class of weight 0."""
+    torch.manual_seed(seed)
+    N, C, ignore = 7, 5, -100
+    logits = randn32(N, C, scale=2.0)
+    targets = torch.tensor([2, ignore, 0, 4, 3, 1, 2], dtype=torch.int64)
+    weight = torch.tensor([0.5, 2.0, 1.25, 0.0, 3.0], dtype=torch.float64)
+    t = {"logits": f32(logits), "targets": targets.clone(), "weight": weight.clone()}
+    keep = targets != ignore
+    for tag, smoothing in (("", 0.0), ("_ls", 0.2)):
+        l64 = logits.double().requires_grad_()
+        loss = F.cross_entropy(l64, targets, weight=weight, ignore_index=ignore, reduction="mean",
+                               label_smoothing=smoothing)
+        loss.backward()
+        # hand-written check: sum over the counted rows of (1-eps) w[y] (-logp[y]) + eps/C sum_c w[c]
+        # (-logp[c]), divided by the sum of w[y] over the same rows
+        logp = torch.log_softmax(logits.double(), dim=-1)[keep]
+        y = targets[keep]
+        nll = -logp.gather(1, y[:, None]).squeeze(1) * weight[y]
+        smooth = (-logp * weight[None, :]).sum(1) / C
+        ref = ((1 - smoothing) * nll + smoothing * smooth).sum() / weight[y].sum()
+        assert_close("cross_entropy_weighted.loss" + tag, loss, ref)
+        t["loss" + tag] = f64(loss).reshape(1)
+        t["grad.logits" + tag] = f64(l64.grad)
+    write(out_dir, "cross_entropy_weighted.safetensors", t,
+          meta("cross_entropy_weighted", seed, classes=C, batch=N, ignore_index=ignore, reduction="mean",
+               label_smoothing="0 (loss, grad.logits) and 0.2 (loss_ls, grad.logits_ls)", loss_shape="[1]",
+               mean_over="non-ignored targets, weighted by weight[target]"), written)
+
+
 # ----------------------------------------------------------------------------------------------
 # 7. Optimizers
 
@@ -796,6 +827,7 @@ def generate(out_dir: Path) -> list[Path]:
     case_embedding(out_dir, written)
     case_cross_entropy(out_dir, written, 0.0, seed=61)
     case_cross_entropy(out_dir, written, 0.1, seed=62)
+    case_cross_entropy_weighted(out_dir, written, seed=63)
     case_optimizer(out_dir, written, "adam", seed=71)
     case_optimizer(out_dir, written, "adamw", seed=72)
     case_optimizer(out_dir, written, "sgd_momentum", seed=73)

@@ -155,6 +155,39 @@ TEST_CASE("golden: Embedding with padding_idx matches torch.nn.Embedding") {
   golden::expect_close(f, "grad.weight", emb.weight.grad(), 1e-12);
 }
 
+TEST_CASE("golden: cross-entropy with class weights matches torch, with and without label smoothing") {
+  auto f = golden::load("cross_entropy_weighted");
+  const auto wt = golden::tensor<double>(f, "weight");
+  const std::vector<double> w(wt.data(), wt.data() + wt.numel());
+  REQUIRE(w.size() == 5);
+  for (auto [tag, ls] : {std::pair<std::string, double>{"", 0.0}, {"_ls", 0.2}}) {
+    INFO("label smoothing " << ls);
+    auto run = [&](auto type_tag, double tol) {
+      using T = decltype(type_tag);
+      Tape tape;
+      attn::Var<T> logits(golden::tensor<T>(f, "logits"), true);
+      auto loss = attn::cross_entropy(tape, logits, golden::tensor<std::int64_t>(f, "targets"), {.label_smoothing = ls, .weight = w});
+      golden::expect_close(f, "loss" + tag, loss.value(), tol);
+      tape.backward(loss);
+      golden::expect_close(f, "grad.logits" + tag, logits.grad(), tol);
+    };
+    run(float{}, 1e-5);
+    run(double{}, 1e-12);
+  }
+  // Weights that do not fit are refused before anything is computed.
+  Tape tape;
+  attn::Var<double> logits(golden::tensor<double>(f, "logits"), true);
+  const auto targets = golden::tensor<std::int64_t>(f, "targets");
+  CHECK_THROWS_WITH(attn::cross_entropy(tape, logits, targets, {.weight = {1.0, 2.0}}), Catch::Contains("2 class weights for 5 classes"));
+  CHECK_THROWS_WITH(attn::cross_entropy(tape, logits, targets, {.weight = {1.0, -1.0, 1.0, 1.0, 1.0}}),
+                    Catch::Contains("class weight 1 is -1.000000; weights must be finite and >= 0"));
+  CHECK_THROWS_WITH(attn::cross_entropy(tape, logits, targets, {.weight = {1.0, 1.0, std::nan(""), 1.0, 1.0}}),
+                    Catch::Contains("class weight 2 is nan"));
+  // Every counted row of weight 0: the loss is 0, as when every row is ignored.
+  const auto zero = attn::cross_entropy(tape, logits, targets, {.weight = {0.0, 0.0, 0.0, 0.0, 0.0}});
+  CHECK(zero.value().to_vector()[0] == 0.0);
+}
+
 TEST_CASE("golden: cross-entropy with ignore_index and label smoothing matches torch") {
   for (std::string name : {"cross_entropy", "cross_entropy_ls"}) {
     auto f = golden::load(name);

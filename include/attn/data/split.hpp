@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Fixed-seed train/validation splits of example indices, optionally stratified by label, so
-// that a run's validation set is the same on every machine and every rerun.
+// that a run's validation set is the same on every machine and every rerun; and the class weights
+// that balance a split's labels.
 //   auto s = attn::data::stratified_split(labels, 0.2, 42);  // s.train, s.valid: sorted indices
+//   auto w = attn::data::balanced_class_weights(labels, 15);  // cross_entropy's .weight
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -91,6 +93,26 @@ inline Split stratified_split(std::span<const int> labels, double valid_fraction
   std::sort(s.train.begin(), s.train.end());
   std::sort(s.valid.begin(), s.valid.end());
   return s;
+}
+
+/// Class weights n / (classes * n_c) for labels in [0, classes) (scikit-learn's
+/// class_weight="balanced"): the weighted count of every class present is n / classes. A class
+/// without labels gets 0. Labels below 0 (unknown) are not counted; one at or above `classes` is
+/// an ArgumentError.
+inline std::vector<double> balanced_class_weights(std::span<const int> labels, std::size_t classes) {
+  std::vector<double> counts(classes, 0.0), w(classes, 0.0);
+  double n = 0;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0) continue;
+    if (std::size_t(labels[i]) >= classes)
+      throw ArgumentError("balanced_class_weights: label " + std::to_string(labels[i]) + " at " + std::to_string(i) + " is outside [0, " +
+                          std::to_string(classes) + ")");
+    counts[std::size_t(labels[i])] += 1;
+    n += 1;
+  }
+  for (std::size_t c = 0; c < classes; ++c)
+    if (counts[c] > 0) w[c] = n / (double(classes) * counts[c]);
+  return w;
 }
 
 }  // namespace attn::data
