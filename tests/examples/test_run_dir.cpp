@@ -129,7 +129,7 @@ TEST_CASE("run_dir: --split-seed is the split's seed, bound to the run, and runs
   CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 42}}), json{{"--batch", 32}}, cfg), Contains("options.--batch: missing"));
 }
 
-TEST_CASE("run_dir: a run recorded before --adversarial or --attn-entropy-target existed trained without them") {
+TEST_CASE("run_dir: a run recorded before --adversarial, --attn-entropy-target or --class-weights existed trained without them") {
   const fs::path cfg = "run/config.json";
   const auto config = [](json options) { return json{{"options", std::move(options)}}; };
   examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--adversarial", 0.0}}, cfg);
@@ -143,6 +143,10 @@ TEST_CASE("run_dir: a run recorded before --adversarial or --attn-entropy-target
   examples::check_same_options(config({{"--attn-entropy", 0.03}}), json{{"--attn-entropy", 0.03}, {"--attn-entropy-target", 0.0}}, cfg);
   CHECK_THROWS_WITH(examples::check_same_options(config({{"--attn-entropy", 0.03}}), json{{"--attn-entropy", 0.03}, {"--attn-entropy-target", 0.5}}, cfg),
                     Contains("--attn-entropy-target: 0.5 differs from the run's 0.0"));
+  // --class-weights likewise: a run before it was unweighted.
+  examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--class-weights", "none"}}, cfg);
+  CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--class-weights", "balanced"}}, cfg),
+                    Contains("--class-weights: \"balanced\" differs from the run's \"none\""));
 }
 
 TEST_CASE("run_dir: metrics.jsonl is cut back to the committed epochs") {
