@@ -160,7 +160,9 @@ TEST_CASE("golden: cross-entropy with class weights matches torch, with and with
   const auto wt = golden::tensor<double>(f, "weight");
   const std::vector<double> w(wt.data(), wt.data() + wt.numel());
   REQUIRE(w.size() == 5);
-  for (auto [tag, ls] : {std::pair<std::string, double>{"", 0.0}, {"_ls", 0.2}}) {
+  for (const auto& setting : {std::pair<std::string, double>{"", 0.0}, {"_ls", 0.2}}) {
+    const std::string tag = setting.first;  // named copies: lambdas cannot capture structured bindings before clang 16
+    const double ls = setting.second;
     INFO("label smoothing " << ls);
     auto run = [&](auto type_tag, double tol) {
       using T = decltype(type_tag);
