@@ -115,8 +115,7 @@ int main(int argc, char** argv) {
       PredictOptions& pr = cmd.prediction;
       if (pr.texts.empty()) pr.texts.push_back(kExampleTitle);
       const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
-      auto tr = load_trained(pr.model_dir);
-      attn::dispatch<0, 1, 2, 4, 8>(tr.heads, "config.json heads", []<std::size_t>() {});
+      auto tr = load_trained(pr.model_dir);  // its heads are one the program offers (trained_config)
 #if defined(ATTN_EXAMPLES_CUDA)
       if (cuda) return predict_cuda(pr.model_dir, tr, pr.texts, pr.keywords, pr.top, pr.dump);
 #endif
