@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The CLUE model's attention for each head count the program offers (1, 2, 4, 8): the one part of
+// The CLUE model's attention for each head count the program offers (kOfferedHeads): the one part of
 // the model whose type depends on it. Included by one translation unit per backend, which
 // instantiates make_attention<B> (heads.cpp for the CPU, cuda.cu for CUDA).
 #pragma once
@@ -38,9 +38,12 @@ class AttentionOf final : public AnyAttention<B> {
 
 template <class B>
 std::unique_ptr<AnyAttention<B>> make_attention(std::size_t heads, nn::Module* parent, const ModelConfig& c) {
-  if (heads == 0) return nullptr;  // the ablation
-  return attn::dispatch<1, 2, 4, 8>(heads, "heads",
-                                    [&]<std::size_t H>() -> std::unique_ptr<AnyAttention<B>> { return std::make_unique<AttentionOf<H, B>>(parent, c); });
+  return dispatch_heads(heads, "heads", [&]<std::size_t H>() -> std::unique_ptr<AnyAttention<B>> {
+    if constexpr (H == 0)
+      return nullptr;  // the ablation
+    else
+      return std::make_unique<AttentionOf<H, B>>(parent, c);
+  });
 }
 
 }  // namespace clue

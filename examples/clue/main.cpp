@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     }
     std::size_t heads = o.heads;
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
-    if (!o.sweep) attn::dispatch<0, 1, 2, 4, 8>(heads, "--heads", []<std::size_t>() {});  // validate before loading data
+    if (!o.sweep) dispatch_heads(heads, "--heads", []<std::size_t>() {});  // validate before loading data
     if (!o.ablation && !o.sweep) throw attn::ArgumentError("--no-ablation: only with --sweep (a single run trains --heads)");
     if (o.train.precision == "int8" && !o.bench)
       throw attn::ArgumentError("--precision int8 is for inference (--bench, predict --precision int8); training takes fp32 or bf16");
@@ -149,8 +149,14 @@ int main(int argc, char** argv) {
     }
     // Everything is checked before anything is written: the run directories (options against
     // config.json, state.json, vocab.txt), the data, then the checkpoints a resumed run continues.
-    std::vector<std::size_t> head_counts = o.sweep ? std::vector<std::size_t>{1, 2, 4, 8} : std::vector<std::size_t>{heads};
-    if (o.sweep && o.ablation) head_counts.push_back(0);
+    // A sweep trains every offered head count, the ablation (0) last.
+    std::vector<std::size_t> head_counts{heads};
+    if (o.sweep) {
+      head_counts.clear();
+      for (std::size_t h : kOfferedHeads)
+        if (h != 0) head_counts.push_back(h);
+      if (o.ablation) head_counts.push_back(0);
+    }
     std::vector<examples::RunPlan> plans;
     for (std::size_t h : head_counts) {
       plans.push_back(examples::inspect_run_dir(run_dir(o, h), o.train, run_options(o, h)));

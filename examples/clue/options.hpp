@@ -2,22 +2,44 @@
 // The CLUE program's options and its command line (parsed in options.cpp, the one translation
 // unit of the program that compiles CLI11).
 #pragma once
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/options.hpp"
+#include "attn/core/dispatch.hpp"
 
 namespace clue {
 
 /// The --heads default: nn::recommended_heads(kDim) (main.cpp checks that they agree).
 inline constexpr std::size_t kDefaultHeads = 4;
 
-/// Whether the program offers `heads`: 1, 2, 4 or 8 attention heads, or 0, the ablation (the same
-/// model without its attention). main.cpp checks the option as attn::dispatch<0, 1, 2, 4, 8>.
-constexpr bool offered_heads(std::size_t heads) noexcept { return heads == 0 || heads == 1 || heads == 2 || heads == 4 || heads == 8; }
+/// The head counts the program offers: 1, 2, 4 or 8 attention heads, and 0, the ablation (the same
+/// model without its attention). --sweep trains them all; every other list derives from this one.
+inline constexpr std::array<std::size_t, 5> kOfferedHeads = {0, 1, 2, 4, 8};
+
+constexpr bool offered_heads(std::size_t heads) noexcept { return std::ranges::find(kOfferedHeads, heads) != kOfferedHeads.end(); }
+
+/// "0, 1, 2, 4, 8", for messages.
+inline std::string offered_heads_list() {
+  std::string s;
+  for (auto h : kOfferedHeads) s += (s.empty() ? "" : ", ") + std::to_string(h);
+  return s;
+}
+
+/// Calls f.template operator()<H>() for the offered head count H equal to `heads` and returns its
+/// result; an ArgumentError naming `what` and the offered counts for any other value.
+template <class F>
+decltype(auto) dispatch_heads(std::size_t heads, const char* what, F&& f) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
+    return attn::dispatch<kOfferedHeads[I]...>(heads, what, std::forward<F>(f));
+  }(std::make_index_sequence<kOfferedHeads.size()>{});
+}
 
 /// Limits of the count options (also checked when config.json is read).
 inline constexpr std::size_t kMaxLen = 8192;                          // --max-len
@@ -46,7 +68,7 @@ struct Options {
   std::size_t threads = 0;
   double dropout = 0.2, attn_dropout = 0.1, label_smoothing = 0.1;
   double adversarial = 0;  // adversarial training: eps of the perturbation of each title's embeddings (0: none)
-  std::string class_weights = "none";  // "balanced": the training loss weights each class by n / (C n_c)
+  std::string class_weights = "none";  // "balanced": the training loss weights each class by n / (C n_c); "sqrt": by its root
   bool residual = true;
   bool bench = false;
   double bench_seconds = 10;

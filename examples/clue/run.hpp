@@ -64,7 +64,7 @@ inline Trained trained_config(const fs::path& dir, json config) {
     if (!j.contains("model")) throw examples::FieldError("model", "missing");
     t.cfg = ModelConfig::from_json(j.at("model"));
     t.heads = examples::json_count(j, "heads", 0, 8);
-    if (!offered_heads(t.heads)) throw examples::FieldError("heads", fmt::format("{} is not one of 0, 1, 2, 4, 8", t.heads));
+    if (!offered_heads(t.heads)) throw examples::FieldError("heads", fmt::format("{} is not one of {}", t.heads, offered_heads_list()));
     const auto ls = j.find("labels");
     if (ls == j.end() || !ls->is_array()) throw examples::FieldError("labels", "missing or not an array");
     for (std::size_t i = 0; i < ls->size(); ++i) {
