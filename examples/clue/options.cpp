@@ -23,9 +23,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss")->check(examples::real(0, 1));
   app.add_option("--class-weights", o.class_weights,
-                 "none, or balanced: the training loss weights each class by N / (15 x its count in the training split), as "
-                 "scikit-learn's class_weight=\"balanced\" (torch's cross_entropy weight=)")
-      ->check(CLI::IsMember({"none", "balanced"}));
+                 "none; balanced: the training loss weights each class by N / (15 x its count in the training split), as "
+                 "scikit-learn's class_weight=\"balanced\" (torch's cross_entropy weight=); sqrt: by the square root of that")
+      ->check(CLI::IsMember({"none", "sqrt", "balanced"}));
   app.add_option("--adversarial", o.adversarial,
                  "adversarial training (Miyato et al., 2017): the training loss is the mean of the loss and the loss with each "
                  "title's character embeddings moved by this L2 distance along its gradient (about 1.7x the time per step; 0: none)")

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "../common/adversarial.hpp"
 #include "../common/device.hpp"
@@ -139,8 +140,20 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   RunResult res;
   res.heads = heads;
   res.params = model.parameter_count();
-  const std::string training_extras = (o.adversarial > 0 ? fmt::format("; adversarial training eps {}", o.adversarial) : "") +
-                                  (o.class_weights != "none" ? "; class weights " + o.class_weights : "");
+  // --class-weights balanced: n / (15 n_c) over the training split's labels; sqrt: its square root;
+  // none: unweighted. The header gives the range of the classes present.
+  const std::vector<double> weights =
+      o.class_weights == "none" ? std::vector<double>{}
+                                : data::class_weights(p.train.labels, kClasses, o.class_weights == "sqrt" ? 0.5 : 1.0);
+  std::string weight_range;
+  if (!weights.empty()) {
+    double lo = std::numeric_limits<double>::infinity(), hi = 0;
+    for (double w : weights)
+      if (w > 0) lo = std::min(lo, w), hi = std::max(hi, w);
+    weight_range = hi > 0 ? fmt::format("; class weights {} {:.3f} to {:.3f}", o.class_weights, lo, hi) : "";
+  }
+  const std::string training_extras =
+      (o.adversarial > 0 ? fmt::format("; adversarial training eps {}", o.adversarial) : "") + weight_range;
   if (heads)
     fmt::print("\n== {} (BiLSTM<{}, {}> -> Attention<{}, {}>{}), {} parameters, on {}\n", heads_label(heads), kEmbed, kHidden, heads, kDim,
                training_extras, res.params, B::name);
@@ -159,9 +172,6 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
 
   std::vector<std::size_t> lengths;
   for (auto& x : p.train.ids) lengths.push_back(x.size());
-  // --class-weights balanced: n / (15 n_c) over the training split's labels; none: unweighted.
-  const std::vector<double> weights =
-      o.class_weights == "balanced" ? data::balanced_class_weights(p.train.labels, kClasses) : std::vector<double>{};
   const auto log = examples::train(
       model, o.train, plan, heads, par, lengths,
       [&](const std::vector<std::size_t>& idx) {

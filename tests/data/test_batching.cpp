@@ -120,6 +120,22 @@ TEST_CASE("balanced_class_weights: n / (classes n_c), 0 for an absent class, unk
   CHECK_THROWS_WITH(attn::data::balanced_class_weights(bad, 4), Catch::Contains("label 4 at 1 is outside [0, 4)"));
 }
 
+TEST_CASE("class_weights: the balanced weights raised to the exponent") {
+  const std::vector<int> labels{0, 0, 0, 1, -1, 3, 0, 1};  // 7 known: 4, 2, 0, 1
+  const auto w = attn::data::class_weights(labels, 4, 0.5);
+  REQUIRE(w.size() == 4);
+  CHECK(w[0] == Approx(std::sqrt(7.0 / 16)));
+  CHECK(w[1] == Approx(std::sqrt(7.0 / 8)));
+  CHECK(w[2] == 0.0);  // absent: 0 whatever the exponent
+  CHECK(w[3] == Approx(std::sqrt(7.0 / 4)));
+  const auto flat = attn::data::class_weights(labels, 4, 0.0);
+  CHECK(flat == std::vector<double>{1.0, 1.0, 0.0, 1.0});
+  CHECK(attn::data::class_weights(labels, 4, 1.0) == attn::data::balanced_class_weights(labels, 4));
+  CHECK_THROWS_WITH(attn::data::class_weights(labels, 4, 1.5), Catch::Contains("exponent 1.5"));
+  CHECK_THROWS_WITH(attn::data::class_weights(labels, 4, -0.5), Catch::Contains("outside [0, 1]"));
+  CHECK_THROWS_WITH(attn::data::class_weights(labels, 4, std::nan("")), Catch::Contains("outside [0, 1]"));
+}
+
 TEST_CASE("random_split: sizes, disjointness, determinism") {
   const Split s = random_split(100, 0.2, 42);
   CHECK(s.valid.size() == 20);

@@ -95,24 +95,33 @@ inline Split stratified_split(std::span<const int> labels, double valid_fraction
   return s;
 }
 
-/// Class weights n / (classes * n_c) for labels in [0, classes) (scikit-learn's
-/// class_weight="balanced"): the weighted count of every class present is n / classes. A class
-/// without labels gets 0. Labels below 0 (unknown) are not counted; one at or above `classes` is
-/// an ArgumentError.
-inline std::vector<double> balanced_class_weights(std::span<const int> labels, std::size_t classes) {
+/// Class weights (n / (classes * n_c))^exponent for labels in [0, classes). With exponent 1 these
+/// are scikit-learn's class_weight="balanced" (the weighted count of every class present is
+/// n / classes); 0.5 weighs by the inverse square root of the frequency, a softer correction of the
+/// imbalance; 0 gives 1 to every class present. A class without labels gets 0. Labels below 0
+/// (unknown) are not counted; one at or above `classes`, or an exponent outside [0, 1], is an
+/// ArgumentError.
+inline std::vector<double> class_weights(std::span<const int> labels, std::size_t classes, double exponent) {
+  if (!(exponent >= 0.0 && exponent <= 1.0))
+    throw ArgumentError("class_weights: the exponent " + std::to_string(exponent) + " is outside [0, 1]");
   std::vector<double> counts(classes, 0.0), w(classes, 0.0);
   double n = 0;
   for (std::size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] < 0) continue;
     if (std::size_t(labels[i]) >= classes)
-      throw ArgumentError("balanced_class_weights: label " + std::to_string(labels[i]) + " at " + std::to_string(i) + " is outside [0, " +
+      throw ArgumentError("class_weights: label " + std::to_string(labels[i]) + " at " + std::to_string(i) + " is outside [0, " +
                           std::to_string(classes) + ")");
     counts[std::size_t(labels[i])] += 1;
     n += 1;
   }
   for (std::size_t c = 0; c < classes; ++c)
-    if (counts[c] > 0) w[c] = n / (double(classes) * counts[c]);
+    if (counts[c] > 0) w[c] = std::pow(n / (double(classes) * counts[c]), exponent);
   return w;
+}
+
+/// class_weights with exponent 1: n / (classes * n_c), scikit-learn's class_weight="balanced".
+inline std::vector<double> balanced_class_weights(std::span<const int> labels, std::size_t classes) {
+  return class_weights(labels, classes, 1.0);
 }
 
 }  // namespace attn::data
