@@ -110,7 +110,8 @@ inline ResumeState read_state(const std::filesystem::path& path) {
 
 /// The epoch a checkpoint's metadata names (nullopt: none recorded).
 inline std::optional<std::size_t> checkpoint_epoch(const std::filesystem::path& p) {
-  const auto meta = attn::io::read_safetensors(p).metadata;
+  const attn::io::SafetensorsReader reader(p);  // the header only, not the tensors
+  const auto& meta = reader.metadata();
   const auto it = meta.find("epoch");
   if (it == meta.end()) return std::nullopt;
   std::size_t e = 0;

@@ -200,6 +200,49 @@ TEST_CASE("checkpoint: a NaN or infinite value is refused naming the tensor, mod
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoint: a file changed in place between the check and the read is an error that says so") {
+  // io::load and the state loaders check a file in one pass and read it into the destination in a
+  // second; attn's own files are replaced by a rename (an open file keeps its content), but a file
+  // rewritten in place in between must not bring a NaN in unnoticed.
+  auto dir = tmpdir();
+  Small a;
+  a.init(1);
+  attn::io::save(a, dir / "m.safetensors");
+  const attn::io::SafetensorsReader r(dir / "m.safetensors");
+  const auto& e = r.at("emb.weight");
+  {
+    std::fstream f(dir / "m.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    f.seekp(static_cast<std::streamoff>(e.offset + 2 * sizeof(float)));
+    f.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+  }
+  std::vector<float> dst(e.numel());
+  try {
+    attn::io::detail::read_checked<float, attn::cpu>(r, "emb.weight", dst.data(), dst.size(), "the model");
+    FAIL("a NaN written after the check was read without an error");
+  } catch (const attn::FormatError& err) {
+    CHECK_THAT(err.what(), Catch::Contains("m.safetensors") && Catch::Contains("the file changed while it was being read") &&
+                               Catch::Contains("'emb.weight': non-finite value (NaN or infinity) at element 2") &&
+                               Catch::Contains("the model is partially loaded"));
+    CHECK(err.where() == e.offset + 2 * sizeof(float));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: load reads a parameter larger than one read chunk exactly") {
+  auto dir = tmpdir();
+  struct Wide : nn::Module {
+    nn::Embedding<64> emb{this, "emb", attn::io::kReadChunkBytes / (64 * sizeof(float)) * 2 + 3};  // two chunks and a bit
+  } a, b;
+  a.init(1);
+  b.init(2);
+  attn::io::save(a, dir / "w.safetensors", {{"epoch", "7"}});
+  const auto meta = attn::io::load(b, dir / "w.safetensors");
+  CHECK(meta.at("epoch") == "7");
+  CHECK(b.emb.weight.raw().to_vector() == a.emb.weight.raw().to_vector());
+  fs::remove_all(dir);
+}
+
 TEST_CASE("checkpoint: load_optimizer checks 'step' and the moments before it modifies the optimizer") {
   auto dir = tmpdir();
   Small a;

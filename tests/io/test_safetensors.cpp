@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -377,6 +378,77 @@ TEST_CASE("safetensors: read errors that are not format errors") {
   CHECK_THROWS_WITH(attn::io::read_safetensors(dir / "absent.safetensors"),
                     Catch::Contains("absent.safetensors") && Catch::Contains("cannot open"));
   CHECK_THROWS_WITH(attn::io::read_safetensors(dir), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(attn::io::SafetensorsReader(dir / "absent.safetensors"), Catch::Contains("absent.safetensors") && Catch::Contains("cannot open"));
+  CHECK_THROWS_WITH(attn::io::SafetensorsReader(dir), Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("safetensors: SafetensorsReader reads the header, then tensors on demand, in ranges and in chunks") {
+  const fs::path dir = scratch("reader");
+  TensorMap t = small_tensors();
+  // Larger than one read chunk, with an element count that does not divide it.
+  const std::size_t big_n = attn::io::kReadChunkBytes / sizeof(double) * 2 + 3;
+  std::vector<double> big(big_n);
+  for (std::size_t i = 0; i < big_n; ++i) big[i] = double(i) * 0.5 - 7.0;
+  t["big"] = TensorRecord::from_values(DType::F64, {big_n}, big);
+  attn::io::write_safetensors(dir / "r.safetensors", t, {{"epoch", "3"}});
+
+  const attn::io::SafetensorsReader r(dir / "r.safetensors");
+  CHECK(r.source() == (dir / "r.safetensors").string());
+  CHECK(r.metadata() == attn::io::MetadataMap{{"epoch", "3"}});
+  REQUIRE(r.tensors().size() == t.size());
+  std::uint64_t next = r.in_file_order().front()->second.offset;  // the order tiles the data buffer
+  for (const auto* kv : r.in_file_order()) {
+    CHECK(kv->second.offset == next);
+    next += kv->second.size;
+    const auto& want = t.at(kv->first);
+    CHECK(kv->second.dtype == want.dtype);
+    CHECK(kv->second.shape == want.shape);
+    CHECK(r.record(kv->second).bytes == want.bytes);
+  }
+  CHECK(next == fs::file_size(dir / "r.safetensors"));
+
+  const auto& e = r.at("big");
+  CHECK(e.numel() == big_n);
+  std::vector<double> part(5);
+  r.read(e, 100 * sizeof(double), 5 * sizeof(double), part.data());
+  CHECK(part == std::vector<double>(big.begin() + 100, big.begin() + 105));
+  CHECK_THROWS_AS(r.read(e, e.size - 8, 16, part.data()), attn::ArgumentError);
+  CHECK_THROWS_WITH(r.at("absent"), Catch::Contains("r.safetensors") && Catch::Contains("no tensor named 'absent'"));
+
+  std::vector<double> got;
+  std::size_t chunks = 0;
+  r.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+    CHECK(offset == got.size() * sizeof(double));
+    CHECK(n % sizeof(double) == 0);
+    CHECK(n <= attn::io::kReadChunkBytes);
+    const std::size_t k = got.size();
+    got.resize(k + n / sizeof(double));
+    std::memcpy(got.data() + k, b, n);
+    ++chunks;
+  });
+  CHECK(chunks == 3);
+  CHECK(got == big);
+  chunks = 0;  // a callback returning false ends the pass
+  r.for_each_chunk(e, [&](const std::byte*, std::uint64_t, std::size_t) { return ++chunks < 2; });
+  CHECK(chunks == 2);
+}
+
+TEST_CASE("safetensors: SafetensorsReader says so when the file shrinks after it was opened") {
+  const fs::path dir = scratch("shrink");
+  TensorMap t;
+  t["w"] = TensorRecord::from_values(DType::F32, {64}, std::vector<float>(64, 1.0f));
+  attn::io::write_safetensors(dir / "s.safetensors", t);
+  const attn::io::SafetensorsReader r(dir / "s.safetensors");
+  const auto& e = r.at("w");
+  fs::resize_file(dir / "s.safetensors", e.offset + 40);  // the same file, cut inside the tensor
+  std::vector<float> v(64);
+  try {
+    r.read(e, 0, e.size, v.data());
+    FAIL("a read past the new end of the file succeeded");
+  } catch (const attn::FormatError& err) {
+    CHECK_THAT(err.what(), Catch::Contains("s.safetensors") && Catch::Contains("the file shrank while being read"));
+    CHECK(err.where() == e.offset + 40);
+  }
 }
 
 TEST_CASE("safetensors: writes are atomic and failures leave the old file and no temporary") {

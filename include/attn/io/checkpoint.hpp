@@ -7,8 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
+#include <span>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../nn/module.hpp"
@@ -31,25 +36,80 @@ inline DType file_dtype(attn::DType t) {
 }
 inline std::vector<std::size_t> shape_of(const Dims& d) { return {d.v.begin(), d.v.begin() + d.n}; }
 
-/// The first non-finite value of a floating-point record: its index, or npos (integer dtypes and
+/// The first non-finite value among `bytes` of dtype `t`: its index, or npos (integer dtypes and
 /// finite data). A checkpoint must not bring NaN or infinity into a model or an optimizer.
-inline std::size_t first_non_finite(const TensorRecord& r) {
+inline std::size_t first_non_finite(DType t, std::span<const std::byte> bytes) {
   auto scan = [&]<class T>() -> std::size_t {
-    const std::size_t n = r.bytes.size() / sizeof(T);
+    const std::size_t n = bytes.size() / sizeof(T);
     for (std::size_t i = 0; i < n; ++i) {
       T v;
-      std::memcpy(&v, r.bytes.data() + i * sizeof(T), sizeof(T));
+      std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
       if (!std::isfinite(v)) return i;
     }
     return std::string::npos;
   };
-  if (r.dtype == DType::F32) return scan.template operator()<float>();
-  if (r.dtype == DType::F64) return scan.template operator()<double>();
+  if (t == DType::F32) return scan.template operator()<float>();
+  if (t == DType::F64) return scan.template operator()<double>();
   return std::string::npos;
 }
+inline std::size_t first_non_finite(const TensorRecord& r) { return first_non_finite(r.dtype, r.bytes); }
+/// The same over a tensor of an open file, read in bounded chunks.
+inline std::size_t first_non_finite(const SafetensorsReader& f, const SafetensorsReader::Entry& e) {
+  if (e.dtype != DType::F32 && e.dtype != DType::F64) return std::string::npos;
+  std::size_t found = std::string::npos;
+  f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+    const std::size_t i = first_non_finite(e.dtype, {b, n});
+    if (i != std::string::npos) found = static_cast<std::size_t>(offset / dtype_size(e.dtype)) + i;
+    return i == std::string::npos;
+  });
+  return found;
+}
+inline std::string non_finite_message(const std::string& name, std::size_t i) {
+  return "'" + name + "': non-finite value (NaN or infinity) at element " + std::to_string(i);
+}
 inline void non_finite_problem(std::vector<std::string>& problems, const std::string& name, const TensorRecord& r) {
-  if (const std::size_t i = first_non_finite(r); i != std::string::npos)
-    problems.push_back("'" + name + "': non-finite value (NaN or infinity) at element " + std::to_string(i));
+  if (const std::size_t i = first_non_finite(r); i != std::string::npos) problems.push_back(non_finite_message(name, i));
+}
+inline void non_finite_problem(std::vector<std::string>& problems, const std::string& name, const SafetensorsFile&, const TensorRecord& r) {
+  non_finite_problem(problems, name, r);
+}
+inline void non_finite_problem(std::vector<std::string>& problems, const std::string& name, const SafetensorsReader& f,
+                               const SafetensorsReader::Entry& e) {
+  if (const std::size_t i = first_non_finite(f, e); i != std::string::npos) problems.push_back(non_finite_message(name, i));
+}
+
+/// What FileMatch and the state checks need of a file in memory and of an open one alike.
+inline const TensorMap& tensor_map(const SafetensorsFile& f) noexcept { return f.tensors; }
+inline const std::map<std::string, SafetensorsReader::Entry>& tensor_map(const SafetensorsReader& f) noexcept { return f.tensors(); }
+inline const std::string& file_source(const SafetensorsFile& f) noexcept { return f.source; }
+inline const std::string& file_source(const SafetensorsReader& f) noexcept { return f.source(); }
+inline const MetadataMap& file_metadata(const SafetensorsFile& f) noexcept { return f.metadata; }
+inline const MetadataMap& file_metadata(const SafetensorsReader& f) noexcept { return f.metadata(); }
+
+/// Reads tensor `e` of `f`, whose every value was found finite when the file was checked, into
+/// `count` elements of T at `dst` on backend B: straight into host memory, through bounded chunks
+/// into a device's. The values are checked again as they arrive: a file changed in place between
+/// the check and this read (attn's own files never are: they are replaced by a rename, and an open
+/// file keeps its content) is a FormatError, and `what` (the model, the optimizer) is then left
+/// partially loaded, which the message says.
+template <class T, class B>
+void read_checked(const SafetensorsReader& f, const std::string& name, T* dst, std::size_t count, const char* what) {
+  const auto& e = f.at(name);
+  if (e.size != count * sizeof(T)) throw std::logic_error("io::read_checked: the tensor's size was not checked");
+  auto changed = [&](std::size_t i) {
+    throw FormatError::at_offset(f.source(), e.offset + i * sizeof(T),
+                                 "the file changed while it was being read (" + non_finite_message(name, i) + "); " + what +
+                                     " is partially loaded");
+  };
+  if constexpr (B::host_accessible) {
+    f.read(e, 0, e.size, dst);
+    if (const std::size_t i = first_non_finite(e.dtype, {reinterpret_cast<const std::byte*>(dst), e.size}); i != std::string::npos) changed(i);
+  } else {
+    f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+      if (const std::size_t i = first_non_finite(e.dtype, {b, n}); i != std::string::npos) changed(offset / sizeof(T) + i);
+      B::template from_host<T>(dst + offset / sizeof(T), reinterpret_cast<const T*>(b), n / sizeof(T));
+    });
+  }
 }
 
 /// The largest step count an optimizer file may hold: far beyond any real run, and small enough
@@ -105,17 +165,22 @@ inline void save(const nn::Module& model, const std::filesystem::path& path, con
 
 namespace detail {
 
-/// A strict match of a file's tensors against what a model expects: require() each expected
-/// tensor, then unexpected() for what is left over; every difference becomes one line of
-/// `problems` (nothing thrown), in the order found. io::load_state_dict and io::load_quantized.
+/// A strict match of a file's tensors (a SafetensorsFile in memory or an open SafetensorsReader)
+/// against what a model expects: require() each expected tensor, then unexpected() for what is
+/// left over; every difference becomes one line of `problems` (nothing thrown), in the order found.
+/// io::load, io::load_state_dict and io::load_quantized.
+template <class File>
 class FileMatch {
  public:
-  explicit FileMatch(const SafetensorsFile& file) : file_(file) {}
-  /// The record `name` when it is present with `shape` and `dtype` and finite values; else nullptr
+  using Entry = typename std::remove_cvref_t<decltype(tensor_map(std::declval<const File&>()))>::mapped_type;
+
+  explicit FileMatch(const File& file) : file_(file) {}
+  /// The tensor `name` when it is present with `shape` and `dtype` and finite values; else nullptr
   /// and the problems noted.
-  const TensorRecord* require(const std::string& name, DType dtype, const std::vector<std::size_t>& shape) {
-    auto it = file_.tensors.find(name);
-    if (it == file_.tensors.end()) {
+  const Entry* require(const std::string& name, DType dtype, const std::vector<std::size_t>& shape) {
+    const auto& tensors = tensor_map(file_);
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
       problems.push_back("missing tensor '" + name + "' " + shape_str(shape));
       return nullptr;
     }
@@ -131,12 +196,12 @@ class FileMatch {
       ok = false;
     }
     const std::size_t before = problems.size();
-    if (ok) non_finite_problem(problems, name, it->second);
+    if (ok) non_finite_problem(problems, name, file_, it->second);
     return ok && problems.size() == before ? &it->second : nullptr;
   }
   /// Notes every tensor no require() asked for, unless its name starts with one of `ignore_prefixes`.
   void unexpected(const std::vector<std::string>& ignore_prefixes = {}) {
-    for (auto& [name, r] : file_.tensors) {
+    for (auto& [name, r] : tensor_map(file_)) {
       if (used_.count(name)) continue;
       bool ignored = false;
       for (auto& pre : ignore_prefixes) ignored = ignored || name.rfind(pre, 0) == 0;
@@ -148,13 +213,13 @@ class FileMatch {
     if (problems.empty()) return;
     std::string msg = what + " (" + std::to_string(problems.size()) + " difference" + (problems.size() > 1 ? "s" : "") + "):";
     for (auto& p : problems) msg += "\n  " + p;
-    throw FormatError::at_offset(file_.source, 0, msg);
+    throw FormatError::at_offset(file_source(file_), 0, msg);
   }
 
   std::vector<std::string> problems;
 
  private:
-  const SafetensorsFile& file_;
+  const File& file_;
   std::set<std::string> used_;
 };
 
@@ -173,11 +238,31 @@ inline void load_state_dict(nn::Module& model, const SafetensorsFile& file, cons
   for (auto& [name, p] : params) p->copy_from_host(file.tensors.at(name).bytes.data());
 }
 
-/// Reads `path` and loads it into `model` (see load_state_dict). Returns the file's metadata.
+/// Reads `path` into `model`'s parameters with load_state_dict's checks, every one made before a
+/// parameter is changed, without holding the file in memory: the header and the values are
+/// checked in one pass over the file, then read a second time straight into the parameters (a few
+/// MiB of staging). Returns the file's metadata.
 inline MetadataMap load(nn::Module& model, const std::filesystem::path& path) {
-  auto f = read_safetensors(path);
-  load_state_dict(model, f);
-  return f.metadata;
+  const SafetensorsReader f(path);
+  detail::FileMatch match(f);
+  auto params = model.named_parameters();
+  for (auto& [name, p] : params) match.require(name, detail::file_dtype(p->dtype()), detail::shape_of(p->dims()));
+  match.unexpected();
+  match.throw_if_any("does not fit the model");
+  for (auto& param : params) {
+    const std::string& name = param.first;
+    nn::ParameterSlot* p = param.second;
+    const auto& e = f.at(name);
+    const std::size_t width = dtype_size(e.dtype);
+    f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+      if (const std::size_t i = detail::first_non_finite(e.dtype, {b, n}); i != std::string::npos)
+        throw FormatError::at_offset(f.source(), e.offset + offset + i * width,
+                                     "the file changed while it was being read (" + detail::non_finite_message(name, offset / width + i) +
+                                         "); the model is partially loaded");
+      p->copy_from_host(b, static_cast<std::size_t>(offset / width), n / width);
+    });
+  }
+  return f.metadata();
 }
 
 namespace detail {
@@ -186,17 +271,18 @@ namespace detail {
 /// averages), each with its shape, attn's dtype and finite values; `whose` names the owner in the
 /// messages ("the optimizer's", "the parameter's") and `count` what state.size() counts.
 template <class T, class State>
-void check_state_tensors(const SafetensorsFile& file, const State& state, const char* whose, const std::string& count, std::vector<std::string>& problems) {
+void check_state_tensors(const SafetensorsReader& file, const State& state, const char* whose, const std::string& count,
+                         std::vector<std::string>& problems) {
+  const auto& tensors = file.tensors();
   for (auto& [name, t] : state) {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end()) problems.push_back("missing tensor '" + name + "'");
+    auto it = tensors.find(name);
+    if (it == tensors.end()) problems.push_back("missing tensor '" + name + "'");
     else if (it->second.shape != shape_of(t.dims()) || it->second.dtype != file_dtype(dtype_of<T>()))
       problems.push_back("'" + name + "': shape or dtype differs from " + whose + " " + t.dims().str());
     else
-      non_finite_problem(problems, name, it->second);
+      non_finite_problem(problems, name, file, it->second);
   }
-  if (file.tensors.size() != state.size())
-    problems.push_back("the file holds " + std::to_string(file.tensors.size()) + " tensors, " + count);
+  if (tensors.size() != state.size()) problems.push_back("the file holds " + std::to_string(tensors.size()) + " tensors, " + count);
 }
 
 /// Metadata `key` as a count in [0, 2^53]; a problem if it is missing or is not one (then 0).
@@ -217,19 +303,19 @@ inline long long metadata_count(const MetadataMap& md, const char* key, std::vec
 }
 
 /// Throws a FormatError at `file` listing `problems` under `what`, if there are any.
-inline void throw_problems(const SafetensorsFile& file, const char* what, const std::vector<std::string>& problems) {
+inline void throw_problems(const SafetensorsReader& file, const char* what, const std::vector<std::string>& problems) {
   if (problems.empty()) return;
   std::string msg = what;
   for (auto& p : problems) msg += "\n  " + p;
-  throw FormatError::at_offset(file.source, 0, msg);
+  throw FormatError::at_offset(file.source(), 0, msg);
 }
 
-/// Copies the checked tensors of `file` into `state`'s (which share storage with their owner).
+/// Reads the checked tensors of `file` into `state`'s (which share storage with their owner).
 template <class T, class B, class State>
-void copy_state(const SafetensorsFile& file, State& state) {
+void copy_state(const SafetensorsReader& file, State& state, const char* what) {
   for (auto& [name, t] : state) {
     auto dst = t;
-    B::template from_host<T>(dst.data(), reinterpret_cast<const T*>(file.tensors.at(name).bytes.data()), dst.numel());
+    read_checked<T, B>(file, name, dst.data(), dst.numel(), what);
   }
 }
 
@@ -248,19 +334,20 @@ void save_optimizer(const optim::Adam<T, B>& opt, const std::filesystem::path& p
 
 /// Restores what save_optimizer wrote; names, shapes and dtypes must match the optimizer's, every
 /// moment must be finite and metadata 'step' an integer in [0, 2^53]. Everything is checked before
-/// the optimizer is modified: on a FormatError it is left as it was.
+/// the optimizer is modified: on a FormatError it is left as it was (unless the file is changed
+/// in place while it is read, which the error says). The file is never held whole in memory.
 template <class T, class B>
 MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& path) {
-  auto f = read_safetensors(path);
+  const SafetensorsReader f(path);
   std::vector<std::string> problems;
   auto state = opt.state();
   detail::check_state_tensors<T>(f, state, "the optimizer's", "the optimizer " + std::to_string(state.size()), problems);
-  const long long step = detail::metadata_count(f.metadata, "step", problems);
+  const long long step = detail::metadata_count(f.metadata(), "step", problems);
   detail::throw_problems(f, "does not fit the optimizer:", problems);
-  // Everything is checked: from here on nothing throws on the file's account.
-  detail::copy_state<T, B>(f, state);
+  // Everything is checked: from here on only a file changed in place while being read throws.
+  detail::copy_state<T, B>(f, state, "the optimizer");
   opt.set_steps(step);
-  return f.metadata;
+  return f.metadata();
 }
 
 /// Writes a parameter average (optim::Ema) atomically: one tensor per parameter under the
@@ -281,25 +368,27 @@ void save_ema(const optim::Ema<T, B>& ema, const std::filesystem::path& path, Me
 
 /// Restores what save_ema wrote into an Ema made with the same options: names, shapes and dtypes
 /// must match, every value be finite, 'ema_every' equal the Ema's and the counters consistent.
-/// Everything is checked first: on a FormatError the Ema is left as it was.
+/// Everything is checked first: on a FormatError the Ema is left as it was (unless the file is
+/// changed in place while it is read, which the error says). The file is never held whole in memory.
 template <class T, class B>
 MetadataMap load_ema(optim::Ema<T, B>& ema, const std::filesystem::path& path) {
   if (ema.swapped()) throw std::logic_error("io::load_ema: the Ema is swapped (the model holds the average); swap() back first");
-  auto f = read_safetensors(path);
+  const SafetensorsReader f(path);
+  const MetadataMap& md = f.metadata();
   std::vector<std::string> problems;
   auto state = ema.state();
   detail::check_state_tensors<T>(f, state, "the parameter's", "the model " + std::to_string(state.size()) + " parameters", problems);
-  const long long steps = detail::metadata_count(f.metadata, "ema_steps", problems);
-  const long long updates = detail::metadata_count(f.metadata, "ema_updates", problems);
-  const long long every = detail::metadata_count(f.metadata, "ema_every", problems);
-  if (f.metadata.count("ema_every") && every != ema.options().every)
+  const long long steps = detail::metadata_count(md, "ema_steps", problems);
+  const long long updates = detail::metadata_count(md, "ema_updates", problems);
+  const long long every = detail::metadata_count(md, "ema_every", problems);
+  if (md.count("ema_every") && every != ema.options().every)
     problems.push_back("metadata 'ema_every' is " + std::to_string(every) + ", the Ema folds every " + std::to_string(ema.options().every) + " steps");
-  else if (f.metadata.count("ema_steps") && f.metadata.count("ema_updates") && updates != steps / ema.options().every)
+  else if (md.count("ema_steps") && md.count("ema_updates") && updates != steps / ema.options().every)
     problems.push_back("metadata 'ema_updates' " + std::to_string(updates) + " does not follow from 'ema_steps' " + std::to_string(steps));
   detail::throw_problems(f, "does not fit the parameter average:", problems);
-  detail::copy_state<T, B>(f, state);
+  detail::copy_state<T, B>(f, state, "the parameter average");
   ema.set_counts(steps, updates);
-  return f.metadata;
+  return md;
 }
 
 }  // namespace attn::io

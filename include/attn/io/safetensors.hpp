@@ -3,6 +3,7 @@
 // written atomically, byte-compatible with the reference `safetensors` writer (Rust/Python).
 //   auto f = attn::io::read_safetensors("model.safetensors");  auto w = f.at("head.weight").to_vector<float>();
 //   attn::io::write_safetensors("out.safetensors", f.tensors, {{"format", "pt"}});
+//   attn::io::SafetensorsReader r("big.safetensors");  // the header only; tensors read on demand
 //
 // Layout: u64 little-endian N, N bytes of UTF-8 JSON
 //   {"__metadata__": {str: str}, "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
@@ -11,7 +12,9 @@
 // byte offset; nothing proportional to a declared size is allocated before it is checked against
 // the real size.
 #pragma once
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -766,48 +769,144 @@ inline SafetensorsFile parse_safetensors(std::span<const std::byte> file, std::s
   return out;
 }
 
+/// The largest piece of tensor data SafetensorsReader::for_each_chunk holds in memory at once.
+inline constexpr std::size_t kReadChunkBytes = std::size_t(4) << 20;
+
+/// A safetensors file opened for reading: its header read and validated against the file's real
+/// size (read_safetensors' checks, every one), its data read on demand, straight into the caller's
+/// memory or in bounded chunks. io::load and the optimizer and average loaders read checkpoints
+/// this way, so that a file is never held in memory beside its destination. The file stays open
+/// (and so keeps the content it had, when it is replaced by a rename) until the reader is destroyed.
+///   attn::io::SafetensorsReader r("model.safetensors");
+///   const auto& e = r.at("head.weight");  std::vector<float> w(e.numel());  r.read(e, 0, e.size, w.data());
+class SafetensorsReader {
+ public:
+  /// Where one tensor's bytes lie in the file.
+  struct Entry {
+    DType dtype = DType::F32;
+    std::vector<std::size_t> shape;
+    std::uint64_t offset = 0;  // of its first byte, from the start of the file
+    std::uint64_t size = 0;    // bytes
+    std::size_t numel() const noexcept { return static_cast<std::size_t>(size / dtype_size(dtype)); }
+  };
+
+  /// Opens `path` and reads its header. Throws IoError when the file cannot be read and
+  /// FormatError (with the byte offset) when the header is malformed or disagrees with the size.
+  explicit SafetensorsReader(const std::filesystem::path& path) : source_(path.string()) {
+    // Checked before opening too: open() on a FIFO would wait for a writer.
+    if (struct stat pre {}; ::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode)) throw IoError(source_, "not a regular file");
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw IoError(source_, std::string("cannot open for reading: ") + std::strerror(errno));
+    try {
+      struct stat st {};
+      if (::fstat(fd_, &st) != 0) throw IoError(source_, std::string("cannot stat: ") + std::strerror(errno));
+      if (!S_ISREG(st.st_mode)) throw IoError(source_, "not a regular file");
+      const auto file_size = static_cast<std::uint64_t>(st.st_size);
+      std::array<std::byte, 8> prefix{};
+      if (file_size >= 8) read_at(0, 8, prefix.data());
+      const std::uint64_t n = detail::header_length(prefix, file_size, source_);
+      std::vector<std::byte> text(n);  // n <= kMaxHeaderBytes and <= file size
+      read_at(8, n, text.data());
+      auto header = detail::parse_header(detail::as_text(text), file_size - 8 - n, source_);
+      metadata_ = std::move(header.metadata);
+      for (auto& e : header.entries) {  // sorted by offset and tiling the buffer
+        auto it = tensors_.emplace(std::move(e.name), Entry{e.dtype, std::move(e.shape), 8 + n + e.begin, e.end - e.begin}).first;
+        order_.push_back(&*it);
+      }
+    } catch (...) {
+      ::close(fd_);
+      throw;
+    }
+  }
+  ~SafetensorsReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  /// The path, as used in error messages.
+  const std::string& source() const noexcept { return source_; }
+  const MetadataMap& metadata() const noexcept { return metadata_; }
+  /// The tensors by name.
+  const std::map<std::string, Entry>& tensors() const noexcept { return tensors_; }
+  /// The tensors in the order of their data in the file: reading them in this order is one
+  /// sequential pass.
+  const std::vector<const std::pair<const std::string, Entry>*>& in_file_order() const noexcept { return order_; }
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  /// The tensor called `name`; a missing one is an IoError naming the file and the tensor.
+  const Entry& at(const std::string& name) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) throw IoError(source_, "no tensor named '" + name + "'");
+    return it->second;
+  }
+
+  /// Reads `count` bytes from byte `offset` of `e`'s data into `dst` (`e` must be one of this
+  /// reader's entries). Throws ArgumentError for a range outside the tensor, IoError when the read
+  /// fails and FormatError (with the offset) when the file has shrunk since it was opened.
+  void read(const Entry& e, std::uint64_t offset, std::uint64_t count, void* dst) const {
+    if (offset > e.size || count > e.size - offset)
+      throw ArgumentError("SafetensorsReader::read: bytes [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+                          ") are outside the tensor's " + std::to_string(e.size));
+    read_at(e.offset + offset, count, static_cast<std::byte*>(dst));
+  }
+
+  /// Calls fn(const std::byte* bytes, std::uint64_t offset, std::size_t count) on `e`'s data in
+  /// order, in pieces of at most kReadChunkBytes that hold whole elements, read into one buffer
+  /// (so at most that much of it is in memory). fn may return bool: false stops the pass.
+  template <class F>
+  void for_each_chunk(const Entry& e, F&& fn) const {
+    const std::size_t width = dtype_size(e.dtype);
+    const std::size_t piece = static_cast<std::size_t>(std::min<std::uint64_t>(e.size, kReadChunkBytes / width * width));
+    std::vector<std::byte> buf(piece);
+    for (std::uint64_t off = 0; off < e.size; off += piece) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(piece, e.size - off));
+      read_at(e.offset + off, n, buf.data());
+      if constexpr (std::is_same_v<std::invoke_result_t<F&, const std::byte*, std::uint64_t, std::size_t>, bool>) {
+        if (!fn(static_cast<const std::byte*>(buf.data()), off, n)) return;
+      } else {
+        fn(static_cast<const std::byte*>(buf.data()), off, n);
+      }
+    }
+  }
+
+  /// The tensor as a TensorRecord (a copy of its bytes in memory).
+  TensorRecord record(const Entry& e) const {
+    TensorRecord r{e.dtype, e.shape, std::vector<std::byte>(static_cast<std::size_t>(e.size))};
+    read_at(e.offset, e.size, r.bytes.data());
+    return r;
+  }
+
+ private:
+  // pread until `count` bytes are in: a short read at the end of the file means it shrank.
+  void read_at(std::uint64_t pos, std::uint64_t count, std::byte* dst) const {
+    std::uint64_t got = 0;
+    while (got < count) {
+      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(count - got, std::uint64_t(1) << 30));
+      const ssize_t r = ::pread(fd_, dst + got, want, static_cast<off_t>(pos + got));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        throw IoError(source_, "read failed at byte offset " + std::to_string(pos + got) + ": " + std::strerror(errno));
+      }
+      if (r == 0) throw FormatError::at_offset(source_, pos + got, "unexpected end of file (the file shrank while being read)");
+      got += static_cast<std::uint64_t>(r);
+    }
+  }
+
+  int fd_ = -1;
+  std::string source_;
+  MetadataMap metadata_;
+  std::map<std::string, Entry> tensors_;
+  std::vector<const std::pair<const std::string, Entry>*> order_;
+};
+
 /// Reads and validates a safetensors file. Throws IoError when the file cannot be read and
 /// FormatError (with the byte offset) when its content is malformed.
 inline SafetensorsFile read_safetensors(const std::filesystem::path& path) {
-  const std::string name = path.string();
-  // Checked before opening too: fopen on a FIFO would wait for a writer.
-  if (struct stat pre {}; ::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode)) throw IoError(name, "not a regular file");
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw IoError(name, std::string("cannot open for reading: ") + std::strerror(errno));
-  struct Closer {
-    std::FILE* f;
-    ~Closer() { std::fclose(f); }
-  } closer{f};
-  struct stat st {};
-  if (::fstat(::fileno(f), &st) != 0) throw IoError(name, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw IoError(name, "not a regular file");
-  const auto file_size = static_cast<std::uint64_t>(st.st_size);
-
-  std::uint64_t pos = 0;  // bytes consumed so far, for error offsets
-  auto read_exact = [&](std::byte* dst, std::uint64_t count) {
-    const std::size_t got = count ? std::fread(dst, 1, count, f) : 0;
-    if (got != count) {
-      if (std::ferror(f)) throw IoError(name, "read failed at byte offset " + std::to_string(pos + got) + ": " + std::strerror(errno));
-      throw FormatError::at_offset(name, pos + got, "unexpected end of file (the file shrank while being read)");
-    }
-    pos += count;
-  };
-
-  std::array<std::byte, 8> prefix{};
-  if (file_size >= 8) read_exact(prefix.data(), 8);
-  const std::uint64_t n = detail::header_length(prefix, file_size, name);
-  std::vector<std::byte> text(n);  // n <= kMaxHeaderBytes and <= file size
-  read_exact(text.data(), n);
-  const auto header = detail::parse_header(detail::as_text(text), file_size - 8 - n, name);
-
+  const SafetensorsReader r(path);
   SafetensorsFile out;
-  out.metadata = header.metadata;
-  for (const auto& e : header.entries) {  // sorted by offset and tiling the buffer: one sequential pass
-    TensorRecord r{e.dtype, e.shape, std::vector<std::byte>(e.end - e.begin)};
-    read_exact(r.bytes.data(), r.bytes.size());
-    out.tensors.emplace(e.name, std::move(r));
-  }
-  out.source = name;
+  out.metadata = r.metadata();
+  for (const auto* kv : r.in_file_order()) out.tensors.emplace(kv->first, r.record(kv->second));  // one sequential pass
+  out.source = r.source();
   return out;
 }
 

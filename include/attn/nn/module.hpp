@@ -43,8 +43,9 @@ class ParameterSlot {
   /// Copies the value to / from host memory holding numel() elements of dtype().
   virtual void copy_to_host(void* dst) const = 0;
   virtual void copy_from_host(const void* src) = 0;
-  /// Copies elements [first, first + count) of the value to host memory (first + count <= numel()).
+  /// Copies elements [first, first + count) of the value to / from host memory (first + count <= numel()).
   virtual void copy_to_host(void* dst, std::size_t first, std::size_t count) const = 0;
+  virtual void copy_from_host(const void* src, std::size_t first, std::size_t count) = 0;
   virtual void zero_grad() = 0;
   /// Whether the value is a weight matrix (Out, In) that the linear op or the LSTM multiplies by
   /// (nn::Linear's weight, nn::Attention's in_proj_weight, the LSTMs' weight_ih / weight_hh): the
@@ -67,6 +68,11 @@ class TypedParameter final : public ParameterSlot {
   }
   void copy_from_host(const void* src) override {
     var.data()->value.copy_from_host(std::span<const T>(static_cast<const T*>(src), numel()));
+    var.data()->mark_value_written();
+  }
+  void copy_from_host(const void* src, std::size_t first, std::size_t count) override {
+    if (first > numel() || count > numel() - first) throw ArgumentError("copy_from_host: elements out of range");
+    var.data()->value.copy_from_host(std::span<const T>(static_cast<const T*>(src), count), first);
     var.data()->mark_value_written();
   }
   void zero_grad() override { var.data()->zero_grad(); }
