@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
       if (tr.labels.names != p.labels.names)
         throw attn::ArgumentError(fmt::format("{}: its labels differ from those of {}", (plans[k].dir / "config.json").string(),
                                               (fs::path(o.data.dir) / "labels.json").string()));
-      TnewsClassifier<> model(tr.cfg, head_counts[k]);
+      auto model = attn::nn::skip_init<TnewsClassifier<>>(tr.cfg, head_counts[k]);
       examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
     }
     par->barrier();  // no process is still reading when the directories change

@@ -28,7 +28,7 @@ template <class B = attn::cpu>
 int predict(const fs::path& dir, const Trained& tr, const std::vector<std::string>& texts, const std::string& keywords, std::size_t top,
             const std::string& dump) {
   const std::size_t heads = tr.heads;
-  TnewsClassifier<B> model(tr.cfg, heads);
+  auto model = attn::nn::skip_init<TnewsClassifier<B>>(tr.cfg, heads);  // its weights are read next
   attn::io::load(model, examples::committed_model(dir));
   model.eval();
   if constexpr (B::host_accessible) model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
@@ -102,7 +102,7 @@ void run_bench(std::size_t heads, const Options& o) {
   ModelConfig cfg = tr ? tr->cfg
                        : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
                                      .residual = o.residual};
-  TnewsClassifier<B> model(cfg, heads);
+  auto model = attn::nn::skip_init<TnewsClassifier<B>>(cfg, heads);  // loaded or drawn next
   if (tr) attn::io::load(model, examples::committed_model(o.model_dir));
   else model.init(o.train.seed);
   model.eval();

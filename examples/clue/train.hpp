@@ -135,7 +135,7 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   const ModelConfig cfg = plan.resume ? resumed(plan, heads).cfg
                                       : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout,
                                                     .attn_dropout = o.attn_dropout, .residual = o.residual};
-  TnewsClassifier<B> model(cfg, heads);
+  auto model = attn::nn::skip_init<TnewsClassifier<B>>(cfg, heads);  // drawn by init next
   model.init(o.train.seed);
   RunResult res;
   res.heads = heads;

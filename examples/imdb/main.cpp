@@ -399,7 +399,7 @@ int main(int argc, char** argv) {
     auto p = prepare(o, examples::resumed_vocab(plans), std::any_of(plans.begin(), plans.end(), [](const auto& pl) { return !pl.resume; }));
     for (std::size_t k = 0; k < specs.size(); ++k)
       if (plans[k].resume) {
-        ImdbClassifier<> model(resumed_config(plans[k], specs[k].heads), specs[k].heads);
+        auto model = attn::nn::skip_init<ImdbClassifier<>>(resumed_config(plans[k], specs[k].heads), specs[k].heads);
         examples::check_resume(model, plans[k], run_options_of(o, specs[k]).train, p.train.size(), par->world());
       }
     par->barrier();  // no process is still reading when the directories change

@@ -26,7 +26,7 @@ int predict(std::size_t heads, const fs::path& dir, const std::vector<std::strin
   const auto cfg = examples::with_json_file(dir / "config.json", [&](const json& j) { return ModelConfig::from_json(j.at("model")); });
   auto vocab = data::Vocab::load(dir / "vocab.txt");
   if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
-  ImdbClassifier<B> model(cfg, heads);
+  auto model = attn::nn::skip_init<ImdbClassifier<B>>(cfg, heads);  // its weights are read next
   attn::io::load(model, examples::committed_model(dir));
   model.eval();
   const data::EnglishTokenizer tok;

@@ -188,7 +188,7 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   const std::size_t heads = r.heads;
   // A resumed run's configuration is the directory's (its options equal ours: inspect_run_dir).
   const ModelConfig cfg = plan.resume ? resumed_config(plan, heads) : model_config(o, r, p);
-  ImdbClassifier<B> model(cfg, heads);
+  auto model = attn::nn::skip_init<ImdbClassifier<B>>(cfg, heads);  // drawn by init next
   model.init(o.train.seed);
   if (cfg.ensemble()) model.set_nblr(p.nblr, p.nblr_scale);  // fitted on the training portion only
   if (!plan.resume && !p.pretrained.empty()) model.set_pretrained(p.pretrained);

@@ -5,6 +5,9 @@
 
 #include <attn/nn.hpp>
 
+#include <algorithm>
+#include <vector>
+
 using attn::Dims;
 using attn::dyn;
 using attn::Shape;
@@ -100,6 +103,56 @@ TEST_CASE("module: a parameter's value and gradient by its PyTorch name, as dict
                     Catch::Contains("no parameter 'fc.weights'") && Catch::Contains("fc.weight, fc.bias"));
   CHECK_THROWS_WITH(net.parameter<float>("fc.weight"), Catch::Contains("'fc.weight' has another element type"));
   CHECK_THROWS_AS(net.named_parameter_vars<float>(), attn::ArgumentError);
+}
+
+namespace {
+// One of each layer that draws its parameters when constructed.
+struct EveryLayer : nn::Module {
+  nn::Linear<4, 3> fc{this, "fc"};
+  nn::Embedding<4> emb{this, "emb", 6, {.padding_idx = 0}};
+  nn::LayerNorm<4> norm{this, "norm"};
+  nn::LSTM<4, 3> lstm{this, "lstm"};
+  nn::BiLSTM<4, 3> bilstm{this, "bilstm"};
+  nn::Attention<2, 4> attn{this, "attn"};
+  nn::TransformerEncoderLayer<2, 4> layer{this, "layer", {.dim_feedforward = 8}};
+};
+std::vector<float> all_values(const nn::Module& m) {
+  std::vector<float> v;
+  for (auto& [name, p] : m.named_parameters()) {
+    std::vector<float> x(p->numel());
+    p->copy_to_host(x.data());
+    v.insert(v.end(), x.begin(), x.end());
+  }
+  return v;
+}
+bool all_zero(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
+}
+}  // namespace
+
+TEST_CASE("module: skip_init leaves every layer's parameters at zero, and init draws them as usual") {
+  const EveryLayer drawn;
+  const auto usual = all_values(drawn);
+  REQUIRE(!all_zero(usual));
+  auto skipped = nn::skip_init<EveryLayer>();  // not movable: constructed in place
+  CHECK(all_values(skipped).size() == usual.size());
+  CHECK(all_zero(all_values(skipped)));
+  {
+    nn::SkipInit outer;
+    {
+      nn::SkipInit inner;  // nests
+    }
+    CHECK_FALSE(nn::init_on_construction());
+    const EveryLayer inside;
+    CHECK(all_zero(all_values(inside)));
+  }
+  CHECK(nn::init_on_construction());
+  const EveryLayer after;  // the scope is over: drawn again, the same values
+  CHECK(all_values(after) == usual);
+  EveryLayer reference;
+  reference.init(5);
+  skipped.init(5);  // Module::init draws whatever the construction did
+  CHECK(all_values(skipped) == all_values(reference));
 }
 
 TEST_CASE("golden: Linear matches torch.nn.Linear (float32 and float64)") {

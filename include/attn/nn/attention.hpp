@@ -71,8 +71,10 @@ template <std::size_t Dim, class T, class B>
 class MhaOutProj : public Linear<Dim, Dim, T, B> {
  public:
   MhaOutProj(Module* parent, std::string name, bool bias) : Linear<Dim, Dim, T, B>(parent, std::move(name), {.bias = bias}) {
-    Rng rng(name_seed(this->name()));
-    MhaOutProj::reset_parameters(rng);
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->name()));
+      MhaOutProj::reset_parameters(rng);
+    }
   }
   void reset_parameters(Rng& rng) override {
     init::torch_linear_default(this->weight, rng, Dim);
@@ -101,9 +103,11 @@ class Attention : public Module {
                           std::to_string(*opt.window));
     in_proj_weight = register_parameter<T, Shape<3 * Dim, Dim>, B>("in_proj_weight", {3 * Dim, Dim}, true);
     if (opt.bias) in_proj_bias = register_parameter<T, Shape<3 * Dim>, B>("in_proj_bias", {3 * Dim});
-    Rng rng(name_seed(this->name()));
-    reset_parameters(rng);
-    out_proj.reset_parameters(rng);
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->name()));
+      reset_parameters(rng);
+      out_proj.reset_parameters(rng);
+    }
   }
 
   /// PyTorch's scheme: Xavier uniform in_proj_weight (as one (3 Dim, Dim) matrix), zero in_proj_bias.

@@ -35,8 +35,10 @@ class Embedding : public Module {
                           " outside the table of " + std::to_string(num_embeddings));
     weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
     weight.data()->sparse_rows = opt.sparse;
-    Rng rng(name_seed(this->name()));
-    reset_parameters(rng);
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->name()));
+      reset_parameters(rng);
+    }
   }
 
   void reset_parameters(Rng& rng) override {

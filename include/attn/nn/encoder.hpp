@@ -69,8 +69,10 @@ class RuntimeLinear : public Module {
       : Module(parent, std::move(name)), in_(in) {
     weight = register_parameter<T, AnyShape, B>("weight", {out, in}, true);
     if (bias) this->bias = register_parameter<T, AnyShape, B>("bias", {out});
-    Rng rng(name_seed(this->name()));
-    reset_parameters(rng);
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->name()));
+      reset_parameters(rng);
+    }
   }
   void reset_parameters(Rng& rng) override {
     init::torch_linear_default(weight, rng, in_);

@@ -2,19 +2,33 @@
 // Parameter initialisers: Xavier (Glorot) uniform, PyTorch's Linear/LSTM default uniform, normal.
 //   attn::nn::init::xavier_uniform(w, rng);          // w (fan_out, fan_in)
 #pragma once
+#include <algorithm>
 #include <cmath>
+#include <span>
+#include <vector>
 
 #include "../autograd/var.hpp"
 #include "../core/rng.hpp"
 
 namespace attn::nn::init {
 
-/// Fills v's value from f(rng) on the host and copies it to v's backend.
+/// Fills v's value from f(rng), element by element in row-major order: in place on a host backend,
+/// through a staging buffer of at most 2^20 elements on a device.
 template <class T, class S, class B, class F>
 void fill_with(const Var<T, S, B>& v, Rng& rng, F&& f) {
-  std::vector<T> h(v.numel());
-  for (auto& x : h) x = static_cast<T>(f(rng));
-  v.data()->value.copy_from_host(h);
+  auto& value = v.data()->value;
+  const std::size_t n = v.numel();
+  if constexpr (B::host_accessible) {  // in place: no second copy of a large table
+    T* p = value.data();
+    for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(f(rng));
+  } else {  // through a bounded staging buffer, in the same order
+    std::vector<T> h(std::min(n, std::size_t(1) << 20));
+    for (std::size_t off = 0; off < n; off += h.size()) {
+      const std::size_t k = std::min(h.size(), n - off);
+      for (std::size_t i = 0; i < k; ++i) h[i] = static_cast<T>(f(rng));
+      value.copy_from_host(std::span<const T>(h.data(), k), off);
+    }
+  }
   v.data()->mark_value_written();
 }
 

@@ -16,8 +16,10 @@ class LayerNorm : public Module {
   LayerNorm(Module* parent, std::string name, double eps = 1e-5) : Module(parent, std::move(name)), eps_(eps) {
     weight = register_parameter<T, Shape<Dim>, B>("weight", {Dim});
     bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
-    Rng rng(0);
-    reset_parameters(rng);
+    if (init_on_construction()) {
+      Rng rng(0);
+      reset_parameters(rng);
+    }
   }
   void reset_parameters(Rng&) override {
     init::constant(weight, T(1));

@@ -23,8 +23,10 @@ class Linear : public Module {
   Linear(Module* parent, std::string name, LinearOptions opt = {}) : Module(parent, std::move(name)), opt_(opt) {
     weight = register_parameter<T, Shape<Out, In>, B>("weight", {Out, In}, true);
     if (opt_.bias) bias = register_parameter<T, Shape<Out>, B>("bias", {Out});
-    Rng rng(name_seed(this->name()));
-    reset_parameters(rng);
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->name()));
+      reset_parameters(rng);
+    }
   }
 
   void reset_parameters(Rng& rng) override {

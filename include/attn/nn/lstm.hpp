@@ -55,8 +55,10 @@ class LSTM : public Module {
     weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden}, true);
     bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
     bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
-    Rng rng(name_seed(this->name()));
-    reset_parameters(rng);
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->name()));
+      reset_parameters(rng);
+    }
   }
 
   void reset_parameters(Rng& rng) override {
@@ -118,8 +120,10 @@ class BiLSTM : public Module {
     weight_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0_reverse", {4 * Hidden, Hidden}, true);
     bias_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0_reverse", {4 * Hidden});
     bias_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0_reverse", {4 * Hidden});
-    Rng rng(name_seed(this->name()));
-    reset_parameters(rng);
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->name()));
+      reset_parameters(rng);
+    }
   }
 
   void reset_parameters(Rng& rng) override {
