@@ -83,8 +83,6 @@ inline const TensorMap& tensor_map(const SafetensorsFile& f) noexcept { return f
 inline const std::map<std::string, SafetensorsReader::Entry>& tensor_map(const SafetensorsReader& f) noexcept { return f.tensors(); }
 inline const std::string& file_source(const SafetensorsFile& f) noexcept { return f.source; }
 inline const std::string& file_source(const SafetensorsReader& f) noexcept { return f.source(); }
-inline const MetadataMap& file_metadata(const SafetensorsFile& f) noexcept { return f.metadata; }
-inline const MetadataMap& file_metadata(const SafetensorsReader& f) noexcept { return f.metadata(); }
 
 /// Reads tensor `e` of `f`, whose every value was found finite when the file was checked, into
 /// `count` elements of T at `dst` on backend B: straight into host memory, through bounded chunks
@@ -92,15 +90,19 @@ inline const MetadataMap& file_metadata(const SafetensorsReader& f) noexcept { r
 /// the check and this read (attn's own files never are: they are replaced by a rename, and an open
 /// file keeps its content) is a FormatError, and `what` (the model, the optimizer) is then left
 /// partially loaded, which the message says.
+/// The error of a value found non-finite at element i of tensor `name` on the second read.
+[[noreturn]] inline void changed_while_read(const SafetensorsReader& f, const SafetensorsReader::Entry& e, const std::string& name,
+                                            std::size_t i, const char* what) {
+  throw FormatError::at_offset(f.source(), e.offset + i * dtype_size(e.dtype),
+                               "the file changed while it was being read (" + non_finite_message(name, i) + "); " + what +
+                                   " is partially loaded");
+}
+
 template <class T, class B>
 void read_checked(const SafetensorsReader& f, const std::string& name, T* dst, std::size_t count, const char* what) {
   const auto& e = f.at(name);
   if (e.size != count * sizeof(T)) throw std::logic_error("io::read_checked: the tensor's size was not checked");
-  auto changed = [&](std::size_t i) {
-    throw FormatError::at_offset(f.source(), e.offset + i * sizeof(T),
-                                 "the file changed while it was being read (" + non_finite_message(name, i) + "); " + what +
-                                     " is partially loaded");
-  };
+  auto changed = [&](std::size_t i) { changed_while_read(f, e, name, i, what); };
   if constexpr (B::host_accessible) {
     f.read(e, 0, e.size, dst);
     if (const std::size_t i = first_non_finite(e.dtype, {reinterpret_cast<const std::byte*>(dst), e.size}); i != std::string::npos) changed(i);
@@ -255,11 +257,10 @@ inline MetadataMap load(nn::Module& model, const std::filesystem::path& path) {
     const auto& e = f.at(name);
     const std::size_t width = dtype_size(e.dtype);
     f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+      const std::size_t first = static_cast<std::size_t>(offset / width);
       if (const std::size_t i = detail::first_non_finite(e.dtype, {b, n}); i != std::string::npos)
-        throw FormatError::at_offset(f.source(), e.offset + offset + i * width,
-                                     "the file changed while it was being read (" + detail::non_finite_message(name, offset / width + i) +
-                                         "); the model is partially loaded");
-      p->copy_from_host(b, static_cast<std::size_t>(offset / width), n / width);
+        detail::changed_while_read(f, e, name, first + i, "the model");
+      p->copy_from_host(b, first, n / width);
     });
   }
   return f.metadata();
