@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: MIT
-// libFuzzer target: safetensors bytes through both readers (in memory and from a file).
+// libFuzzer target: safetensors bytes through the readers (in memory, from a file, on demand).
 // Contract checked: the two readers agree (same tensors or the same FormatError message), every
 // error names the file and a byte offset inside it, accepted files convert to numbers and survive
 // a serialize/parse round trip unchanged. Anything else (other exceptions, sanitizer reports,
 // an invariant failure) is a crash.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <attn/io/safetensors.hpp>
 
@@ -66,6 +68,35 @@ void check_accepted(const SafetensorsFile& f) {
                 "serialization is not canonical");
 }
 
+// The on-demand reader (io::load's) on an accepted file: the same metadata and tensors, its
+// in-file order tiling the data, and each tensor's chunks and ranges giving its bytes.
+void check_reader(const SafetensorsFile& f, const std::filesystem::path& path) {
+  const attn::io::SafetensorsReader r(path);
+  fuzz::require(r.metadata() == f.metadata, "SafetensorsReader: other metadata");
+  fuzz::require(r.tensors().size() == f.tensors.size() && r.in_file_order().size() == f.tensors.size(),
+                "SafetensorsReader: another tensor count");
+  std::uint64_t next = r.in_file_order().empty() ? 0 : r.in_file_order().front()->second.offset;
+  for (const auto* kv : r.in_file_order()) {
+    const auto& e = kv->second;
+    const auto& want = f.at(kv->first);
+    fuzz::require(e.offset == next, "SafetensorsReader: the in-file order does not tile the data");
+    next += e.size;
+    fuzz::require(e.dtype == want.dtype && e.shape == want.shape && e.size == want.bytes.size() && e.numel() == want.numel(),
+                  "SafetensorsReader: another dtype, shape or size");
+    std::vector<std::byte> got;
+    r.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+      fuzz::require(offset == got.size() && n % attn::io::dtype_size(e.dtype) == 0, "SafetensorsReader: a chunk out of place");
+      got.insert(got.end(), b, b + n);
+    });
+    fuzz::require(got == want.bytes, "SafetensorsReader: the chunks differ from the tensor's bytes");
+    if (e.size >= 2) {  // an inner range
+      std::vector<std::byte> mid(static_cast<std::size_t>(e.size - 2));
+      r.read(e, 1, mid.size(), mid.data());
+      fuzz::require(std::equal(mid.begin(), mid.end(), want.bytes.begin() + 1), "SafetensorsReader: a range differs");
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -82,6 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (mem.file) {
     fuzz::require(same_content(*mem.file, *file.file), "in-memory and file readers return different tensors");
     check_accepted(*mem.file);
+    check_reader(*mem.file, path);
   }
   return 0;
 }
