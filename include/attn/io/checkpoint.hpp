@@ -167,6 +167,18 @@ inline void save(const nn::Module& model, const std::filesystem::path& path, con
 
 namespace detail {
 
+/// Reads the checked tensor `name` of `f` into parameter `p`, in chunks, checking the values
+/// again as read_checked does.
+inline void read_parameter(const SafetensorsReader& f, const std::string& name, nn::ParameterSlot& p) {
+  const auto& e = f.at(name);
+  const std::size_t width = dtype_size(e.dtype);
+  f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+    const std::size_t first = static_cast<std::size_t>(offset / width);
+    if (const std::size_t i = first_non_finite(e.dtype, {b, n}); i != std::string::npos) changed_while_read(f, e, name, first + i, "the model");
+    p.copy_from_host(b, first, n / width);
+  });
+}
+
 /// A strict match of a file's tensors (a SafetensorsFile in memory or an open SafetensorsReader)
 /// against what a model expects: require() each expected tensor, then unexpected() for what is
 /// left over; every difference becomes one line of `problems` (nothing thrown), in the order found.
@@ -251,18 +263,7 @@ inline MetadataMap load(nn::Module& model, const std::filesystem::path& path) {
   for (auto& [name, p] : params) match.require(name, detail::file_dtype(p->dtype()), detail::shape_of(p->dims()));
   match.unexpected();
   match.throw_if_any("does not fit the model");
-  for (auto& param : params) {
-    const std::string& name = param.first;
-    nn::ParameterSlot* p = param.second;
-    const auto& e = f.at(name);
-    const std::size_t width = dtype_size(e.dtype);
-    f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
-      const std::size_t first = static_cast<std::size_t>(offset / width);
-      if (const std::size_t i = detail::first_non_finite(e.dtype, {b, n}); i != std::string::npos)
-        detail::changed_while_read(f, e, name, first + i, "the model");
-      p->copy_from_host(b, first, n / width);
-    });
-  }
+  for (auto& [name, p] : params) detail::read_parameter(f, name, *p);
   return f.metadata();
 }
 

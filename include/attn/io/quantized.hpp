@@ -54,29 +54,38 @@ inline void save_quantized(const nn::Module& model, const std::filesystem::path&
   write_safetensors(path, quantized_state_dict(model), metadata);
 }
 
+namespace detail {
+/// The first element of a quantized weight's scales that is not a usable scale (positive, and 128
+/// times it finite), or npos.
+inline std::size_t bad_scale(const std::vector<float>& v) {
+  for (std::size_t j = 0; j < v.size(); ++j)
+    if (!(v[j] > 0.f) || !std::isfinite(v[j] * 128.f)) return j;
+  return std::string::npos;
+}
+}  // namespace detail
+
 /// Loads a file save_quantized wrote into `model`. Every name, shape and dtype must fit (product
 /// weights I8 with an F32 ".scale" of finite, positive values; everything else as io::load wants
 /// it), and every float value must be finite; otherwise nothing changes and a FormatError lists
-/// every difference. Returns the file's metadata.
+/// every difference. As io::load, it checks the file in one pass and reads it into the model in a
+/// second, without holding the file in memory (only one int8 weight at a time). Returns the file's
+/// metadata.
 inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path& path) {
-  const SafetensorsFile file = read_safetensors(path);
+  const SafetensorsReader file(path);
   detail::FileMatch match(file);
   auto& problems = match.problems;
-  if (!file.metadata.count(kQuantizationKey))
+  if (!file.metadata().count(kQuantizationKey))
     problems.push_back(std::string("no '") + kQuantizationKey + "' entry in the metadata: not a file io::save_quantized wrote");
   auto params = model.named_parameters();
   for (auto& [name, p] : params) {
     const auto shape = detail::shape_of(p->dims());
     if (p->product_weight && p->dims().n == 2 && nn::detail::float_cpu_data(p)) {
       match.require(name, DType::I8, shape);
-      if (const TensorRecord* s = match.require(name + ".scale", DType::F32, {shape[0]})) {
-        const auto v = s->to_vector<float>();
-        for (std::size_t j = 0; j < v.size(); ++j)
-          if (!(v[j] > 0.f) || !std::isfinite(v[j] * 128.f)) {
-            problems.push_back("'" + name + ".scale': element " + std::to_string(j) + " is " + std::to_string(v[j]) +
-                               " (a scale must be positive, and 128 times it finite)");
-            break;
-          }
+      if (const auto* s = match.require(name + ".scale", DType::F32, {shape[0]})) {
+        const auto v = file.record(*s).to_vector<float>();
+        if (const std::size_t j = detail::bad_scale(v); j != std::string::npos)
+          problems.push_back("'" + name + ".scale': element " + std::to_string(j) + " is " + std::to_string(v[j]) +
+                             " (a scale must be positive, and 128 times it finite)");
       }
     } else {
       match.require(name, detail::file_dtype(p->dtype()), shape);
@@ -84,15 +93,20 @@ inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path
   }
   match.unexpected();
   match.throw_if_any("does not fit the model as a quantized file");
-  // Everything checked: nothing below can fail on the file's content.
+  // Everything checked: below, only a file changed in place while it is read can fail.
   for (auto& [name, p] : params) {
     VarData<float, cpu>* d = p->product_weight && p->dims().n == 2 ? nn::detail::float_cpu_data(p) : nullptr;
     if (!d) {
-      p->copy_from_host(file.tensors.at(name).bytes.data());
+      detail::read_parameter(file, name, *p);
       continue;
     }
-    const auto q = file.tensors.at(name).to_vector<std::int8_t>();
-    const auto s = file.tensors.at(name + ".scale").to_vector<float>();
+    const auto q = file.record(file.at(name)).to_vector<std::int8_t>();
+    const auto& se = file.at(name + ".scale");
+    const auto s = file.record(se).to_vector<float>();
+    if (const std::size_t j = detail::bad_scale(s); j != std::string::npos)
+      throw FormatError::at_offset(file.source(), se.offset + j * sizeof(float),
+                                   "the file changed while it was being read ('" + name + ".scale': element " + std::to_string(j) +
+                                       " is not a usable scale); the model is partially loaded");
     const std::size_t out = p->dims().v[0], in = p->dims().v[1];
     std::vector<float> w(out * in);
     for (std::size_t j = 0; j < out; ++j)
@@ -102,7 +116,7 @@ inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path
     pack->assign(int(in), int(out), q, s);
     attn::detail::keep_pack<kernels::PackedInt8>(*d, attn::detail::PackKind::int8_wt, std::shared_ptr<const kernels::PackedInt8>(pack));
   }
-  return file.metadata;
+  return file.metadata();
 }
 
 }  // namespace attn::io
