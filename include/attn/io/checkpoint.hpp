@@ -84,12 +84,6 @@ inline const std::map<std::string, SafetensorsReader::Entry>& tensor_map(const S
 inline const std::string& file_source(const SafetensorsFile& f) noexcept { return f.source; }
 inline const std::string& file_source(const SafetensorsReader& f) noexcept { return f.source(); }
 
-/// Reads tensor `e` of `f`, whose every value was found finite when the file was checked, into
-/// `count` elements of T at `dst` on backend B: straight into host memory, through bounded chunks
-/// into a device's. The values are checked again as they arrive: a file changed in place between
-/// the check and this read (attn's own files never are: they are replaced by a rename, and an open
-/// file keeps its content) is a FormatError, and `what` (the model, the optimizer) is then left
-/// partially loaded, which the message says.
 /// The error of a value found non-finite at element i of tensor `name` on the second read.
 [[noreturn]] inline void changed_while_read(const SafetensorsReader& f, const SafetensorsReader::Entry& e, const std::string& name,
                                             std::size_t i, const char* what) {
@@ -98,18 +92,37 @@ inline const std::string& file_source(const SafetensorsReader& f) noexcept { ret
                                    " is partially loaded");
 }
 
+/// The second read of tensor `name` of `f`, whose every value was found finite when the file was
+/// checked: fn(const std::byte* bytes, std::size_t first, std::size_t count) receives its elements
+/// [first, first + count) chunk by chunk, each checked again as it arrives. A file changed in
+/// place between the check and this read (attn's own files never are: they are replaced by a
+/// rename, and an open file keeps its content) is a FormatError saying that `what` (the model, the
+/// optimizer) is partially loaded.
+template <class F>
+void for_each_checked_chunk(const SafetensorsReader& f, const std::string& name, const char* what, F&& fn) {
+  const auto& e = f.at(name);
+  const std::size_t width = dtype_size(e.dtype);
+  f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+    const std::size_t first = static_cast<std::size_t>(offset / width);
+    if (const std::size_t i = first_non_finite(e.dtype, {b, n}); i != std::string::npos) changed_while_read(f, e, name, first + i, what);
+    fn(b, first, n / width);
+  });
+}
+
+/// Reads the checked tensor `name` of `f` into `count` elements of T at `dst` on backend B:
+/// straight into host memory, through bounded chunks into a device's, checking the values again as
+/// for_each_checked_chunk does.
 template <class T, class B>
 void read_checked(const SafetensorsReader& f, const std::string& name, T* dst, std::size_t count, const char* what) {
   const auto& e = f.at(name);
   if (e.size != count * sizeof(T)) throw std::logic_error("io::read_checked: the tensor's size was not checked");
-  auto changed = [&](std::size_t i) { changed_while_read(f, e, name, i, what); };
   if constexpr (B::host_accessible) {
     f.read(e, 0, e.size, dst);
-    if (const std::size_t i = first_non_finite(e.dtype, {reinterpret_cast<const std::byte*>(dst), e.size}); i != std::string::npos) changed(i);
+    if (const std::size_t i = first_non_finite(e.dtype, {reinterpret_cast<const std::byte*>(dst), e.size}); i != std::string::npos)
+      changed_while_read(f, e, name, i, what);
   } else {
-    f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
-      if (const std::size_t i = first_non_finite(e.dtype, {b, n}); i != std::string::npos) changed(offset / sizeof(T) + i);
-      B::template from_host<T>(dst + offset / sizeof(T), reinterpret_cast<const T*>(b), n / sizeof(T));
+    for_each_checked_chunk(f, name, what, [&](const std::byte* b, std::size_t first, std::size_t n) {
+      B::template from_host<T>(dst + first, reinterpret_cast<const T*>(b), n);
     });
   }
 }
@@ -167,16 +180,9 @@ inline void save(const nn::Module& model, const std::filesystem::path& path, con
 
 namespace detail {
 
-/// Reads the checked tensor `name` of `f` into parameter `p`, in chunks, checking the values
-/// again as read_checked does.
+/// Reads the checked tensor `name` of `f` into parameter `p` (see for_each_checked_chunk).
 inline void read_parameter(const SafetensorsReader& f, const std::string& name, nn::ParameterSlot& p) {
-  const auto& e = f.at(name);
-  const std::size_t width = dtype_size(e.dtype);
-  f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
-    const std::size_t first = static_cast<std::size_t>(offset / width);
-    if (const std::size_t i = first_non_finite(e.dtype, {b, n}); i != std::string::npos) changed_while_read(f, e, name, first + i, "the model");
-    p.copy_from_host(b, first, n / width);
-  });
+  for_each_checked_chunk(f, name, "the model", [&](const std::byte* b, std::size_t first, std::size_t n) { p.copy_from_host(b, first, n); });
 }
 
 /// A strict match of a file's tensors (a SafetensorsFile in memory or an open SafetensorsReader)
@@ -237,6 +243,20 @@ class FileMatch {
   std::set<std::string> used_;
 };
 
+/// load_state_dict's and io::load's checks of `file` against `model` (every name, shape, dtype and
+/// value; tensors starting with one of `ignore_prefixes` skipped); throws the FormatError listing
+/// every difference. Returns the model's named parameters.
+template <class File>
+std::vector<std::pair<std::string, nn::ParameterSlot*>> check_fits(const nn::Module& model, const File& file,
+                                                                    const std::vector<std::string>& ignore_prefixes) {
+  FileMatch match(file);
+  auto params = model.named_parameters();
+  for (auto& [name, p] : params) match.require(name, file_dtype(p->dtype()), shape_of(p->dims()));
+  match.unexpected(ignore_prefixes);
+  match.throw_if_any("does not fit the model");
+  return params;
+}
+
 }  // namespace detail
 
 /// Copies tensors into `model`'s parameters. Every name, shape and dtype must match exactly
@@ -244,11 +264,7 @@ class FileMatch {
 /// otherwise nothing is changed and a FormatError lists every difference and names every tensor
 /// holding NaN or infinity. Tensors whose names start with a prefix in `ignore_prefixes` are skipped.
 inline void load_state_dict(nn::Module& model, const SafetensorsFile& file, const std::vector<std::string>& ignore_prefixes = {}) {
-  detail::FileMatch match(file);
-  auto params = model.named_parameters();
-  for (auto& [name, p] : params) match.require(name, detail::file_dtype(p->dtype()), detail::shape_of(p->dims()));
-  match.unexpected(ignore_prefixes);
-  match.throw_if_any("does not fit the model");
+  const auto params = detail::check_fits(model, file, ignore_prefixes);
   for (auto& [name, p] : params) p->copy_from_host(file.tensors.at(name).bytes.data());
 }
 
@@ -258,11 +274,7 @@ inline void load_state_dict(nn::Module& model, const SafetensorsFile& file, cons
 /// MiB of staging). Returns the file's metadata.
 inline MetadataMap load(nn::Module& model, const std::filesystem::path& path) {
   const SafetensorsReader f(path);
-  detail::FileMatch match(f);
-  auto params = model.named_parameters();
-  for (auto& [name, p] : params) match.require(name, detail::file_dtype(p->dtype()), detail::shape_of(p->dims()));
-  match.unexpected();
-  match.throw_if_any("does not fit the model");
+  const auto params = detail::check_fits(model, f, {});
   for (auto& [name, p] : params) detail::read_parameter(f, name, *p);
   return f.metadata();
 }
