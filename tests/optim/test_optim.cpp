@@ -175,7 +175,7 @@ TEST_CASE("golden: a sparse Embedding with Adam matches nn.Embedding(sparse=True
   }
 }
 
-TEST_CASE("sparse Embedding gradients: recorded rows, clipping, zero_grad, and dense fallback") {
+TEST_CASE("sparse Embedding gradients: compact rows, clipping, zero_grad, and dense fallback") {
   attn::nn::Embedding<4> emb(nullptr, "emb", 10, {.padding_idx = 0, .sparse = true});
   auto ids = Tensor<std::int32_t>::from({5}, {3, 7, 3, 0, 9});
   attn::Tape tape;
@@ -183,21 +183,30 @@ TEST_CASE("sparse Embedding gradients: recorded rows, clipping, zero_grad, and d
   tape.backward(attn::sum(tape, attn::mul(tape, x, x)));
   auto& d = *emb.weight.data();
   REQUIRE(d.grad_is_row_sparse());
-  std::vector<std::size_t> rows = d.grad_rows;
-  std::sort(rows.begin(), rows.end());
-  CHECK(rows == std::vector<std::size_t>{3, 7, 9});
+  // The compact form: no whole-table buffer, one row of values per looked-up row, in first-use
+  // order: d(sum x^2)/dw[r] = 2 w[r] per lookup (row 3 twice; the padding row never).
+  REQUIRE(d.grad_compact);
+  CHECK(d.grad.empty());
+  CHECK(d.grad_rows == std::vector<std::size_t>{3, 7, 9});
+  REQUIRE(d.grad_values.dims()[0] >= 3);
+  const auto w = emb.weight.value();
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = 0; j < 4; ++j) CHECK(d.grad_values(i, j) == (i == 0 ? 4.0f : 2.0f) * w(d.grad_rows[i], j));
   // The norm over the recorded rows is the norm of the whole gradient.
   double want = 0;
-  for (std::size_t i = 0; i < d.grad.numel(); ++i) want += double(d.grad[i]) * d.grad[i];
+  for (std::size_t i = 0; i < 3 * 4; ++i) want += double(d.grad_values[i]) * d.grad_values[i];
   auto params = optim::NamedParams<float, attn::cpu>::of(emb);
   CHECK(optim::clip_grad_norm(params.vars, 1e-3) == Approx(std::sqrt(want)));
   double after = 0;
-  for (std::size_t i = 0; i < d.grad.numel(); ++i) after += double(d.grad[i]) * d.grad[i];
+  for (std::size_t i = 0; i < 3 * 4; ++i) after += double(d.grad_values[i]) * d.grad_values[i];
   CHECK(std::sqrt(after) == Approx(1e-3).epsilon(1e-4));
+  const float* kept = d.grad_values.data();
   emb.zero_grad();
-  CHECK_FALSE(d.grad.empty());  // the buffer is kept
-  for (std::size_t i = 0; i < d.grad.numel(); ++i) CHECK(d.grad[i] == 0.0f);
+  CHECK_FALSE(d.has_grad());
+  CHECK(d.grad.empty());
   CHECK(d.grad_rows.empty());
+  CHECK(d.grad_values.data() == kept);  // the row buffer is kept for the next step
+  for (auto slot : d.row_slot) CHECK(slot == d.kNoSlot);
   // Untouched rows do not move under Adam; touched ones do.
   optim::Adam<float> opt(emb, {.lr = 0.1, .weight_decay = 0.5, .decoupled = true});
   const auto before = emb.weight.value().clone();
@@ -211,7 +220,8 @@ TEST_CASE("sparse Embedding gradients: recorded rows, clipping, zero_grad, and d
     CHECK(moved == (r == 2 || r == 5));
   }
   opt.zero_grad();
-  // Any dense accumulation (the table used as a matrix) makes the gradient dense.
+  // Any dense accumulation (the table used as a matrix) makes the gradient dense, keeping the
+  // rows scattered so far.
   {
     attn::Tape t3;
     auto y = emb(t3, Tensor<std::int32_t>::from({1}, {4}));
@@ -219,6 +229,82 @@ TEST_CASE("sparse Embedding gradients: recorded rows, clipping, zero_grad, and d
     t3.backward(attn::sum(t3, z));
   }
   CHECK_FALSE(d.grad_is_row_sparse());
+  CHECK_FALSE(d.grad_compact);
+  {
+    // d/dW of sum(y W^T) with y = W[4]: every row gets y; row 4 also sum of W's rows (its lookup).
+    const auto g = emb.weight.grad();
+    const auto v = emb.weight.value();
+    for (std::size_t j = 0; j < 4; ++j) {
+      float col = 0;
+      for (std::size_t r = 0; r < 10; ++r) col += v(r, j);
+      CHECK(g(0, j) == Approx(v(4, j)));
+      CHECK(g(4, j) == Approx(v(4, j) + col));
+    }
+  }
   emb.zero_grad();
   CHECK(d.grad.empty());
+}
+
+TEST_CASE("sparse Embedding gradients: the compact form accumulates and grows as the whole-table one, and Adam moves the same") {
+  // Three backward passes without zero_grad, touching more rows than the first pass allocated, with
+  // padding and repeats; against the same table without .sparse (a dense gradient).
+  attn::nn::Embedding<5> sparse(nullptr, "emb", 40, {.padding_idx = 0, .sparse = true});
+  attn::nn::Embedding<5> dense(nullptr, "emb", 40, {.padding_idx = 0});
+  sparse.init(7);
+  dense.init(7);
+  const std::vector<std::vector<std::int64_t>> batches = {{1, 2, 0, 2}, {3, 4, 5, 6, 7, 8, 1, 0}, {9, 10, 11, 12, 13, 14, 15, 16, 17, 3, 39}};
+  attn::Rng rng(3);
+  for (const auto& b : batches) {
+    const auto ids = Tensor<std::int64_t>::from({b.size()}, std::vector<std::int64_t>(b));
+    auto up = Tensor<float>({b.size(), 5});
+    for (std::size_t i = 0; i < up.numel(); ++i) up[i] = float(rng.normal());
+    for (auto* e : {&sparse, &dense}) {
+      attn::Tape t;
+      t.backward((*e)(t, ids), up);
+    }
+  }
+  auto& d = *sparse.weight.data();
+  REQUIRE(d.grad_compact);
+  CHECK(d.grad_rows.size() == 18);
+  const auto want = dense.weight.grad();
+  std::vector<std::uint8_t> listed(40, 0);
+  for (std::size_t i = 0; i < d.grad_rows.size(); ++i) {
+    listed[d.grad_rows[i]] = 1;
+    for (std::size_t j = 0; j < 5; ++j) CHECK(d.grad_values(i, j) == want(d.grad_rows[i], j));  // the same sums, bit for bit
+  }
+  for (std::size_t r = 0; r < 40; ++r)
+    if (!listed[r])
+      for (std::size_t j = 0; j < 5; ++j) CHECK(want(r, j) == 0.0f);
+  // Adam on the compact form and on the same gradient made whole-table (Var::grad()) move the
+  // table identically (SparseAdam's update either way).
+  attn::nn::Embedding<5> twin(nullptr, "emb", 40, {.padding_idx = 0, .sparse = true});
+  twin.init(7);
+  for (const auto& b : batches) {
+    attn::Tape t;
+    t.backward(twin(t, Tensor<std::int64_t>::from({b.size()}, std::vector<std::int64_t>(b))), Tensor<float>::zeros({b.size(), 5}));
+  }
+  {
+    auto& td = *twin.weight.data();
+    REQUIRE(td.grad_compact);
+    for (std::size_t i = 0; i < td.grad_rows.size(); ++i)
+      for (std::size_t j = 0; j < 5; ++j) td.grad_values(i, j) = d.grad_values(i, j);
+    const auto g = twin.weight.grad();  // materialises
+    REQUIRE_FALSE(td.grad_compact);
+    REQUIRE(td.grad_is_row_sparse());
+    CHECK(g(0, 0) == 0.0f);
+    CHECK(g(39, 2) == want(39, 2));
+  }
+  optim::Adam<float> a(sparse, {.lr = 0.05}), b(twin, {.lr = 0.05});
+  a.step();
+  b.step();
+  for (std::size_t i = 0; i < 40 * 5; ++i) CHECK(sparse.weight.value()[i] == twin.weight.value()[i]);
+  // zero_grad drops the materialised buffer: the next step is compact again.
+  b.zero_grad();
+  CHECK(twin.weight.data()->grad.empty());
+  {
+    attn::Tape t;
+    t.backward(twin(t, Tensor<std::int64_t>::from({2}, {5, 6})), Tensor<float>::full({2, 5}, 1.0f));
+  }
+  CHECK(twin.weight.data()->grad_compact);
+  CHECK(twin.weight.data()->grad_rows == std::vector<std::size_t>{5, 6});
 }

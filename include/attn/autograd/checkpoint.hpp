@@ -92,6 +92,10 @@ void swap_grads(VarData<T, B>& a, VarData<T, B>& b) noexcept {
   std::swap(a.grad_dense, b.grad_dense);
   std::swap(a.grad_rows, b.grad_rows);
   std::swap(a.row_marked, b.row_marked);
+  std::swap(a.grad_compact, b.grad_compact);
+  std::swap(a.grad_values, b.grad_values);
+  std::swap(a.row_slot, b.row_slot);
+  std::swap(a.grad_materialized, b.grad_materialized);
 }
 
 template <std::size_t N, class F>
@@ -228,7 +232,8 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
                   if (!direct[i]) {
                     swap_grads(outer, copy);
                     outer.grad_writes += copy.grad_writes;
-                  } else if (!copy.grad.empty()) {
+                  } else if (copy.has_grad()) {
+                    copy.materialize_grad();
                     outer.grad_ref() += copy.grad;
                   }
                 }

@@ -25,8 +25,10 @@ auto embedding(C& ctx, const Var<T, SW, B>& table, const Tensor<I, SI, B>& ids, 
   if (rg) {
     tape->push(o.data(), {table.data().get()}, [td = table.data(), od_ = o.data(), ids = ids.erased(), dim, padding_idx] {
       if (od_->grad.empty() || !td->requires_grad) return;
-      auto& g = td->grad_ref_rows(ids.data(), ids.numel(), padding_idx);
-      kernels::scatter_add_rows(B{}, g.data(), dim, ids.data(), ids.numel(), od_->grad.data(), padding_idx);
+      const std::size_t n = ids.numel();
+      const T* src = od_->grad.data();
+      td->scatter_into_rows(ids.data(), n, padding_idx,
+                            [&](T* dst, const auto* idx, long long skip) { kernels::scatter_add_rows(B{}, dst, dim, idx, n, src, skip); });
     });
   }
   return o;

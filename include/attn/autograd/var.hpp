@@ -19,19 +19,38 @@ namespace attn {
 /// What a Var refers to: its value and (once backward reaches it) its gradient.
 template <class T, class B>
 struct VarData {
+  using value_type = T;
+  using backend_type = B;
   Tensor<T, AnyShape, B> value;
   Tensor<T, AnyShape, B> grad;  // empty until something accumulates into it
   bool requires_grad = false;
 
   /// Row-sparse gradients (a (rows, dim) table looked up by ids, nn::Embedding with .sparse):
-  /// while only row scatters have accumulated into grad since the last zero_grad(), grad_rows
-  /// lists the rows that may be non-zero and every other row is zero, so optimizers, clipping
-  /// and zero_grad() touch those rows only. Any other accumulation makes the gradient dense.
+  /// while only row scatters have accumulated into the gradient since the last zero_grad(),
+  /// grad_rows lists the rows that may be non-zero and every other row is zero, so optimizers,
+  /// clipping and zero_grad() touch those rows only. Any other accumulation makes it dense.
+  ///
+  /// Such a gradient has one of two forms. Compact (grad_compact true; host backends, when the
+  /// first scatter finds no gradient buffer): grad stays empty and row grad_rows[i]'s gradient is
+  /// row i of grad_values (as torch's sparse COO gradient: memory for the rows used, not the
+  /// table). In place: grad is the whole table and row_marked flags the rows in grad_rows (device
+  /// backends, and a buffer that already existed, such as a dist::DataParallel bucket).
+  /// materialize_grad() turns the compact form into the in-place one; Var::grad() does so.
   bool sparse_rows = false;
   bool grad_dense = false;
   std::vector<std::size_t> grad_rows;
   std::vector<std::uint8_t> row_marked;
-  /// Counts the accesses through grad_ref() and grad_ref_rows(), the ways backward steps write
+  bool grad_compact = false;
+  /// The compact form's rows: (capacity, dim), rows [0, grad_rows.size()) in use. Kept (not freed)
+  /// by zero_grad() for the next step.
+  Tensor<T, AnyShape, B> grad_values;
+  /// row_slot[r]: r's index in grad_rows in the compact form, or kNoSlot.
+  std::vector<std::uint32_t> row_slot;
+  static constexpr std::uint32_t kNoSlot = 0xffffffffu;
+  /// True while grad is a whole-table buffer that materialize_grad() made from the compact form:
+  /// zero_grad() then drops it, so that the next step is compact again.
+  bool grad_materialized = false;
+  /// Counts the accesses through grad_ref() and scatter_into_rows(), the ways backward steps write
   /// gradients (dist::DataParallel checks with it that no step touches a gradient it has already
   /// started to all-reduce).
   std::uint64_t grad_writes = 0;
@@ -53,6 +72,7 @@ struct VarData {
 
   /// The gradient, allocated as zeros on first use. The caller may write anywhere in it.
   Tensor<T, AnyShape, B>& grad_ref() {
+    materialize_grad();
     if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
     grad_dense = true;
     ++grad_writes;
@@ -64,52 +84,89 @@ struct VarData {
   /// every element; otherwise it is grad_ref() and the caller adds to it. Saves clearing a buffer
   /// that a product with beta = 0 fills anyway.
   Tensor<T, AnyShape, B>& grad_to_write(bool& overwrite) {
+    materialize_grad();
     overwrite = grad.empty();
     if (overwrite) grad = Tensor<T, AnyShape, B>(value.dims());
     return grad_ref();
   }
 
-  /// The gradient for a scatter into the rows named by ids (padding_idx excluded); with
-  /// sparse_rows, records them. ids are in B's memory: a device backend copies them to the host to
-  /// record the rows (one wait for the device per call while the gradient is row-sparse).
-  template <class I>
-  Tensor<T, AnyShape, B>& grad_ref_rows(const I* ids, std::size_t n, long long padding_idx) {
-    if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
+  /// Adds rows into the gradient: scatter(dst, idx, skip) must add row i of its source into row
+  /// idx[i] of dst for the n ids, skipping idx[i] == skip (kernels::scatter_add_rows). ids name
+  /// rows of value (padding_idx excluded) and are in B's memory. With sparse_rows the rows are
+  /// recorded: in the compact form scatter is handed grad_values and the ids' slots in it; otherwise
+  /// the whole-table gradient and ids (a device backend copies ids to the host to record the rows:
+  /// one wait for the device per call while the gradient is row-sparse).
+  template <class I, class Scatter>
+  void scatter_into_rows(const I* ids, std::size_t n, long long padding_idx, Scatter&& scatter) {
     ++grad_writes;
     if (sparse_rows && !grad_dense && value.rank() == 2) {
       if constexpr (B::host_accessible) {
+        if (grad_compact || (grad.empty() && value.dims()[0] < kNoSlot)) {
+          scatter(grad_values.data(), compact_slots(ids, n, padding_idx), -1LL);
+          return;
+        }
         mark_rows(ids, n, padding_idx);
       } else {
         std::vector<I> host(n);
         B::template to_host<I>(host.data(), ids, n);
+        if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
         mark_rows(host.data(), n, padding_idx);
       }
-      return grad;
+      scatter(grad.data(), ids, padding_idx);
+      return;
     }
+    if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
     grad_dense = true;
-    return grad;
+    scatter(grad.data(), ids, padding_idx);
   }
 
-  /// True when grad is allocated and zero outside grad_rows.
-  bool grad_is_row_sparse() const noexcept { return sparse_rows && !grad_dense && !grad.empty(); }
+  /// True when some gradient has been accumulated (in either form).
+  bool has_grad() const noexcept { return grad_compact || !grad.empty(); }
 
-  /// Calls f(offset, count) for the spans of grad that may be non-zero: the recorded rows of a
-  /// row-sparse gradient, otherwise the whole buffer (nothing when grad is empty).
+  /// True when the gradient is allocated and zero outside grad_rows.
+  bool grad_is_row_sparse() const noexcept { return sparse_rows && !grad_dense && has_grad(); }
+
+  /// Calls f(pointer, count) for the spans of the gradient that may be non-zero: each recorded
+  /// row of a row-sparse gradient, in the order of grad_rows, in either form (so that sums over
+  /// them do not depend on the form), otherwise the whole buffer (nothing when there is none).
   template <class F>
   void for_each_grad_span(F&& f) const {
-    if (grad.empty()) return;
-    if (grad_is_row_sparse()) {
-      const std::size_t dim = value.dims()[1];
-      for (auto r : grad_rows) f(r * dim, dim);
-    } else {
-      f(std::size_t{0}, grad.numel());
-    }
+    for_each_span(*this, f);
+  }
+  template <class F>
+  void for_each_grad_span(F&& f) {
+    for_each_span(*this, f);
   }
 
-  /// Clears the gradient. A row-sparse one keeps its buffer and zeroes only its recorded rows (a
-  /// device backend clears the whole buffer in one fill rather than one per row).
+  /// The rows of a row-sparse gradient's values: row i holds row grad_rows[i] of the table (the
+  /// compact form's grad_values, or grad itself, whose row r is row r).
+  const T* grad_row_values() const noexcept { return grad_compact ? grad_values.data() : grad.data(); }
+
+  /// Turns a compact gradient into the in-place form (a whole-table buffer, zero outside the
+  /// recorded rows, which stay recorded); nothing otherwise.
+  void materialize_grad() {
+    if (!grad_compact) return;
+    const std::size_t rows = value.dims()[0], dim = value.dims()[1];
+    grad = Tensor<T, AnyShape, B>::zeros(value.dims());
+    row_marked.assign(rows, 0);
+    for (std::size_t i = 0; i < grad_rows.size(); ++i) {
+      const std::size_t r = grad_rows[i];
+      B::template copy<T>(grad.data() + r * dim, grad_values.data() + i * dim, dim);
+      row_marked[r] = 1;
+      row_slot[r] = kNoSlot;
+    }
+    grad_compact = false;
+    grad_materialized = true;
+  }
+
+  /// Clears the gradient. A compact one keeps its row buffer for the next step; an in-place
+  /// row-sparse one keeps its buffer and zeroes only its recorded rows (a device backend clears the
+  /// whole buffer in one fill rather than one per row), unless materialize_grad() made it.
   void zero_grad() {
-    if (grad_is_row_sparse()) {
+    if (grad_compact) {
+      for (auto r : grad_rows) row_slot[r] = kNoSlot;
+      grad_compact = false;
+    } else if (grad_is_row_sparse() && !grad_materialized) {
       if constexpr (!B::host_accessible) B::template fill<T>(grad.data(), grad.numel(), T(0));
       for (auto r : grad_rows) {
         if constexpr (B::host_accessible) B::template fill<T>(grad.data() + r * value.dims()[1], value.dims()[1], T(0));
@@ -121,9 +178,60 @@ struct VarData {
     }
     grad_rows.clear();
     grad_dense = false;
+    grad_materialized = false;
   }
 
  private:
+  std::vector<std::int64_t> slots_;  // compact_slots' result, kept for the next call
+
+  /// for_each_grad_span for a const or mutable VarData (pointers to const or mutable elements).
+  template <class Self, class F>
+  static void for_each_span(Self& self, F& f) {
+    if (self.grad_compact) {
+      const std::size_t dim = self.value.dims()[1];
+      for (std::size_t i = 0; i < self.grad_rows.size(); ++i) f(self.grad_values.data() + i * dim, dim);
+    } else if (self.grad.empty()) {
+      return;
+    } else if (self.grad_is_row_sparse()) {
+      const std::size_t dim = self.value.dims()[1];
+      for (auto r : self.grad_rows) f(self.grad.data() + r * dim, dim);
+    } else {
+      f(self.grad.data(), self.grad.numel());
+    }
+  }
+
+  /// The compact form's slots for host ids[0, n): a new row gets the next slot, zeroed; padding_idx
+  /// and out-of-range ids get -1. grad_values grows (doubling, at most to the table) to hold them.
+  template <class I>
+  const std::int64_t* compact_slots(const I* ids, std::size_t n, long long padding_idx) {
+    const std::size_t rows = value.dims()[0], dim = value.dims()[1];
+    if (row_slot.size() != rows) row_slot.assign(rows, kNoSlot);
+    grad_compact = true;
+    const std::size_t before = grad_rows.size();
+    slots_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(ids[i]);
+      if (static_cast<long long>(ids[i]) == padding_idx || r >= rows) {
+        slots_[i] = -1;
+        continue;
+      }
+      if (row_slot[r] == kNoSlot) {
+        row_slot[r] = static_cast<std::uint32_t>(grad_rows.size());
+        grad_rows.push_back(r);
+      }
+      slots_[i] = row_slot[r];
+    }
+    const std::size_t used = grad_rows.size();
+    const std::size_t capacity = grad_values.empty() ? 0 : grad_values.dims()[0];
+    if (used > capacity) {
+      Tensor<T, AnyShape, B> grown(Dims{std::min(rows, std::max(used, 2 * capacity)), dim});
+      if (before > 0) B::template copy<T>(grown.data(), grad_values.data(), before * dim);
+      grad_values = std::move(grown);
+    }
+    if (used > before) B::template fill<T>(grad_values.data() + before * dim, (used - before) * dim, T(0));
+    return slots_.data();
+  }
+
   /// Records the rows named by host ids[0, n) (padding_idx and out-of-range ids skipped).
   template <class I>
   void mark_rows(const I* ids, std::size_t n, long long padding_idx) {
@@ -168,7 +276,10 @@ class Var {
   Tensor<T, S, B> value() const { return Tensor<T, S, B>::alias(d_->value.storage(), d_->value.dims()); }
   const Tensor<T, AnyShape, B>& raw() const { return d_->value; }
   /// The gradient (empty if backward has not reached this Var).
+  /// A compact row-sparse gradient (nn::Embedding with .sparse) is first made whole-table
+  /// (VarData::materialize_grad), as torch's sparse_grad.to_dense().
   Tensor<T, S, B> grad() const {
+    d_->materialize_grad();
     if (d_->grad.empty()) return {};
     return Tensor<T, S, B>::alias(d_->grad.storage(), d_->grad.dims());
   }

@@ -30,16 +30,16 @@ struct NamedParams {
 };
 
 namespace detail {
-/// Calls f(offset, count) over the spans of a parameter's gradient that the optimizers read. On the
-/// host: the recorded rows of a row-sparse gradient, else the whole buffer. On a device: the whole
+/// Calls f(pointer, count) over the spans of a parameter's gradient that the optimizers read. On
+/// the host: the rows of a row-sparse gradient, else the whole buffer. On a device: the whole
 /// buffer in one span (outside its recorded rows a row-sparse gradient is zero), one kernel instead
 /// of one per row.
-template <class T, class B, class F>
-void for_each_grad_block(const VarData<T, B>& d, F&& f) {
-  if constexpr (B::host_accessible) {
+template <class D, class F>
+void for_each_grad_block(D& d, F&& f) {
+  if constexpr (std::remove_const_t<D>::backend_type::host_accessible) {
     d.for_each_grad_span(f);
   } else if (!d.grad.empty()) {
-    f(std::size_t{0}, d.grad.numel());
+    f(d.grad.data(), d.grad.numel());
   }
 }
 }  // namespace detail
@@ -54,15 +54,13 @@ double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max
   if constexpr (B::host_accessible) {
     for (auto& p : params) {
       const auto& d = *p.data();
-      const T* q = d.grad.data();
-      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { total += kernels::sum_squares(B{}, q + off, count); });
+      detail::for_each_grad_block(d, [&](const T* q, std::size_t count) { total += kernels::sum_squares(B{}, q, count); });
     }
   } else {  // every parameter's sum into one device accumulator: one wait for the device
     std::vector<kernels::GradSpan<T>> spans;
     for (auto& p : params) {
       const auto& d = *p.data();
-      const T* q = d.grad.data();
-      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { spans.push_back({q + off, count}); });
+      detail::for_each_grad_block(d, [&](const T* q, std::size_t count) { spans.push_back({q, count}); });
     }
     total = kernels::sum_squares(B{}, spans.data(), spans.size());
   }
@@ -71,8 +69,7 @@ double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max
   if (max_norm > 0 && coef < 1) {
     for (auto& p : params) {
       auto& d = *p.data();
-      T* q = d.grad.data();
-      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { kernels::scale(B{}, q + off, count, T(coef)); });
+      detail::for_each_grad_block(d, [&](T* q, std::size_t count) { kernels::scale(B{}, q, count, T(coef)); });
     }
   }
   return total;
@@ -84,9 +81,8 @@ bool grads_finite(const NamedParams<T, B>& p, std::string* first_bad = nullptr) 
   if constexpr (B::host_accessible) {
     for (std::size_t k = 0; k < p.vars.size(); ++k) {
       const auto& d = *p.vars[k].data();
-      const T* q = d.grad.data();
       bool ok = true;
-      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) { ok = ok && kernels::all_finite(B{}, q + off, count); });
+      detail::for_each_grad_block(d, [&](const T* q, std::size_t count) { ok = ok && kernels::all_finite(B{}, q, count); });
       if (!ok) {
         if (first_bad) *first_bad = p.names[k];
         return false;
@@ -97,9 +93,8 @@ bool grads_finite(const NamedParams<T, B>& p, std::string* first_bad = nullptr) 
     std::vector<std::size_t> owner;  // the parameter of each span
     for (std::size_t k = 0; k < p.vars.size(); ++k) {
       const auto& d = *p.vars[k].data();
-      const T* q = d.grad.data();
-      detail::for_each_grad_block(d, [&](std::size_t off, std::size_t count) {
-        spans.push_back({q + off, count});
+      detail::for_each_grad_block(d, [&](const T* q, std::size_t count) {
+        spans.push_back({q, count});
         owner.push_back(k);
       });
     }
@@ -148,10 +143,9 @@ class Adam {
     const T omb1 = T(1 - opt_.beta1), omb2 = T(1 - opt_.beta2);
     for (std::size_t k = 0; k < p_.vars.size(); ++k) {
       auto& d = *p_.vars[k].data();
-      if (d.grad.empty()) continue;
+      if (!d.has_grad()) continue;
       T* p = d.value.data();
       d.mark_value_written();
-      const T* g = d.grad.data();
       T* m = m_[k].data();
       T* v = v_[k].data();
       if (d.grad_is_row_sparse()) {
@@ -159,9 +153,11 @@ class Adam {
         // decay; eps is added to sqrt(v) before the bias correction is folded into the step.
         kernels::vec::SparseAdamStep<T> s;
         s.one_minus_beta1 = omb1, s.one_minus_beta2 = omb2, s.step_size = T(opt_.lr * std::sqrt(bc2) / bc1), s.eps = eps;
-        kernels::sparse_adam_rows(B{}, d.grad_rows.data(), d.grad_rows.size(), d.value.dims()[1], p, g, m, v, s);
+        kernels::sparse_adam_rows(B{}, d.grad_rows.data(), d.grad_rows.size(), d.value.dims()[1], p, d.grad_row_values(), d.grad_compact, m,
+                                  v, s);
         continue;
       }
+      const T* g = d.grad.data();
       // The backend's kernel (backend/cpu/vector_kernels.hpp): the scalar formula, elementwise, so
       // the result does not depend on the vector width:
       //   gi = g (+ wd p); m += (gi - m)(1 - b1); v = v b2 + (1 - b2) gi gi; p -= lr/bc1 m / (sqrt(v)/sqrt(bc2) + eps)
@@ -219,6 +215,7 @@ class Sgd {
     const T lr = T(opt_.lr), mu = T(opt_.momentum), damp = T(opt_.dampening), wd = T(opt_.weight_decay);
     for (std::size_t k = 0; k < p_.vars.size(); ++k) {
       auto& d = *p_.vars[k].data();
+      d.materialize_grad();  // SGD updates the whole table, as torch.optim.SGD on a dense gradient
       if (d.grad.empty()) continue;
       T* p = d.value.data();
       d.mark_value_written();

@@ -84,9 +84,11 @@ std::size_t first_non_finite(cpu, const GradSpan<T>* spans, std::size_t count) {
 }
 
 /// torch.optim.SparseAdam on the rows rows[0, nr) of a (rows, dim) table: only they (and their
-/// moments) move; eps is added to sqrt(v) before the bias correction folded into step_size.
+/// moments) move; eps is added to sqrt(v) before the bias correction folded into step_size. The
+/// gradient of rows[i] is row i of g when g_packed (a compact row-sparse gradient), else row
+/// rows[i] (a whole-table one).
 template <class T>
-void sparse_adam_rows(cpu, const std::size_t* rows, std::size_t nr, std::size_t dim, T* p, const T* g, T* m, T* v,
+void sparse_adam_rows(cpu, const std::size_t* rows, std::size_t nr, std::size_t dim, T* p, const T* g, bool g_packed, T* m, T* v,
                       const vec::SparseAdamStep<T>& s) {
   const auto prof = profile::Scope::of<T>("adam rows", nr, dim);
   const long long n = static_cast<long long>(nr);
@@ -95,8 +97,9 @@ void sparse_adam_rows(cpu, const std::size_t* rows, std::size_t nr, std::size_t 
 #endif
   for (long long r = 0; r < n; ++r) {
     const std::size_t base = rows[std::size_t(r)] * dim;
+    const T* gr = g + (g_packed ? std::size_t(r) * dim : base);
     for (std::size_t j = base; j < base + dim; ++j) {
-      const T gi = g[j];
+      const T gi = gr[j - base];
       m[j] += (gi - m[j]) * s.one_minus_beta1;
       v[j] += (gi * gi - v[j]) * s.one_minus_beta2;
       p[j] -= s.step_size * (m[j] / (std::sqrt(v[j]) + s.eps));

@@ -35,13 +35,13 @@ __global__ void adam_dense_kernel(std::size_t n, T* p, const T* g, T* m, T* v, k
 
 // One thread per element of the listed rows (rows on the device).
 template <class T>
-__global__ void sparse_adam_rows_kernel(const std::size_t* rows, std::size_t nr, std::size_t dim, T* p, const T* g, T* m, T* v,
-                                        kernels::vec::SparseAdamStep<T> s) {
+__global__ void sparse_adam_rows_kernel(const std::size_t* rows, std::size_t nr, std::size_t dim, T* p, const T* g, bool g_packed, T* m,
+                                        T* v, kernels::vec::SparseAdamStep<T> s) {
   const std::size_t total = nr * dim, stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t e = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
     const std::size_t r = e / dim;
     const std::size_t j = rows[r] * dim + (e - r * dim);
-    const T gi = g[j];
+    const T gi = g[g_packed ? e : j];
     m[j] += (gi - m[j]) * s.one_minus_beta1;
     v[j] += (gi * gi - v[j]) * s.one_minus_beta2;
     p[j] -= s.step_size * (m[j] / (expr::Sqrt{}(v[j]) + s.eps));
@@ -117,16 +117,17 @@ void adam_update(cuda, std::size_t n, T* p, const T* g, T* m, T* v, const vec::A
   check_launch("cuda optim: adam_dense_kernel launch");
 }
 
-/// rows: host memory (the rows a row-sparse gradient recorded); copied to the device here.
+/// rows: host memory (the rows a row-sparse gradient recorded); copied to the device here. g as on
+/// the CPU (cpu/optim_kernels.hpp).
 template <class T>
-void sparse_adam_rows(cuda, const std::size_t* rows, std::size_t nr, std::size_t dim, T* p, const T* g, T* m, T* v,
+void sparse_adam_rows(cuda, const std::size_t* rows, std::size_t nr, std::size_t dim, T* p, const T* g, bool g_packed, T* m, T* v,
                       const vec::SparseAdamStep<T>& s) {
   using namespace cuda_detail;
   if (nr == 0 || dim == 0) return;
   const DeviceState& dev = current_device();
   DeviceScratch<std::size_t> d_rows(nr);
   cuda::from_host(d_rows.get(), rows, nr);
-  sparse_adam_rows_kernel<T><<<grid_blocks(nr * dim, dev), block_threads, 0, dev.stream>>>(d_rows.get(), nr, dim, p, g, m, v, s);
+  sparse_adam_rows_kernel<T><<<grid_blocks(nr * dim, dev), block_threads, 0, dev.stream>>>(d_rows.get(), nr, dim, p, g, g_packed, m, v, s);
   check_launch("cuda optim: sparse_adam_rows_kernel launch");
 }
 
