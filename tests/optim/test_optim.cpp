@@ -245,6 +245,101 @@ TEST_CASE("sparse Embedding gradients: compact rows, clipping, zero_grad, and de
   CHECK(d.grad.empty());
 }
 
+TEST_CASE("sparse Embedding gradients: other uses of the table after a compact scatter, in either recording order") {
+  const auto ids = Tensor<std::int32_t>::from({4}, {2, 6, 2, 0});
+  // The reference: the same table with a dense gradient.
+  auto run = [&](bool sparse, int order) {
+    attn::nn::Embedding<3> emb(nullptr, "emb", 8, {.padding_idx = 0, .sparse = sparse});
+    emb.init(5);
+    attn::Tape t;
+    attn::Var<float> total;
+    if (order == 0) {  // tanh of the table recorded first: backward scatters first, then the tanh step adds
+      auto a = attn::sum(t, attn::tanh(t, emb.weight));
+      total = attn::add(t, a, attn::sum(t, emb(t, ids)));
+    } else if (order == 1) {  // the table as a matrix first: backward scatters, then the product adds
+      const attn::Var<float> x(Tensor<float>::from({1, 3}, {0.5f, -1.0f, 2.0f}));
+      auto z = attn::sum(t, attn::matmul_nt(t, x, emb.weight));
+      total = attn::add(t, z, attn::sum(t, emb(t, ids)));
+    } else {  // the lookup first, then the table as a matrix: the product's gradient comes first
+      auto y = emb(t, ids);
+      total = attn::sum(t, attn::matmul_nt(t, y, emb.weight));
+    }
+    t.backward(total);
+    auto& d = *emb.weight.data();
+    const bool row_sparse = d.grad_is_row_sparse();
+    return std::pair{emb.weight.grad().to_vector(), row_sparse};
+  };
+  for (int order : {0, 1, 2}) {
+    INFO("order " << order);
+    const auto [want, want_rs] = run(false, order);
+    const auto [got, rs] = run(true, order);
+    CHECK_FALSE(want_rs);
+    CHECK_FALSE(rs);  // made dense by the other use
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
+  }
+}
+
+TEST_CASE("sparse Embedding gradients: scatters after Var::grad(), SGD, and checkpoint keep the sums") {
+  const auto a = Tensor<std::int32_t>::from({3}, {1, 4, 4});
+  const auto b = Tensor<std::int32_t>::from({3}, {4, 7, 0});
+  attn::nn::Embedding<3> sparse(nullptr, "emb", 9, {.padding_idx = 0, .sparse = true});
+  attn::nn::Embedding<3> dense(nullptr, "emb", 9, {.padding_idx = 0});
+  sparse.init(11);
+  dense.init(11);
+  auto& d = *sparse.weight.data();
+  auto lookups = [](auto& emb, const auto& ids) {
+    attn::Tape t;
+    t.backward(attn::sum(t, attn::mul(t, emb(t, ids), emb(t, ids))));
+  };
+  // Var::grad() in between two backward passes: the second scatters into the whole-table form.
+  lookups(sparse, a);
+  lookups(dense, a);
+  (void)sparse.weight.grad();
+  REQUIRE_FALSE(d.grad_compact);
+  lookups(sparse, b);
+  lookups(dense, b);
+  CHECK(d.grad_is_row_sparse());
+  auto rows = d.grad_rows;
+  std::sort(rows.begin(), rows.end());
+  CHECK(rows == std::vector<std::size_t>{1, 4, 7});
+  CHECK(sparse.weight.grad().to_vector() == dense.weight.grad().to_vector());
+  sparse.zero_grad();
+  dense.zero_grad();
+  CHECK(d.grad.empty());  // the buffer Var::grad() made is dropped ...
+  lookups(sparse, a);
+  CHECK(d.grad_compact);  // ... and the next step is compact again
+  sparse.zero_grad();
+  // SGD reads the whole table: it keeps the buffer it needs, and moves as on the dense table.
+  optim::Sgd<float> s1(sparse, {.lr = 0.1, .momentum = 0.9}), s2(dense, {.lr = 0.1, .momentum = 0.9});
+  for (const auto* ids : {&a, &b, &a}) {
+    lookups(sparse, *ids);
+    lookups(dense, *ids);
+    s1.step();
+    s2.step();
+    s1.zero_grad();
+    s2.zero_grad();
+  }
+  CHECK_FALSE(d.grad.empty());  // kept, zeroed in place
+  CHECK(sparse.weight.value().to_vector() == dense.weight.value().to_vector());
+  // A lookup inside attn::checkpoint: the same gradient, bit for bit, as without it.
+  attn::nn::Embedding<3> e1(nullptr, "emb", 9, {.padding_idx = 0, .sparse = true}), e2(nullptr, "emb", 9, {.padding_idx = 0, .sparse = true});
+  e1.init(3);
+  e2.init(3);
+  {
+    attn::Tape t;
+    auto y = attn::checkpoint(t, [&](auto& c, const Tensor<std::int32_t>& ids) { return attn::tanh(c, e1(c, ids)); }, b);
+    t.backward(attn::sum(t, y));
+  }
+  {
+    attn::Tape t;
+    t.backward(attn::sum(t, attn::tanh(t, e2(t, b))));
+  }
+  CHECK(e1.weight.data()->grad_compact);
+  CHECK(e1.weight.data()->grad_rows == e2.weight.data()->grad_rows);
+  CHECK(e1.weight.grad().to_vector() == e2.weight.grad().to_vector());
+}
+
 TEST_CASE("sparse Embedding gradients: the compact form accumulates and grows as the whole-table one, and Adam moves the same") {
   // Three backward passes without zero_grad, touching more rows than the first pass allocated, with
   // padding and repeats; against the same table without .sparse (a dense gradient).

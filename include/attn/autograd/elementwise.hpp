@@ -52,7 +52,7 @@ void accumulate(VarData<T, B>& v, const E& g, const Dims& out_dims) {
 /// activation: two (B, T, 4 D) buffers at its step).
 template <class T, class B>
 bool can_take_grad(const VarData<T, B>& x, const VarData<T, B>& out) {
-  return x.requires_grad && x.grad.empty() && &x != &out && out.grad.storage().use_count() == 1 && out.grad.dims() == x.value.dims();
+  return x.requires_grad && !x.has_grad() && &x != &out && out.grad.storage().use_count() == 1 && out.grad.dims() == x.value.dims();
 }
 /// Moves out's gradient to x (can_take_grad(x, out)), as grad_ref() would hand it out.
 template <class T, class B>

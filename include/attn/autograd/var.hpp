@@ -102,7 +102,8 @@ struct VarData {
     if (sparse_rows && !grad_dense && value.rank() == 2) {
       if constexpr (B::host_accessible) {
         if (grad_compact || (grad.empty() && value.dims()[0] < kNoSlot)) {
-          scatter(grad_values.data(), compact_slots(ids, n, padding_idx), -1LL);
+          const std::int64_t* slots = compact_slots(ids, n, padding_idx);  // may replace grad_values: first
+          scatter(grad_values.data(), slots, -1LL);
           return;
         }
         mark_rows(ids, n, padding_idx);
@@ -143,9 +144,14 @@ struct VarData {
   const T* grad_row_values() const noexcept { return grad_compact ? grad_values.data() : grad.data(); }
 
   /// Turns a compact gradient into the in-place form (a whole-table buffer, zero outside the
-  /// recorded rows, which stay recorded); nothing otherwise.
-  void materialize_grad() {
-    if (!grad_compact) return;
+  /// recorded rows, which stay recorded); nothing otherwise. zero_grad() drops that buffer, so the
+  /// next step is compact again, unless `keep`: then it stays, zero_grad() zeroes its rows in
+  /// place and later steps scatter into it (an optimizer that reads whole tables, a bucket).
+  void materialize_grad(bool keep = false) {
+    if (!grad_compact) {
+      if (keep) grad_materialized = false;
+      return;
+    }
     const std::size_t rows = value.dims()[0], dim = value.dims()[1];
     grad = Tensor<T, AnyShape, B>::zeros(value.dims());
     row_marked.assign(rows, 0);
@@ -156,7 +162,7 @@ struct VarData {
       row_slot[r] = kNoSlot;
     }
     grad_compact = false;
-    grad_materialized = true;
+    grad_materialized = !keep;
   }
 
   /// Clears the gradient. A compact one keeps its row buffer for the next step; an in-place

@@ -101,8 +101,7 @@ class GradBuckets {
       for (auto& e : b.entries) {
         if (attached(b, e)) continue;
         T* slice = b.storage.data() + e.offset;
-        e.var->materialize_grad();  // a compact row-sparse gradient becomes whole-table first
-        e.var->grad_materialized = false;  // and stays in the bucket from now on
+        e.var->materialize_grad(/*keep=*/true);  // a compact row-sparse gradient becomes whole-table first
         auto& g = e.var->grad;
         if (keep_values) {
           if (!g.empty() && g.numel() == e.numel) B::template copy<T>(slice, g.data(), e.numel);

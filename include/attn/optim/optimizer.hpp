@@ -215,7 +215,7 @@ class Sgd {
     const T lr = T(opt_.lr), mu = T(opt_.momentum), damp = T(opt_.dampening), wd = T(opt_.weight_decay);
     for (std::size_t k = 0; k < p_.vars.size(); ++k) {
       auto& d = *p_.vars[k].data();
-      d.materialize_grad();  // SGD updates the whole table, as torch.optim.SGD on a dense gradient
+      d.materialize_grad(/*keep=*/true);  // SGD updates the whole table, as torch.optim.SGD on a dense gradient
       if (d.grad.empty()) continue;
       T* p = d.value.data();
       d.mark_value_written();
