@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -24,8 +25,8 @@ constexpr std::size_t global_batch = 8, steps = 4;
 constexpr std::uint64_t sampler_seed = 3;
 
 /// One process, whole global batches in the sampler's epoch order.
-template <class MakeOpt>
-void train_single(TinyClassifier<>& model, const Dataset& data, MakeOpt make_opt) {
+template <class Model, class MakeOpt>
+void train_single(Model& model, const Dataset& data, MakeOpt make_opt) {
   auto opt = make_opt(model);
   const auto order = dist::DistributedSampler(data.n, 1, 0, {.seed = sampler_seed}).indices();
   for (std::size_t k = 0; k < steps; ++k) {
@@ -39,8 +40,8 @@ void train_single(TinyClassifier<>& model, const Dataset& data, MakeOpt make_opt
 }
 
 /// Every rank, its shard of each global batch.
-template <class MakeOpt>
-void train_parallel(TinyClassifier<>& model, dist::DataParallel<float>& ddp, const Dataset& data, MakeOpt make_opt,
+template <class Model, class MakeOpt>
+void train_parallel(Model& model, dist::DataParallel<float>& ddp, const Dataset& data, MakeOpt make_opt,
                     bool optimizer_zero_grad = false) {
   auto opt = make_opt(model);
   const std::size_t local = global_batch / std::size_t(ddp.world_size());
@@ -149,6 +150,93 @@ TEST_CASE("data parallel: N ranks on half batches match one process on whole bat
     auto stats = run(adam, {}, true, true);
     CHECK(stats.reattached == TinyClassifier<>().named_parameters().size());
   }
+}
+
+TEST_CASE("data parallel: a row-sparse table gathered by rows matches one process (SparseAdam) and sends only its rows") {
+  dist::Communicator comm;
+  REQUIRE(global_batch % std::size_t(comm.size()) == 0);
+  const Dataset data(global_batch * steps);
+  using Sparse = TinyClassifier<dist_test::vocab, true>;
+  const std::size_t local = global_batch / std::size_t(comm.size());
+  // The rows the last global batch looks up (padding excluded): what one process's gradient holds.
+  std::vector<std::size_t> want;
+  for (int r = 0; r < comm.size(); ++r) {
+    const auto shard = dist::DistributedSampler(data.n, comm.size(), r, {.seed = sampler_seed}).indices();
+    for (std::size_t i = (steps - 1) * local; i < steps * local; ++i)
+      for (std::size_t t = 0; t < dist_test::seq; ++t)
+        if (const auto id = data.ids[shard[i] * dist_test::seq + t]; id != 0) want.push_back(std::size_t(id));
+  }
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  std::size_t bucket_bytes[2] = {0, 0};
+  for (bool gather : {true, false}) {
+    INFO((gather ? "gather_sparse" : "in a bucket") << ", rank " << comm.rank() << " of " << comm.size());
+    Sparse single, parallel, start;
+    if (comm.rank() != 0) parallel.init(99);
+    train_single(single, data, adam);
+    dist::DataParallel<float> ddp(parallel, comm, {.gather_sparse = gather});
+    train_parallel(parallel, ddp, data, adam);
+    CHECK(dist_test::max_param_diff(single, start) > 1e-2);
+    INFO("max |difference| per parameter:\n" << dist_test::param_diff_report(parallel, single));
+    CHECK(dist_test::max_param_diff(parallel, single, true) < 1e-5);
+    auto& d = *parallel.tokens.weight.data();
+    REQUIRE(d.grad_is_row_sparse());
+    std::vector<std::size_t> rows = d.grad_rows;
+    std::sort(rows.begin(), rows.end());
+    CHECK(rows == want);  // the union of the ranks' rows
+    const auto stats = ddp.last_stats();
+    bucket_bytes[gather] = stats.bytes;
+    if (gather) {
+      CHECK(d.grad_compact);  // never a whole-table buffer
+      CHECK(stats.gathered_rows > 0);
+      CHECK(stats.gathered_rows <= local * dist_test::seq);
+      // Every rank holds the same gradient: the same rows in the same order, the same values.
+      std::uint64_t h = 1469598103934665603ULL;
+      d.for_each_grad_span([&](const float* p, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i) h = (h ^ std::bit_cast<std::uint32_t>(p[i])) * 1099511628211ULL;
+      });
+      for (auto r : d.grad_rows) h = (h ^ r) * 1099511628211ULL;
+      const auto all = comm.all_gather<std::uint64_t>(h);
+      for (auto x : all) CHECK(x == all[0]);
+    } else {
+      CHECK(stats.gathered_rows == 0);
+      CHECK_FALSE(d.grad_compact);
+    }
+  }
+  // Gathered, the table is in no bucket (the buckets' padding aside).
+  const std::size_t table_bytes = dist_test::vocab * dist_test::dim * sizeof(float);
+  CHECK(bucket_bytes[1] + table_bytes <= bucket_bytes[0] + 256);
+}
+
+TEST_CASE("data parallel: a gathered row-sparse table that one rank accumulated densely is all-reduced whole") {
+  dist::Communicator comm;
+  const Dataset data(global_batch);
+  using Sparse = TinyClassifier<dist_test::vocab, true>;
+  const std::size_t local = global_batch / std::size_t(comm.size());
+  const auto mine = dist::DistributedSampler(data.n, comm.size(), comm.rank(), {.seed = sampler_seed}).indices();
+  const auto b = data.gather({mine.begin(), mine.begin() + std::ptrdiff_t(local)});
+  Sparse model;
+  dist::DataParallel<float> ddp(model, comm);
+  auto& d = *model.tokens.weight.data();
+  auto step = [&](bool densify) {
+    ddp.zero_grad();
+    attn::Tape tape;
+    tape.backward(attn::cross_entropy(tape, model.forward(tape, b.ids, b.mask), b.labels));
+    if (densify && comm.rank() == 0) (void)d.grad_ref();  // as a dense use of the table would
+    ddp.all_reduce_gradients();
+  };
+  step(false);
+  REQUIRE(d.grad_compact);
+  const auto gathered = model.tokens.weight.grad().to_vector();  // whole-table copy of the mean
+  step(true);
+  CHECK_FALSE(d.grad_is_row_sparse());  // dense on every rank
+  const auto whole = model.tokens.weight.grad().to_vector();
+  REQUIRE(whole.size() == gathered.size());
+  double m = 0;
+  for (std::size_t i = 0; i < whole.size(); ++i) m = std::max(m, double(std::abs(whole[i] - gathered[i])));
+  CHECK(m < 1e-6);
+  ddp.zero_grad();
+  CHECK_FALSE(d.has_grad());
 }
 
 TEST_CASE("data parallel: ranks with different models all throw") {

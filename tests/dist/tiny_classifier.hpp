@@ -14,9 +14,10 @@ namespace dist_test {
 
 constexpr std::size_t vocab = 40, seq = 6, dim = 16, classes = 3;
 
-template <std::size_t Vocab = vocab>
+/// Sparse: the token table has row-sparse gradients (nn::Embedding{.sparse = true}).
+template <std::size_t Vocab = vocab, bool Sparse = false>
 struct TinyClassifier : attn::nn::Module {
-  attn::nn::Embedding<dim> tokens{this, "embed", Vocab, {.padding_idx = 0, .init_std = 0.5}};
+  attn::nn::Embedding<dim> tokens{this, "embed", Vocab, {.padding_idx = 0, .init_std = 0.5, .sparse = Sparse}};
   attn::nn::Attention<2, dim> attention{this, "attn"};
   attn::nn::Linear<dim, classes> head{this, "head"};
 

@@ -68,7 +68,12 @@ class Pending {
  public:
   Pending(const Communicator& comm, std::string what) : comm_(&comm), what_(std::move(what)) {}
   Pending(Pending&& o) noexcept
-      : comm_(o.comm_), what_(std::move(o.what_)), reqs_(std::move(o.reqs_)), after_(std::move(o.after_)), bytes_(o.bytes_) {
+      : comm_(o.comm_),
+        what_(std::move(o.what_)),
+        reqs_(std::move(o.reqs_)),
+        after_(std::move(o.after_)),
+        counts_(std::move(o.counts_)),
+        bytes_(o.bytes_) {
     o.reqs_.clear();
     o.after_.clear();
   }
@@ -98,6 +103,7 @@ class Pending {
   std::string what_;
   std::vector<MPI_Request> reqs_;
   std::vector<std::function<void()>> after_;  // run once all requests are complete (mean scaling)
+  std::vector<std::vector<int>> counts_;      // counts and displacements the requests read until complete
   std::size_t bytes_ = 0;
 };
 
@@ -165,6 +171,44 @@ class Communicator {
       into.reqs_.push_back(r);
     }
     into.bytes_ += n * sizeof(T);
+  }
+
+  /// Starts gathering every rank's data[0, n * unit) into out, in rank order: rank r contributes
+  /// counts[r] * unit elements (counts as all_gather returned every rank's n; n == counts[rank()]),
+  /// and out holds the sum of counts times unit. Counts are in units of `unit` elements (a row), so
+  /// the total may exceed INT_MAX elements as long as it is at most INT_MAX rows; beyond that,
+  /// ArgumentError before anything starts.
+  template <class T>
+  void start_all_gather_v(const T* data, std::size_t n, T* out, const std::vector<std::uint64_t>& counts, std::size_t unit,
+                          Pending& into) const {
+    if (counts.size() != std::size_t(size_) || counts[std::size_t(rank_)] != n)
+      throw ArgumentError("attn::dist::Communicator::start_all_gather_v: counts must hold every rank's n (" + std::to_string(n) +
+                          " here on rank " + std::to_string(rank_) + ")");
+    if (unit == 0 || unit > std::size_t(INT_MAX))
+      throw ArgumentError("attn::dist::Communicator::start_all_gather_v: unit " + std::to_string(unit) + " is outside [1, INT_MAX]");
+    std::vector<int> cnt(counts.size()), displ(counts.size());
+    std::uint64_t total = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      if (counts[r] > std::uint64_t(INT_MAX) || total > std::uint64_t(INT_MAX))
+        throw ArgumentError("attn::dist::Communicator::start_all_gather_v: more than INT_MAX units (" + std::to_string(counts[r]) +
+                            " from rank " + std::to_string(r) + " after " + std::to_string(total) + ")");
+      cnt[r] = static_cast<int>(counts[r]);
+      displ[r] = static_cast<int>(total);
+      total += counts[r];
+    }
+    MPI_Datatype row = MPI_DATATYPE_NULL;
+    detail::check_mpi(MPI_Type_contiguous(static_cast<int>(unit), detail::mpi_type<T>(), &row), "MPI_Type_contiguous");
+    detail::check_mpi(MPI_Type_commit(&row), "MPI_Type_commit");
+    into.counts_.push_back(std::move(cnt));
+    into.counts_.push_back(std::move(displ));
+    const int* c = into.counts_[into.counts_.size() - 2].data();
+    const int* d = into.counts_.back().data();
+    MPI_Request r = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallgatherv(data, static_cast<int>(n), row, out, c, d, row, comm_, &r);
+    MPI_Type_free(&row);  // allowed while the operation is pending: it completes normally
+    detail::check_mpi(rc, "MPI_Iallgatherv");
+    into.reqs_.push_back(r);
+    into.bytes_ += n * unit * sizeof(T);
   }
 
   template <class T>
@@ -254,6 +298,7 @@ inline void Pending::wait_impl(bool may_throw) {
     if (now - start < std::chrono::seconds(1)) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  counts_.clear();
   for (auto& f : after_) f();
   after_.clear();
 }

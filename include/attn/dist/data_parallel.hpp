@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../autograd/var.hpp"
+#include "../backend/kernels.hpp"
 #include "../nn/module.hpp"
 #include "communicator.hpp"
 #include "grad_buckets.hpp"
@@ -38,6 +39,13 @@ concept Collectives = requires(const C& c, T* p, std::size_t n, typename C::pend
   pend.wait();
 };
 
+/// A communicator that can also gather variable-length data from every rank
+/// (Communicator::start_all_gather_v), which row-sparse tables are reduced with.
+template <class C, class T>
+concept GathersRows = requires(const C& c, const T* p, T* o, const std::vector<std::uint64_t>& counts, typename C::pending_type& pend) {
+  c.start_all_gather_v(p, std::size_t{}, o, counts, std::size_t{}, pend);
+};
+
 struct DataParallelOptions {
   /// Bytes per gradient bucket (PyTorch's bucket_cap_mb = 25).
   std::size_t bucket_cap_bytes = std::size_t(25) << 20;
@@ -51,6 +59,11 @@ struct DataParallelOptions {
   /// start as early as its gradients allow, whatever the modules' registration order. Done only
   /// when every rank saw the same order.
   bool rebuild_buckets = true;
+  /// Reduce row-sparse tables (nn::Embedding{.sparse = true}, host backends) by gathering every
+  /// rank's rows and summing them (each rank sends only the rows its batch looked up, as PyTorch
+  /// DDP does for sparse gradients), instead of all-reducing the whole table in a bucket. false:
+  /// such a table lives in a bucket like any other parameter.
+  bool gather_sparse = true;
 };
 
 /// Measurements of the last all_reduce_gradients().
@@ -61,6 +74,8 @@ struct ReduceStats {
   std::size_t reattached = 0;  // gradients found outside their bucket and copied back in
   std::size_t overlapped = 0;  // buckets whose all-reduce started while backward was still running
   double backward_seconds = 0; // backward(tape, loss): the tape's backward pass alone
+  std::size_t gathered_rows = 0;   // rows of row-sparse tables this rank sent (DataParallelOptions::gather_sparse)
+  std::size_t gathered_bytes = 0;  // their bytes, row indices included
 };
 
 /// Wraps a model's parameters of element type T on backend B (all of the model's parameters must
@@ -77,6 +92,10 @@ struct ReduceStats {
 /// gradient of the mean over the global batch, so N ranks on batches of b follow one process on
 /// batches of N b (up to rounding). Gradient accumulation: run several backward passes and call
 /// all_reduce_gradients() once (tape.backward alone between them, as PyTorch's no_sync()).
+///
+/// Row-sparse tables (nn::Embedding{.sparse = true}) on a host backend are in no bucket: each rank
+/// gathers every rank's looked-up rows and sums them into a compact gradient of their union
+/// (DataParallelOptions::gather_sparse; docs/distributed.md).
 ///
 /// Zero-copy: the gradients live in the buckets (GradBuckets) and the all-reduces run on them in
 /// place. An optimizer's zero_grad() drops the gradient tensors; that still gives correct results
@@ -100,6 +119,9 @@ template <class T = float, class B = cpu, class Comm = Communicator>
 class DataParallel {
   static_assert(B::host_accessible || Comm::device_memory,
                 "dist::DataParallel: this communicator reduces host memory; for the cuda backend use dist::NcclCommunicator");
+  /// Whether row-sparse tables can be reduced by gathering their rows (host memory, and a
+  /// communicator with start_all_gather_v).
+  static constexpr bool gathers_rows = B::host_accessible && GathersRows<Comm, T>;
 
  public:
   DataParallel(const nn::Module& model, const Comm& comm, DataParallelOptions opt = {}) : comm_(&comm), opt_(opt) {
@@ -107,12 +129,15 @@ class DataParallel {
       throw ArgumentError("dist::DataParallel: root " + std::to_string(opt_.root) + " is not a rank of a job of " + std::to_string(comm.size()));
     auto named = model.named_parameters();
     auto vars = model.parameters<T, B>();  // throws ArgumentError on another element type or backend
-    std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>> list;
+    std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>> list, bucketed;
     std::unordered_set<const void*> seen;  // a tied parameter is reduced once
     for (std::size_t k = 0; k < vars.size(); ++k) {
       const auto& d = vars[k].data();
       if (!d->requires_grad || !seen.insert(d.get()).second) continue;
+      const bool gather = gathers_rows && opt_.gather_sparse && d->sparse_rows && d->value.rank() == 2;
+      gathered_.push_back(gather ? 1 : 0);
       list.push_back({named[k].first, d});
+      if (!gather) bucketed.push_back(list.back());
       params_.push_back(vars[k]);
       names_.push_back(named[k].first);
       leaves_.push_back(d.get());
@@ -121,7 +146,8 @@ class DataParallel {
     std::sort(index_.begin(), index_.end());
     check_same_model(list);
     if (opt_.broadcast_parameters) broadcast_parameters(opt_.root);
-    buckets_ = GradBuckets<T, B>(list, opt_.bucket_cap_bytes, opt_.first_bucket_cap_bytes);
+    buckets_ = GradBuckets<T, B>(bucketed, opt_.bucket_cap_bytes, opt_.first_bucket_cap_bytes);
+    gathers_.resize(params_.size());
     map_buckets();
   }
 
@@ -132,13 +158,14 @@ class DataParallel {
 
   /// Zeroes the gradients in place (the buckets), keeping them where the all-reduce expects them.
   /// A row-sparse gradient (the union of every rank's rows after the last all-reduce) has only its
-  /// recorded rows zeroed, not its whole slice.
+  /// recorded rows zeroed, not its whole slice; a gathered table's (gather_sparse) is cleared as by
+  /// its own zero_grad().
   void zero_grad() {
     buckets_.zero([](const VarData<T, B>& d) { return d.grad_is_row_sparse(); });
-    for (auto& v : params_) {  // row-sparse bookkeeping starts over with the zeroed buckets
-      auto& d = *v.data();
-      if (d.grad_is_row_sparse()) {
-        d.zero_grad();  // zeroes the recorded rows in place; the gradient stays in its bucket
+    for (std::size_t k = 0; k < params_.size(); ++k) {  // row-sparse bookkeeping starts over with the zeroed buckets
+      auto& d = *params_[k].data();
+      if (gathered_[k] || d.grad_is_row_sparse()) {
+        d.zero_grad();  // the recorded rows zeroed in place (a bucket's gradient stays in it), or the compact rows dropped
         continue;
       }
       std::fill(d.row_marked.begin(), d.row_marked.end(), std::uint8_t{0});
@@ -171,7 +198,7 @@ class DataParallel {
     stats_.backward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ov.launch_ready(true);  // anything left (none when every step lists its inputs)
     for (std::size_t k = 0; k < params_.size(); ++k)
-      if (params_[k].data()->grad_writes != ov.writes_at_start[k])
+      if (!gathered_[k] && params_[k].data()->grad_writes != ov.writes_at_start[k])
         throw Error("dist::DataParallel: the gradient of '" + names_[k] +
                     "' was written after its bucket's all-reduce had started; an op recorded a backward step "
                     "without listing that Var among its inputs (Tape::push)");
@@ -231,19 +258,21 @@ class DataParallel {
                           " bytes)");
   }
 
-  /// Starts the row-mark reductions, waits for everything, and rebuilds the row-sparse lists.
+  /// Starts the row-mark reductions and the gathers of row-sparse tables, waits for everything, and
+  /// rebuilds the row-sparse gradients.
   void finish(typename Comm::pending_type& pending, std::chrono::steady_clock::time_point t0) {
-    // Row-sparse gradients (nn::Embedding{.sparse = true}): the mean holds every rank's rows, so
-    // the row lists become their union (max of the per-row marks), and the optimizers' lazy
-    // update touches exactly the rows one process on the global batch would have touched.
+    // Row-sparse gradients in buckets (nn::Embedding{.sparse = true} without gather_sparse): the
+    // mean holds every rank's rows, so the row lists become their union (max of the per-row marks),
+    // and the optimizers' lazy update touches exactly the rows one process on the global batch
+    // would have touched.
     auto& sparse = sparse_;  // members, so that a step allocates nothing here once they have grown
     auto& dense_flags = dense_flags_;
     sparse.clear();
     dense_flags.clear();
     if constexpr (B::host_accessible) {
-      for (auto& v : params_) {
-        auto& d = *v.data();
-        if (!d.sparse_rows || d.value.rank() != 2) continue;
+      for (std::size_t k = 0; k < params_.size(); ++k) {
+        auto& d = *params_[k].data();
+        if (gathered_[k] || !d.sparse_rows || d.value.rank() != 2) continue;
         d.row_marked.resize(d.value.dims()[0], 0);
         sparse.push_back(&d);
         dense_flags.push_back(d.grad_dense ? 1 : 0);
@@ -251,8 +280,10 @@ class DataParallel {
       for (auto* d : sparse) comm_->start_all_reduce(d->row_marked.data(), d->row_marked.size(), ReduceOp::max, pending);
       if (!sparse.empty()) comm_->start_all_reduce(dense_flags.data(), dense_flags.size(), ReduceOp::max, pending);
     }
+    start_gathers(pending);
     pending.wait();
-    for (auto& v : params_) v.data()->grad_dense = true;
+    for (std::size_t k = 0; k < params_.size(); ++k)
+      if (!gathered_[k]) params_[k].data()->grad_dense = true;
     for (std::size_t k = 0; k < sparse.size(); ++k) {
       auto& d = *sparse[k];
       if (dense_flags[k]) continue;  // some rank accumulated densely: dense everywhere
@@ -261,9 +292,79 @@ class DataParallel {
       for (std::size_t r = 0; r < d.row_marked.size(); ++r)
         if (d.row_marked[r]) d.grad_rows.push_back(r);
     }
+    finish_gathers();
     stats_.bytes = buckets_.bytes();
     stats_.buckets = buckets_.size();
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// A row-sparse table reduced by gathering (gather_sparse): this rank's rows and their values are
+  /// sent to every rank, and each rank sums all of them, rank by rank, into a compact gradient of
+  /// the union of the rows (VarData's compact form), then divides by the rank count: the mean, as
+  /// the all-reduce of a whole table would give, in the order rank 0's rows first, so that every
+  /// rank holds the same gradient. If any rank accumulated densely into the table, the whole table
+  /// is all-reduced instead and is dense everywhere.
+  struct Gather {
+    std::vector<std::uint64_t> counts;  // per rank: rows sent, or kDense
+    std::vector<std::int64_t> rows, all_rows;
+    std::vector<T> values, all_values;
+    std::size_t total = 0;
+    bool dense = false;
+  };
+  static constexpr std::uint64_t kDense = ~std::uint64_t(0);
+
+  void start_gathers(typename Comm::pending_type& pending) {
+    if constexpr (gathers_rows) {
+      for (std::size_t k = 0; k < params_.size(); ++k) {
+        if (!gathered_[k]) continue;
+        auto& d = *params_[k].data();
+        auto& g = gathers_[k];
+        const std::size_t dim = d.value.dims()[1];
+        const std::size_t n = d.grad_is_row_sparse() ? d.grad_rows.size() : 0;
+        g.counts = comm_->template all_gather<std::uint64_t>(d.grad_dense ? kDense : std::uint64_t(n));
+        g.dense = std::find(g.counts.begin(), g.counts.end(), kDense) != g.counts.end();
+        if (g.dense) {
+          T* p = d.grad_ref().data();  // whole-table (zeros where this rank has no gradient)
+          comm_->start_all_reduce(p, d.value.numel(), ReduceOp::mean, pending);
+          continue;
+        }
+        g.total = 0;
+        for (auto c : g.counts) g.total += static_cast<std::size_t>(c);
+        g.rows.assign(d.grad_rows.begin(), d.grad_rows.begin() + std::ptrdiff_t(n));
+        const T* values = d.grad_row_values();
+        if (!d.grad_compact) {  // the whole-table form (Var::grad() made it): its rows, packed
+          g.values.resize(n * dim);
+          for (std::size_t i = 0; i < n; ++i) std::copy_n(values + d.grad_rows[i] * dim, dim, g.values.data() + i * dim);
+          values = g.values.data();
+        }
+        g.all_rows.resize(g.total);
+        g.all_values.resize(g.total * dim);
+        comm_->start_all_gather_v(g.rows.data(), n, g.all_rows.data(), g.counts, 1, pending);
+        comm_->start_all_gather_v(values, n, g.all_values.data(), g.counts, dim, pending);
+        stats_.gathered_rows += n;
+        stats_.gathered_bytes += n * (sizeof(std::int64_t) + dim * sizeof(T));
+      }
+    } else {
+      (void)pending;
+    }
+  }
+
+  void finish_gathers() {
+    if constexpr (gathers_rows) {
+      for (std::size_t k = 0; k < params_.size(); ++k) {
+        if (!gathered_[k] || gathers_[k].dense) continue;
+        auto& d = *params_[k].data();
+        auto& g = gathers_[k];
+        const std::size_t dim = d.value.dims()[1], total = g.total;
+        d.zero_grad();
+        if (total == 0) continue;  // no rank looked up a row
+        const T* src = g.all_values.data();
+        d.scatter_into_rows(g.all_rows.data(), total, -1,
+                            [&](T* dst, const auto* idx, long long skip) { kernels::scatter_add_rows(B{}, dst, dim, idx, total, src, skip); });
+        const T scale = T(1) / T(comm_->size());
+        d.for_each_grad_span([&](T* p, std::size_t count) { kernels::scale(B{}, p, count, scale); });
+      }
+    }
   }
 
   /// Rebuilds the buckets so that bucket 0 holds the first gradients completed by the observed
@@ -277,7 +378,8 @@ class DataParallel {
     for (auto x : all)
       if (x != all[0] || x == 0) return;  // the ranks disagree (data-dependent graphs): keep the layout
     std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>> list;  // GradBuckets fills from the end
-    for (auto it = ready_order.rbegin(); it != ready_order.rend(); ++it) list.push_back({names_[*it], params_[*it].data()});
+    for (auto it = ready_order.rbegin(); it != ready_order.rend(); ++it)
+      if (!gathered_[*it]) list.push_back({names_[*it], params_[*it].data()});
     buckets_ = GradBuckets<T, B>(list, opt_.bucket_cap_bytes, opt_.first_bucket_cap_bytes);
     map_buckets();
     rebuilt_ = true;
@@ -345,6 +447,8 @@ class DataParallel {
   std::vector<std::size_t> bucket_of_;                      // index in params_ -> bucket
   std::vector<VarData<T, B>*> sparse_;                      // finish(): row-sparse gradients of this step
   std::vector<std::uint8_t> dense_flags_;                   // finish(): per sparse_, whether it was accumulated densely
+  std::vector<std::uint8_t> gathered_;                      // per params_: a row-sparse table reduced by gathering
+  std::vector<Gather> gathers_;                             // per params_: its buffers (kept between steps)
   bool layout_settled_ = false, rebuilt_ = false;
   GradBuckets<T, B> buckets_;
   ReduceStats stats_;
