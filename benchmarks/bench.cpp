@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// attn's benchmark harness for the reference models of BENCHMARKS.md, side by side with the
+// attn's benchmark harness for the reference models of benchmarks/README.md, side by side with the
 // PyTorch peer. Each case runs in a fresh process (for its peak RSS); attn and the peer are
 // interleaved per case; the table gives samples/s, the attn/peer ratio and peak RSS, and for R1, R3
 // and R5 the GFLOP/s as a fraction of the machine's FP32 GEMM ceiling.
@@ -117,7 +117,8 @@ Timing fwd_bwd_case(attn::Rng& rng, std::size_t b, std::size_t t, int iters, con
 }
 
 inline const char* kCaseNames =
-    "R1-h1 R1-h8 R2-h4 R2-h8 R3-T512 R3-T1024 R3-T2048 R4-b1 R4-b64 R5-T1024 R5-T4096 R5-T16384 R6 R6-ckpt";
+    "R1-h1 R1-h8 R2-h4 R2-h8 R3-T<n> (R3-T512 R3-T1024 R3-T2048 in --all; R3-T4096 on cuda) R4-b1 R4-b64 R5-T1024 R5-T4096 R5-T16384 "
+    "R6 R6-ckpt";
 
 /// Runs one case in this process; returns its JSON record.
 inline json run_case(const std::string& name, int iters, attn::Precision precision) {
@@ -359,7 +360,7 @@ int main(int argc, char** argv) {
   // R6 and R6-ckpt (seconds per step on 2 cores) only when named in --cases.
   std::vector<std::string> cases = {"R1-h1", "R1-h8",  "R2-h4",    "R2-h8",    "R3-T512",  "R3-T1024", "R3-T2048",
                                     "R4-b1", "R4-b64", "R5-T1024", "R5-T4096", "R5-T16384"};
-  CLI::App app{"attn benchmarks: the reference models of BENCHMARKS.md, against the PyTorch peer"};
+  CLI::App app{"attn benchmarks: the reference models of benchmarks/README.md, against the PyTorch peer"};
   app.add_option("--case", one, "run one case in this process and print its JSON record");
   app.add_flag("--all", all, "run every case (each in a fresh process) and print the table");
   auto* cases_opt = app.add_option("--cases", cases,

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Data-parallel training throughput of the R1 attention classifier (shared/BENCHMARKS.md:
+// Data-parallel training throughput of the R1 attention classifier (benchmarks/README.md:
 // Embedding(20000, 128) + learned positions, Attention<8, 128>, masked mean-pool, Linear(128, 2)),
 // with the global batch split over the MPI ranks. Prints samples/s and the all-reduce volume/time.
 //   OMP_NUM_THREADS=1 mpirun --bind-to none -np 2 bench_dist_data_parallel --batch 32 --steps 20
@@ -62,7 +62,7 @@ int run(const Args& a, const dist::Communicator& comm) {
   dist::DataParallel<float> ddp(model, comm);
   attn::optim::Adam<float> opt(model, {.lr = 1e-3});
 
-  // Synthetic full-length batches, different on every rank (seeded by rank), as BENCHMARKS.md.
+  // Synthetic full-length batches, different on every rank (seeded by rank), as benchmarks/README.md describes.
   attn::Rng rng(1234 + std::uint64_t(comm.rank()));
   std::vector<std::int32_t> ids(local * a.seq), pos(local * a.seq), labels(local);
   for (std::size_t i = 0; i < ids.size(); ++i) {

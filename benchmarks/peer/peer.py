@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""PyTorch CPU peer for attn's reference benchmarks (shared/BENCHMARKS.md).
+"""PyTorch CPU peer for attn's reference benchmarks (the cases of benchmarks/README.md).
 
 Runs the reference models R1-R4 with plain PyTorch on the CPU and prints
 samples/s (median of timed iterations after warm-ups) and the peak RSS of the
@@ -49,7 +49,7 @@ import sys
 import time
 
 # ----------------------------------------------------------------------------
-# Cases.  batch, T as in BENCHMARKS.md; R4 lengths come from r4_lengths().
+# Cases.  batch, T as in benchmarks/README.md; R4 lengths come from r4_lengths().
 # ----------------------------------------------------------------------------
 
 CASES = {
@@ -70,7 +70,7 @@ CASES = {
 }
 MODES = {"R1": ("train", "infer"), "R2": ("train", "infer"),
          "R3": ("train", "infer"), "R4": ("infer",), "R5": ("train",), "R6": ("train",)}
-# What --all runs, as BENCHMARKS.md lists them: R1, R2 training steps, R3 and R5
+# What --all runs, as benchmarks/README.md lists them: R1, R2 training steps, R3 and R5
 # forward + backward, R4 inference.  --all-modes adds the other modes.
 ALL_RUNS = ([(c, "train") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8",
                                     "R3-T512", "R3-T1024", "R3-T2048")]

@@ -28,7 +28,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       ->check(CLI::IsMember({"none", "sqrt", "balanced"}));
   app.add_option("--adversarial", o.adversarial,
                  "adversarial training (Miyato et al., 2017): the training loss is the mean of the loss and the loss with each "
-                 "title's character embeddings moved by this L2 distance along its gradient (about 1.7x the time per step; 0: none)")
+                 "title's character embeddings moved by this L2 distance along its gradient (about twice the time per step; 0: none)")
       ->check(examples::real(0, 100));
   app.add_flag("!--no-residual", o.residual, "pool the attention output itself (the plain R2 model), no residual + LayerNorm");
   app.add_option("--max-len", o.data.max_len, "characters kept per title (keywords included)")->check(examples::count(1, kMaxLen));

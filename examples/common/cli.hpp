@@ -26,7 +26,7 @@ inline void add_device_option(CLI::App& app, std::string& device) {
 namespace cli_detail {
 inline std::string show(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
+  std::snprintf(buf, sizeof buf, "%.10g", v);
   return buf;
 }
 }  // namespace cli_detail
@@ -96,7 +96,7 @@ inline void add_training_flags(CLI::App& app, TrainOptions& t) {
   app.add_option("--precision", t.precision,
                  "bf16: the products of the linear layers, the LSTM and the attention take bfloat16 operands with float sums, in training and "
                  "evaluation (weights, gradients, optimizer, softmax and norms stay float); int8: dynamic quantization, "
-                 "for inference only (--bench, predict)")
+                 "for inference only (predict, and clue's --bench)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   app.add_option("--seed", t.seed, "seed of the initialisation, the data order, dropout and (without --split-seed) the validation split")
       ->check(count(0));
