@@ -208,35 +208,83 @@ TEST_CASE("data parallel: a row-sparse table gathered by rows matches one proces
   CHECK(bucket_bytes[1] + table_bytes <= bucket_bytes[0] + 256);
 }
 
-TEST_CASE("data parallel: a gathered row-sparse table that one rank accumulated densely is all-reduced whole") {
+TEST_CASE("data parallel: a gathered row-sparse table: whole-table forms, ranks without rows, dense accumulation") {
   dist::Communicator comm;
   const Dataset data(global_batch);
   using Sparse = TinyClassifier<dist_test::vocab, true>;
   const std::size_t local = global_batch / std::size_t(comm.size());
   const auto mine = dist::DistributedSampler(data.n, comm.size(), comm.rank(), {.seed = sampler_seed}).indices();
   const auto b = data.gather({mine.begin(), mine.begin() + std::ptrdiff_t(local)});
+  const auto padding = attn::Tensor<std::int32_t>::zeros(b.ids.dims());  // every id the padding row
   Sparse model;
   dist::DataParallel<float> ddp(model, comm);
   auto& d = *model.tokens.weight.data();
-  auto step = [&](bool densify) {
+  // One step on this rank's batch (or only padding), with something done to the table's gradient
+  // between backward and the reduce; returns the reduced gradient as a whole table.
+  auto step = [&](bool pad, auto&& between) {
     ddp.zero_grad();
     attn::Tape tape;
-    tape.backward(attn::cross_entropy(tape, model.forward(tape, b.ids, b.mask), b.labels));
-    if (densify && comm.rank() == 0) (void)d.grad_ref();  // as a dense use of the table would
+    tape.backward(attn::cross_entropy(tape, model.forward(tape, pad ? padding : b.ids, b.mask), b.labels));
+    between();
     ddp.all_reduce_gradients();
+    return model.tokens.weight.grad().to_vector();
   };
-  step(false);
-  REQUIRE(d.grad_compact);
-  const auto gathered = model.tokens.weight.grad().to_vector();  // whole-table copy of the mean
-  step(true);
-  CHECK_FALSE(d.grad_is_row_sparse());  // dense on every rank
-  const auto whole = model.tokens.weight.grad().to_vector();
-  REQUIRE(whole.size() == gathered.size());
-  double m = 0;
-  for (std::size_t i = 0; i < whole.size(); ++i) m = std::max(m, double(std::abs(whole[i] - gathered[i])));
-  CHECK(m < 1e-6);
+  auto max_diff = [](const std::vector<float>& x, const std::vector<float>& y) {
+    double m = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, double(std::abs(x[i] - y[i])));
+    return m;
+  };
+  const auto gathered = step(false, [] {});
+  REQUIRE(gathered.size() == model.tokens.weight.numel());
+  CHECK(ddp.last_stats().gathered_rows > 0);
+  {
+    INFO("rank 0 reads its gradient (Var::grad()) before the reduce: its rows are packed from the whole table");
+    const auto got = step(false, [&] {
+      if (comm.rank() == 0) (void)model.tokens.weight.grad();
+    });
+    CHECK(max_diff(got, gathered) == 0.0);
+  }
+  {
+    INFO("only rank 0 looks up rows; the others send none");
+    const auto got = step(comm.rank() != 0, [] {});
+    // Rank 0's own rows alone, divided by the rank count.
+    const auto solo = [&] {
+      model.zero_grad();
+      attn::Tape tape;
+      tape.backward(attn::cross_entropy(tape, model.forward(tape, b.ids, b.mask), b.labels));
+      return model.tokens.weight.grad().to_vector();
+    };
+    std::vector<float> want = comm.rank() == 0 ? solo() : std::vector<float>(got.size(), 0.f);
+    comm.broadcast(std::span<float>(want), 0);
+    for (auto& w : want) w /= float(comm.size());
+    CHECK(max_diff(got, want) < 1e-6);
+  }
+  {
+    INFO("no rank looks up a row: a gradient with no rows, as one process would have");
+    const auto got = step(true, [] {});
+    CHECK(d.grad_is_row_sparse());
+    CHECK(d.grad_rows.empty());
+    CHECK(max_diff(got, std::vector<float>(got.size(), 0.f)) == 0.0);
+  }
+  {
+    INFO("rank 0 accumulates densely (as a dense use of the table would): the whole table is all-reduced");
+    const auto whole = step(false, [&] {
+      if (comm.rank() == 0) (void)d.grad_ref();
+    });
+    CHECK_FALSE(d.grad_is_row_sparse());  // dense on every rank
+    CHECK(ddp.last_stats().bytes >= model.tokens.weight.numel() * sizeof(float));
+    CHECK(max_diff(whole, gathered) < 1e-6);
+  }
   ddp.zero_grad();
   CHECK_FALSE(d.has_grad());
+}
+
+TEST_CASE("data parallel: ranks that would reduce a sparse table differently all throw") {
+  dist::Communicator comm;
+  if (comm.size() < 2) return;  // needs two ranks to differ
+  TinyClassifier<dist_test::vocab, true> model;
+  CHECK_THROWS_WITH(dist::DataParallel<float>(model, comm, {.gather_sparse = comm.rank() == 0}),
+                    Catch::Contains("holds a model with other parameters (names, order, shapes or sparse gradients)"));
 }
 
 TEST_CASE("data parallel: ranks with different models all throw") {

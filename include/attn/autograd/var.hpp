@@ -106,6 +106,7 @@ struct VarData {
           scatter(grad_values.data(), slots, -1LL);
           return;
         }
+        if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());  // a table of 2^32 - 1 rows or more
         mark_rows(ids, n, padding_idx);
       } else {
         std::vector<I> host(n);

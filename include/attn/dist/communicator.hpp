@@ -55,7 +55,8 @@ inline std::chrono::milliseconds default_timeout() {
 struct CommunicatorOptions {
   /// How long any wait may take before the job is aborted; 0: ATTN_DIST_TIMEOUT or 300 s.
   std::chrono::milliseconds timeout{0};
-  /// Largest element count of one MPI call; longer buffers are split (MPI counts are int).
+  /// Largest element count of one MPI call; longer buffers are split (MPI counts are int). Not for
+  /// start_all_gather_v, which is one call counted in units (rows) of at most INT_MAX.
   std::size_t max_message_elements = std::size_t(1) << 30;
 };
 

@@ -69,7 +69,7 @@ struct DataParallelOptions {
 /// Measurements of the last all_reduce_gradients().
 struct ReduceStats {
   double seconds = 0;          // launch to completion of all bucket all-reduces
-  std::size_t bytes = 0;       // bucket bytes this rank contributed (padding included)
+  std::size_t bytes = 0;       // bucket bytes this rank contributed (padding included), and gathered tables all-reduced whole
   std::size_t buckets = 0;
   std::size_t reattached = 0;  // gradients found outside their bucket and copied back in
   std::size_t overlapped = 0;  // buckets whose all-reduce started while backward was still running
@@ -240,7 +240,11 @@ class DataParallel {
     };
     mix(list.size());
     mix(sizeof(T));
-    for (auto& [name, d] : list) {
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      const auto& [name, d] = list[k];
+      // A table gathered or row-sparse on one rank and not on another would misalign the collectives.
+      mix(gathered_[k]);
+      mix(d->sparse_rows ? 1 : 0);
       mix(nn::name_seed(name));
       mix(d->value.dims().n);
       for (std::size_t a = 0; a < d->value.dims().n; ++a) mix(d->value.dims().v[a]);
@@ -248,7 +252,7 @@ class DataParallel {
     const auto all = comm_->template all_gather<std::uint64_t>(h);
     for (std::size_t r = 0; r < all.size(); ++r)
       if (all[r] != all[0])
-        throw Error("dist::DataParallel: rank " + std::to_string(r) + " holds a model with other parameters (names, order or shapes) than rank 0 (" +
+        throw Error("dist::DataParallel: rank " + std::to_string(r) + " holds a model with other parameters (names, order, shapes or sparse gradients) than rank 0 (" +
                     std::to_string(list.size()) + " parameters here on rank " + std::to_string(comm_->rank()) +
                     "); every rank must build the same model");
   }
@@ -293,7 +297,7 @@ class DataParallel {
         if (d.row_marked[r]) d.grad_rows.push_back(r);
     }
     finish_gathers();
-    stats_.bytes = buckets_.bytes();
+    stats_.bytes = buckets_.bytes() + whole_table_bytes_;
     stats_.buckets = buckets_.size();
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -314,6 +318,7 @@ class DataParallel {
   static constexpr std::uint64_t kDense = ~std::uint64_t(0);
 
   void start_gathers(typename Comm::pending_type& pending) {
+    whole_table_bytes_ = 0;
     if constexpr (gathers_rows) {
       for (std::size_t k = 0; k < params_.size(); ++k) {
         if (!gathered_[k]) continue;
@@ -326,6 +331,7 @@ class DataParallel {
         if (g.dense) {
           T* p = d.grad_ref().data();  // whole-table (zeros where this rank has no gradient)
           comm_->start_all_reduce(p, d.value.numel(), ReduceOp::mean, pending);
+          whole_table_bytes_ += d.value.numel() * sizeof(T);
           continue;
         }
         g.total = 0;
@@ -357,7 +363,8 @@ class DataParallel {
         auto& g = gathers_[k];
         const std::size_t dim = d.value.dims()[1], total = g.total;
         d.zero_grad();
-        if (total == 0) continue;  // no rank looked up a row
+        // Even with no row (every id padding, or the table unused), a gradient with no rows, as the
+        // buckets leave every parameter with a gradient.
         const T* src = g.all_values.data();
         d.scatter_into_rows(g.all_rows.data(), total, -1,
                             [&](T* dst, const auto* idx, long long skip) { kernels::scatter_add_rows(B{}, dst, dim, idx, total, src, skip); });
@@ -449,6 +456,7 @@ class DataParallel {
   std::vector<std::uint8_t> dense_flags_;                   // finish(): per sparse_, whether it was accumulated densely
   std::vector<std::uint8_t> gathered_;                      // per params_: a row-sparse table reduced by gathering
   std::vector<Gather> gathers_;                             // per params_: its buffers (kept between steps)
+  std::size_t whole_table_bytes_ = 0;                       // gathered tables all-reduced whole this step
   bool layout_settled_ = false, rebuilt_ = false;
   GradBuckets<T, B> buckets_;
   ReduceStats stats_;
