@@ -9,6 +9,7 @@
 //   par.backward(tape, loss); opt.step();
 #pragma once
 #include <attn/attn.hpp>
+#include <fmt/format.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -94,8 +95,27 @@ class Parallel {
   void backward(attn::Tape& tape, const V& loss) {
     tape.backward(loss);
 #if defined(ATTN_EXAMPLES_MPI)
-    if (ddp_) ddp_->all_reduce_gradients();
+    if (ddp_) {
+      ddp_->all_reduce_gradients();
+      const auto& s = ddp_->last_stats();
+      ++exchange_.steps;
+      exchange_.bytes += s.bytes;
+      exchange_.gathered_rows += s.gathered_rows;
+      exchange_.gathered_bytes += s.gathered_bytes;
+      exchange_.seconds += s.seconds;
+    }
 #endif
+  }
+
+  /// What this rank exchanged per step since the last call, as one line (data-parallel; empty for
+  /// one process): the bucket all-reduces and the rows of row-sparse tables gathered.
+  std::string take_exchange_summary() {
+    const Exchange e = exchange_;
+    exchange_ = {};
+    if (e.steps == 0) return {};
+    const double n = double(e.steps);
+    return fmt::format("gradient exchange per step: {:.2f} MB all-reduced, {:.0f} rows ({:.2f} MB) of sparse tables gathered, {:.1f} ms",
+                       double(e.bytes) / n / 1e6, double(e.gathered_rows) / n, double(e.gathered_bytes) / n / 1e6, 1e3 * e.seconds / n);
   }
 
   /// This rank's contiguous share of a global batch (the shares differ by at most one sample).
@@ -127,6 +147,11 @@ class Parallel {
   }
 
  private:
+  struct Exchange {
+    std::size_t steps = 0, bytes = 0, gathered_rows = 0, gathered_bytes = 0;
+    double seconds = 0;
+  };
+  Exchange exchange_;
   int rank_ = 0, world_ = 1;
 #if defined(ATTN_EXAMPLES_MPI)
   std::optional<attn::dist::Environment> env_;

@@ -201,6 +201,7 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
     fmt::print("epoch {}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.2f}%{} ({:.0f}s, {:.0f} samples/s)\n", epoch + 1,
                train_loss, v.loss, 100 * v.accuracy, std::isnan(v.macro_f1) ? "" : fmt::format(", macro-F1 {:.2f}%", 100 * v.macro_f1),
                secs, double(seen) / secs);
+    if (const auto exchange = par.take_exchange_summary(); !exchange.empty()) fmt::print("epoch {}: {}\n", epoch + 1, exchange);
     const std::size_t skipped = skipped_before + guard.skipped();
     if (guard.skipped()) fmt::print("non-finite steps skipped so far: {} (last: {})\n", skipped, guard.last());
     if (par.main()) {

@@ -16,6 +16,14 @@ math(EXPR double_batch "${BATCH} * 2")
 smoke_run(one 0 "${PROGRAM}" ${common} --batch ${double_batch} --out "${WORK}/one")
 smoke_run(two 0 ${LAUNCH} "${PROGRAM}" ${common} --batch ${BATCH} --out "${WORK}/two")
 smoke_expect_match("${two_output}" "x 2 processes \\(global batch ${double_batch}\\)" "mpirun -np 2")
+# The exchange line: the buckets' all-reduce, and the rows of the sparse tables gathered (not
+# all-reduced; the IMDb model's token and n-gram tables are sparse, CLUE's tables are not).
+set(rows "0")
+if(PROGRAM MATCHES "imdb")
+  set(rows "[1-9][0-9]*")
+endif()
+smoke_expect_match("${two_output}" "epoch 1: gradient exchange per step: [0-9.]+ MB all-reduced, ${rows} rows \\([0-9.]+ MB\\) of sparse tables gathered, [0-9.]+ ms"
+                   "mpirun -np 2")
 string(REGEX MATCHALL "attn [A-Za-z ]+example:" banners "${two_output}")
 list(LENGTH banners nb)
 if(NOT nb EQUAL 1)
