@@ -284,7 +284,9 @@ class Var {
   const Tensor<T, AnyShape, B>& raw() const { return d_->value; }
   /// The gradient (empty if backward has not reached this Var).
   /// A compact row-sparse gradient (nn::Embedding with .sparse) is first made whole-table
-  /// (VarData::materialize_grad), as torch's sparse_grad.to_dense().
+  /// (VarData::materialize_grad), as torch's sparse_grad.to_dense(): that changes the VarData, so
+  /// two threads must not call grad() on one such Var at once. The tensor returned aliases the
+  /// gradient until zero_grad(), which drops a buffer made so (a later step is compact again).
   Tensor<T, S, B> grad() const {
     d_->materialize_grad();
     if (d_->grad.empty()) return {};
