@@ -99,26 +99,26 @@ struct VarData {
   template <class I, class Scatter>
   void scatter_into_rows(const I* ids, std::size_t n, long long padding_idx, Scatter&& scatter) {
     ++grad_writes;
-    if (sparse_rows && !grad_dense && value.rank() == 2) {
-      if constexpr (B::host_accessible) {
-        if (grad_compact || (grad.empty() && value.dims()[0] < kNoSlot)) {
-          const std::int64_t* slots = compact_slots(ids, n, padding_idx);  // may replace grad_values: first
-          scatter(grad_values.data(), slots, -1LL);
-          return;
-        }
-        if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());  // a table of 2^32 - 1 rows or more
-        mark_rows(ids, n, padding_idx);
-      } else {
-        std::vector<I> host(n);
-        B::template to_host<I>(host.data(), ids, n);
-        if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
-        mark_rows(host.data(), n, padding_idx);
+    const bool by_rows = sparse_rows && !grad_dense && value.rank() == 2;
+    if constexpr (B::host_accessible) {
+      if (by_rows && (grad_compact || (grad.empty() && value.dims()[0] < kNoSlot))) {
+        const std::int64_t* slots = compact_slots(ids, n, padding_idx);  // may replace grad_values: first
+        scatter(grad_values.data(), slots, -1LL);
+        return;
       }
-      scatter(grad.data(), ids, padding_idx);
-      return;
     }
+    // The whole-table form (a device backend, a buffer that already exists, a table of 2^32 - 1 rows
+    // or more, or a dense gradient).
     if (grad.empty()) grad = Tensor<T, AnyShape, B>::zeros(value.dims());
-    grad_dense = true;
+    if (!by_rows) {
+      grad_dense = true;
+    } else if constexpr (B::host_accessible) {
+      mark_rows(ids, n, padding_idx);
+    } else {
+      std::vector<I> host(n);
+      B::template to_host<I>(host.data(), ids, n);
+      mark_rows(host.data(), n, padding_idx);
+    }
     scatter(grad.data(), ids, padding_idx);
   }
 

@@ -340,7 +340,7 @@ class DataParallel {
         const T* values = d.grad_row_values();
         if (!d.grad_compact) {  // the whole-table form (Var::grad() made it): its rows, packed
           g.values.resize(n * dim);
-          for (std::size_t i = 0; i < n; ++i) std::copy_n(values + d.grad_rows[i] * dim, dim, g.values.data() + i * dim);
+          kernels::copy_rows(B{}, n, dim, values, dim, g.rows.data(), g.values.data(), dim, nullptr, false);
           values = g.values.data();
         }
         g.all_rows.resize(g.total);
