@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "temp_dir.hpp"
+#include "../temp_dir.hpp"
 
 using namespace attn::data;
 using Catch::Contains;

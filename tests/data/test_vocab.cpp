@@ -10,7 +10,7 @@
 
 #include <sys/stat.h>
 
-#include "temp_dir.hpp"
+#include "../temp_dir.hpp"
 
 using attn::data::TokenCounts;
 using attn::data::Vocab;

@@ -11,18 +11,13 @@
 #include <unistd.h>
 
 #include "../../examples/common/run_dir.hpp"
+#include "../temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Catch::Contains;
 
 namespace {
-fs::path fresh_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("attn-rundir-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 std::string read(const fs::path& p) { return attn::data::read_file(p, 1 << 20); }
 json good_state() {
@@ -52,7 +47,8 @@ TEST_CASE("run_dir: JSON fields are range-checked without wrapping or undefined 
 }
 
 TEST_CASE("run_dir: state.json fields are range-checked, naming the file and the field") {
-  auto dir = fresh_dir("state");
+  TempDir tmp;
+  const auto& dir = tmp.path();
   write(dir / "state.json", good_state().dump());
   const auto s = examples::read_state(dir / "state.json");
   CHECK(s.epochs_done == 2);
@@ -79,7 +75,9 @@ TEST_CASE("run_dir: state.json fields are range-checked, naming the file and the
 }
 
 TEST_CASE("run_dir: inspect_run_dir refuses a run without --resume or --overwrite, and other options on --resume") {
-  auto dir = fresh_dir("inspect") / "h2";
+  TempDir tmp;
+  const auto dir = tmp.path() / "h2";
+  fs::create_directories(dir);
   examples::TrainOptions t;
   const json options = {{"--limit", 200}, {"--max-len", 64}};
   CHECK_FALSE(examples::inspect_run_dir(dir, t, options).replace);  // nothing there yet
@@ -102,7 +100,6 @@ TEST_CASE("run_dir: inspect_run_dir refuses a run without --resume or --overwrit
   CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("config.json: field options: missing"));
   write(dir / "config.json", json{{"options", options}}.dump());
   CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("last.safetensors: missing"));
-  fs::remove_all(dir.parent_path());
 }
 
 TEST_CASE("run_dir: --split-seed is the split's seed, bound to the run, and runs recorded without it had --seed's split") {
@@ -150,7 +147,8 @@ TEST_CASE("run_dir: a run recorded before --adversarial, --attn-entropy-target o
 }
 
 TEST_CASE("run_dir: metrics.jsonl is cut back to the committed epochs") {
-  auto dir = fresh_dir("metrics");
+  TempDir tmp;
+  const auto& dir = tmp.path();
   const std::string l1 = R"({"epoch":1,"x":1})", l2 = R"({"epoch":2,"x":2})";
   write(dir / "m.jsonl", l1 + "\n" + l2 + "\n" + l2 + "\n" + R"({"epoch":3,)");
   examples::truncate_metrics(dir / "m.jsonl", 2);
@@ -160,11 +158,11 @@ TEST_CASE("run_dir: metrics.jsonl is cut back to the committed epochs") {
   write(dir / "m.jsonl", l2 + "\n" + l1 + "\n");
   examples::truncate_metrics(dir / "m.jsonl", 2);
   CHECK(read(dir / "m.jsonl").empty());
-  fs::remove_all(dir);
 }
 
 TEST_CASE("run_dir: stale temporaries of ended processes are removed, others kept") {
-  auto dir = fresh_dir("temps");
+  TempDir tmp;
+  const auto& dir = tmp.path();
   const std::string mine = ".state.json.tmp-" + std::to_string(::getpid()) + "-3";
   write(dir / ".model.safetensors.pending.tmp-2147483646-17", "x");
   write(dir / mine, "x");
@@ -175,11 +173,11 @@ TEST_CASE("run_dir: stale temporaries of ended processes are removed, others kep
   CHECK(fs::exists(dir / mine));
   CHECK(fs::exists(dir / ".notes.tmp"));
   CHECK(fs::exists(dir / "vocab.txt"));
-  fs::remove_all(dir);
 }
 
 TEST_CASE("run_dir: the committed model is model.safetensors.pending only when state.json names its epoch") {
-  auto dir = fresh_dir("committed");
+  TempDir tmp;
+  const auto& dir = tmp.path();
   attn::io::TensorMap m;
   m.emplace("w", attn::io::TensorRecord::from_values(attn::io::DType::F32, {1}, std::vector<float>{1.0f}));
   attn::io::write_safetensors(examples::pending_path(dir / "model.safetensors"), m, {{"epoch", "2"}});
@@ -192,7 +190,6 @@ TEST_CASE("run_dir: the committed model is model.safetensors.pending only when s
   st["stale"] = 0;
   write(dir / "state.json", st.dump());
   CHECK(examples::committed_model(dir) == dir / "model.safetensors");
-  fs::remove_all(dir);
 }
 
 TEST_CASE("run_dir: check_ema_steps refuses an average not taken along the optimizer's steps") {

@@ -2,6 +2,7 @@
 // Module and optimizer checkpoints: round trips, strict name/shape/dtype checks listing every
 // difference, atomic replacement, and a file written by PyTorch loading into attn modules.
 #include "../golden_util.hpp"
+#include "../temp_dir.hpp"
 
 #include <attn/io/checkpoint.hpp>
 
@@ -22,15 +23,11 @@ struct Other : nn::Module {
   nn::Linear<3, 4> fc{this, "fc"};
   nn::Linear<2, 2> extra{this, "extra"};
 };
-fs::path tmpdir() {
-  auto d = fs::temp_directory_path() / ("attn-ckpt-" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
 }  // namespace
 
 TEST_CASE("checkpoint: save then load restores every parameter exactly") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   Small a, b;
   a.init(1);
   b.init(2);
@@ -40,11 +37,11 @@ TEST_CASE("checkpoint: save then load restores every parameter exactly") {
   auto pa = a.parameters<float>(), pb = b.parameters<float>();
   for (std::size_t k = 0; k < pa.size(); ++k)
     for (std::size_t i = 0; i < pa[k].numel(); ++i) CHECK(pa[k].raw()[i] == pb[k].raw()[i]);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: a file that does not fit is refused with every difference listed, model untouched") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   Other o;
   attn::io::save(o, dir / "o.safetensors");
   Small s;
@@ -66,11 +63,11 @@ TEST_CASE("checkpoint: a file that does not fit is refused with every difference
   } d;
   attn::io::save(s, dir / "s.safetensors");
   CHECK_THROWS_WITH(attn::io::load(d, dir / "s.safetensors"), Catch::Contains("dtype F32 in the file, model has F64"));
-  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: Adam state round trip resumes identically") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   auto train_steps = [](Small& m, attn::optim::Adam<float>& opt, int n) {
     for (int s = 0; s < n; ++s) {
       attn::Tape tape;
@@ -96,7 +93,6 @@ TEST_CASE("checkpoint: Adam state round trip resumes identically") {
   CHECK(ob.steps() == 2);
   train_steps(b, ob, 2);
   for (std::size_t i = 0; i < 6; ++i) CHECK(a.fc.weight.raw()[i] == b.fc.weight.raw()[i]);
-  fs::remove_all(dir);
 }
 
 namespace {
@@ -112,7 +108,8 @@ struct Big : nn::Module {
 }  // namespace
 
 TEST_CASE("checkpoint: save streams the parameters and writes the bytes of their copies") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   Big m;
   m.init(4);
   REQUIRE(m.table.weight.numel() * sizeof(float) > 2 * attn::io::kWriteChunkBytes);
@@ -134,11 +131,11 @@ TEST_CASE("checkpoint: save streams the parameters and writes the bytes of their
   const auto f = attn::io::read_safetensors(dir / "opt.safetensors");
   REQUIRE(f.tensors.size() == moments.size());
   for (auto& [name, r] : moments) CHECK(f.at(name).bytes == r.bytes);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: a reader that fails mid-file leaves the existing file as it was") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   Small a;
   a.init(5);
   attn::io::save(a, dir / "keep.safetensors");
@@ -162,11 +159,11 @@ TEST_CASE("checkpoint: a reader that fails mid-file leaves the existing file as 
   unread.emplace("x", attn::io::TensorSource{attn::io::DType::F32, {3}, 12, {}});
   CHECK_THROWS_AS(attn::io::write_safetensors(dir / "keep.safetensors", unread), attn::ArgumentError);
   CHECK(file_bytes(dir / "keep.safetensors") == before);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: a failed save leaves the existing file as it was") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   Small a;
   attn::io::save(a, dir / "keep.safetensors");
   auto size = fs::file_size(dir / "keep.safetensors");
@@ -175,11 +172,11 @@ TEST_CASE("checkpoint: a failed save leaves the existing file as it was") {
   CHECK_THROWS(attn::io::write_safetensors(dir / "keep.safetensors", bad));
   CHECK(fs::file_size(dir / "keep.safetensors") == size);
   CHECK_NOTHROW(attn::io::load(a, dir / "keep.safetensors"));
-  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: a NaN or infinite value is refused naming the tensor, model untouched") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   Small a, b;
   a.init(1);
   b.init(2);
@@ -197,14 +194,14 @@ TEST_CASE("checkpoint: a NaN or infinite value is refused naming the tensor, mod
                           Catch::Contains("element 4"));
     CHECK(b.emb.weight.raw()[0] == before);
   }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: a file changed in place between the check and the read is an error that says so") {
   // io::load and the state loaders check a file in one pass and read it into the destination in a
   // second; attn's own files are replaced by a rename (an open file keeps its content), but a file
   // rewritten in place in between must not bring a NaN in unnoticed.
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   Small a;
   a.init(1);
   attn::io::save(a, dir / "m.safetensors");
@@ -226,11 +223,11 @@ TEST_CASE("checkpoint: a file changed in place between the check and the read is
                                Catch::Contains("the model is partially loaded"));
     CHECK(err.where() == e.offset + 2 * sizeof(float));
   }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: load reads a parameter larger than one read chunk exactly") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   struct Wide : nn::Module {
     nn::Embedding<64> emb{this, "emb", attn::io::kReadChunkBytes / (64 * sizeof(float)) * 2 + 3};  // two chunks and a bit
   } a, b;
@@ -240,11 +237,11 @@ TEST_CASE("checkpoint: load reads a parameter larger than one read chunk exactly
   const auto meta = attn::io::load(b, dir / "w.safetensors");
   CHECK(meta.at("epoch") == "7");
   CHECK(b.emb.weight.raw().to_vector() == a.emb.weight.raw().to_vector());
-  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoint: load_optimizer checks 'step' and the moments before it modifies the optimizer") {
-  auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   Small a;
   a.init(1);
   attn::optim::Adam<float> oa(a, {.lr = 0.01f});
@@ -284,5 +281,4 @@ TEST_CASE("checkpoint: load_optimizer checks 'step' and the moments before it mo
   CHECK(moments_before() == before);
   attn::io::load_optimizer(ob, dir / "o.safetensors");
   CHECK(ob.steps() == 1);
-  fs::remove_all(dir);
 }

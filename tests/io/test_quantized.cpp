@@ -10,6 +10,8 @@
 #include <limits>
 #include <vector>
 
+#include "../temp_dir.hpp"
+
 namespace nn = attn::nn;
 namespace fs = std::filesystem;
 using attn::Precision;
@@ -50,12 +52,6 @@ std::vector<float> all_values(const nn::Module& m) {
   return v;
 }
 
-fs::path tmpdir() {
-  auto d = fs::temp_directory_path() / ("attn-quant-" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
-
 }  // namespace
 
 TEST_CASE("quantize_dynamic: the product weights, int8 inference within a quantization step of fp32, an exact file round trip") {
@@ -78,7 +74,8 @@ TEST_CASE("quantize_dynamic: the product weights, int8 inference within a quanti
   CHECK(max_diff(int8, fp32) > 0);
   CHECK(max_diff(int8, fp32) < 0.05);
 
-  const auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   attn::io::save_quantized(a, dir / "q.safetensors", {{"note", "n"}});
   attn::io::save(a, dir / "f.safetensors");
   CHECK(fs::file_size(dir / "q.safetensors") * 2 < fs::file_size(dir / "f.safetensors") + 4 * 50 * 16 * 2);
@@ -108,14 +105,14 @@ TEST_CASE("quantize_dynamic: the product weights, int8 inference within a quanti
     const attn::PrecisionScope scope(Precision::int8);
     CHECK(max_diff(b.forward(ids, lengths), int8) == 0);
   }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("load_quantized: a float file, a bad scale, a missing or extra tensor are refused, naming them, with the model unchanged") {
   Net a, b;
   a.init(1);
   b.init(2);
-  const auto dir = tmpdir();
+  TempDir tmp;
+  const auto& dir = tmp.path();
   attn::io::save(a, dir / "float.safetensors");
   attn::io::save_quantized(a, dir / "q.safetensors");
   const auto before = all_values(b);
@@ -146,5 +143,4 @@ TEST_CASE("load_quantized: a float file, a bad scale, a missing or extra tensor 
                     Catch::Contains("2 differences") && Catch::Contains("'head.weight.scale': shape [1]") &&
                         Catch::Contains("'head.bias': non-finite value"));
   CHECK(all_values(b) == before);
-  fs::remove_all(dir);
 }

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "../temp_dir.hpp"
+
 using attn::Tensor;
 namespace optim = attn::optim;
 namespace nn = attn::nn;
@@ -112,9 +114,8 @@ TEST_CASE("Ema: bad options are errors that name the option") {
 
 TEST_CASE("Ema: save_ema and load_ema restore the average and the counters, and a bad file changes nothing") {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "attn_test_ema";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  TempDir tmp;
+  const fs::path& dir = tmp.path();
   Two m;
   auto params = optim::NamedParams<double, attn::cpu>::of(m);
   for (auto& v : params.vars) set_values(v, 1.0);
@@ -140,5 +141,4 @@ TEST_CASE("Ema: save_ema and load_ema restore the average and the counters, and 
   // A model's weights are not an average file.
   attn::io::save(m, dir / "model.safetensors");
   CHECK_THROWS_WITH(attn::io::load_ema(ema3, dir / "model.safetensors"), Catch::Contains("model.safetensors") && Catch::Contains("ema_steps"));
-  fs::remove_all(dir);
 }
