@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   }
   Command cmd;
   if (auto exit_code = parse_command_line(argc, argv, cmd)) return *exit_code;
+  cmd.options.train.processes = std::size_t(par->world());
   Options& o = cmd.options;
   o.data.seed = o.train.split();
   try {
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
       throw attn::ArgumentError("--precision: with --device cuda the model computes in FP32 (bf16 and int8 are the CPU's)");
     if (cmd.predict) {
       PredictOptions& pr = cmd.prediction;
+      if (!pr.dump.empty()) examples::check_dump_target(pr.dump);  // before the model is read
       if (pr.texts.empty()) pr.texts.push_back(kExampleTitle);
       const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       auto tr = load_trained(pr.model_dir);  // its heads are one the program offers (trained_config)
@@ -159,7 +161,7 @@ int main(int argc, char** argv) {
     }
     std::vector<examples::RunPlan> plans;
     for (std::size_t h : head_counts) {
-      plans.push_back(examples::inspect_run_dir(run_dir(o, h), o.train, run_options(o, h)));
+      plans.push_back(examples::inspect_run_dir(run_dir(o, h), o.train, run_options(o, h), par->main()));
       if (plans.back().resume) (void)resumed(plans.back(), h);
     }
     auto p = prepare(o.data, examples::resumed_vocab(plans));
@@ -170,7 +172,7 @@ int main(int argc, char** argv) {
         throw attn::ArgumentError(fmt::format("{}: its labels differ from those of {}", (plans[k].dir / "config.json").string(),
                                               (fs::path(o.data.dir) / "labels.json").string()));
       auto model = attn::nn::skip_init<TnewsClassifier<>>(tr.cfg, head_counts[k]);
-      examples::check_resume(model, plans[k], o.train, p.train.size(), par->world());
+      examples::check_resume(model, head_counts[k], plans[k], o.train, p.train.size(), par->world());
     }
     par->barrier();  // no process is still reading when the directories change
     std::vector<RunResult> runs;

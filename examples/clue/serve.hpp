@@ -29,7 +29,7 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
             const std::string& dump) {
   const std::size_t heads = tr.heads;
   auto model = attn::nn::skip_init<TnewsClassifier<B>>(tr.cfg, heads);  // its weights are read next
-  attn::io::load(model, examples::committed_model(dir));
+  examples::load_committed_model(model, dir, heads);
   model.eval();
   if constexpr (B::host_accessible) model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
   const bool use_kw = tr.config.value("keywords", false);
@@ -103,7 +103,7 @@ void run_bench(std::size_t heads, const Options& o) {
                        : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
                                      .residual = o.residual};
   auto model = attn::nn::skip_init<TnewsClassifier<B>>(cfg, heads);  // loaded or drawn next
-  if (tr) attn::io::load(model, examples::committed_model(o.model_dir));
+  if (tr) examples::load_committed_model(model, o.model_dir, heads);
   else model.init(o.train.seed);
   model.eval();
   std::string quantized;

@@ -4,11 +4,18 @@
 // loads the run's model.safetensors and must reproduce the logits from these inputs
 // (scripts/torch_roundtrip.py); it is how the example models are checked against PyTorch.
 #pragma once
+#include <attn/core/tensor.hpp>
 #include <attn/io/safetensors.hpp>
 
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace examples {
 
@@ -28,9 +35,39 @@ inline attn::io::TensorRecord dump_lengths_mask(std::span<const int> lengths, st
   return attn::io::TensorRecord::from_values(attn::io::DType::U8, {lengths.size(), time}, m);
 }
 
+inline constexpr const char* kDumpFormat = "attn predict --dump";
+
+/// Checks, before anything is predicted, that `path` can take a dump: its directory exists and can
+/// be written, and the path is new or holds an earlier dump (which the new one replaces). Any other
+/// file there, a model or checkpoint given by mistake say, is refused and kept.
+inline void check_dump_target(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_regular_file(st)) throw attn::IoError(path.string(), "--dump: exists and is not a file");
+    bool dump = false;
+    try {
+      const attn::io::SafetensorsReader reader(path);
+      const auto it = reader.metadata().find("format");
+      dump = it != reader.metadata().end() && it->second == kDumpFormat;
+    } catch (const std::exception&) {
+    }
+    if (!dump)
+      throw attn::ArgumentError(fmt::format("--dump {}: the file exists and is not an earlier predict --dump output; it is kept: "
+                                            "remove it, or give another path",
+                                            path.string()));
+  }
+  const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  const auto pst = fs::status(parent, ec);
+  if (!fs::is_directory(pst)) throw attn::IoError(parent.string(), "--dump: no such directory");
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw attn::IoError(parent.string(), fmt::format("--dump: cannot write into this directory: {}", std::strerror(errno)));
+}
+
 /// Writes the records atomically (an existing file is replaced only once the new one is complete).
 inline void write_dump(const std::filesystem::path& path, const attn::io::TensorMap& tensors, const std::string& model) {
-  attn::io::write_safetensors(path, tensors, {{"format", "attn predict --dump"}, {"model", model}});
+  attn::io::write_safetensors(path, tensors, {{"format", kDumpFormat}, {"model", model}});
 }
 
 }  // namespace examples

@@ -8,8 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -122,10 +124,11 @@ auto with_json_file(const std::filesystem::path& p, F&& f) {
 /// Appends one line to a JSON-lines file.
 inline void append_line(const std::filesystem::path& p, const std::string& line) {
   {
+    errno = 0;
     std::ofstream f(p, std::ios::app);
     f << line << "\n";
     f.flush();
-    if (!f) throw attn::IoError(p.string(), "cannot append");
+    if (!f) throw attn::IoError(p.string(), std::string("cannot append a line") + (errno ? std::string(": ") + std::strerror(errno) : ""));
   }
   attn::fault_point();
 }

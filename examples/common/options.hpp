@@ -28,6 +28,7 @@ struct TrainOptions {
   std::size_t stop_after = 0;  // end this run after N epochs (continue with --resume)
   std::string on_non_finite = "stop";
   std::string precision = "fp32";  // of the linear and LSTM products, training and evaluation: fp32 or bf16 (attn::PrecisionScope)
+  std::size_t processes = 1;       // data-parallel processes (mpirun -n), set by the program: --batch is per process
 
   /// The seed the programs carve their validation split with: --split-seed, else --seed. Runs of
   /// several --seed values and one --split-seed differ only in their initialisation, data order and

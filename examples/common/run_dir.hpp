@@ -9,6 +9,7 @@
 //                          epoch is the best and there is no --ema: one copy on disk)
 //   ema.safetensors        with --ema: the last committed epoch's moving average of the weights
 //   metrics.jsonl          one line per committed epoch
+//   eval.json, tnews_predict.json   (CLUE) the best model's evaluation and test predictions
 //   <file>.pending         an epoch's checkpoint written but not yet committed (see commit_epoch)
 // A run first inspects every directory it will use (inspect_run_dir: options against config.json,
 // state.json, vocab.txt; nothing is written), then the program reads its data and checks the
@@ -19,15 +20,21 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <csignal>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -42,7 +49,8 @@ using nlohmann::json;
 
 /// The files that make a directory hold a run.
 inline constexpr const char* kRunFiles[] = {"config.json",      "vocab.txt",             "state.json",      "model.safetensors",
-                                            "last.safetensors", "optimizer.safetensors", "ema.safetensors", "metrics.jsonl"};
+                                            "last.safetensors", "optimizer.safetensors", "ema.safetensors", "metrics.jsonl",
+                                            "eval.json",        "tnews_predict.json"};
 /// The checkpoints written at the end of an epoch, committed by state.json (ema.safetensors only
 /// with --ema).
 inline constexpr const char* kCheckpoints[] = {"model.safetensors", "last.safetensors", "optimizer.safetensors", "ema.safetensors"};
@@ -72,6 +80,7 @@ struct ResumeState {
   double best_valid = 0;
   std::vector<EpochRecord> history;
   std::filesystem::path last, optimizer;  // the committed checkpoints (a .pending file when not yet renamed)
+  std::filesystem::path model;            // the committed best epoch's weights (model.safetensors or its .pending file)
   std::filesystem::path ema;              // with --ema, the committed average; empty without
 };
 
@@ -120,6 +129,29 @@ inline std::optional<std::size_t> checkpoint_epoch(const std::filesystem::path& 
   return e;
 }
 
+/// The epoch whose weights model.safetensors holds: the first of the best validation accuracy
+/// (training replaces the best model only on a strictly better epoch).
+inline std::size_t best_epoch(const ResumeState& s) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < s.history.size(); ++i)
+    if (s.history[i].valid_acc > s.history[best].valid_acc) best = i;
+  return best + 1;
+}
+
+/// Checks that a weights checkpoint was written for `heads` heads (its metadata's "heads", where
+/// recorded): the attention's weights have the same shapes for every head count, so a file of
+/// another head count would load without complaint. Reads the header only.
+inline void check_checkpoint_heads(const std::filesystem::path& p, std::size_t heads) {
+  const attn::io::SafetensorsReader reader(p);
+  const auto& meta = reader.metadata();
+  const auto it = meta.find("heads");
+  if (it != meta.end() && it->second != std::to_string(heads))
+    throw attn::FormatError::at_offset(p.string(), 0,
+                                       fmt::format("metadata 'heads' is {}, but the run directory is that of {} heads (the weights of "
+                                                   "another run)",
+                                                   it->second, heads));
+}
+
 /// The best model of a run directory as committed by state.json: model.safetensors, or its
 /// .pending file when a run ended between committing an epoch and renaming the file. Reads only.
 inline std::filesystem::path committed_model(const std::filesystem::path& dir) {
@@ -133,6 +165,50 @@ inline std::filesystem::path committed_model(const std::filesystem::path& dir) {
   return final_path;
 }
 
+/// Loads the committed best model of run directory `dir` (committed_model) into `model`, a model
+/// of `heads` heads, after checking that the file is one of that head count.
+template <class Model>
+void load_committed_model(Model& model, const std::filesystem::path& dir, std::size_t heads) {
+  const auto p = committed_model(dir);
+  check_checkpoint_heads(p, heads);
+  attn::io::load(model, p);
+}
+
+/// An exclusive advisory lock (flock) on a run directory, held by the process that writes it until
+/// that process ends: a second program given the same directory stops, before it writes anything,
+/// instead of mixing its files with the first one's. On a file system without flock the directory
+/// stays unlocked.
+class RunDirLock {
+ public:
+  RunDirLock() = default;
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+  ~RunDirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  /// Locks the existing directory `dir` (once; later calls do nothing). ArgumentError when another
+  /// process holds it.
+  void acquire(const std::filesystem::path& dir) {
+    if (fd_ >= 0) return;
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) throw attn::IoError(dir.string(), fmt::format("cannot open the directory: {}", std::strerror(errno)));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd);
+      if (err == EWOULDBLOCK)
+        throw attn::ArgumentError(fmt::format("{}: another process is using this run directory (it holds the directory's lock); "
+                                              "wait until it ends, or give another --out",
+                                              dir.string()));
+      return;  // no locks on this file system
+    }
+    fd_ = fd;
+  }
+  bool held() const noexcept { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
 /// What a run will do with its directory, decided before anything is written.
 struct RunPlan {
   std::filesystem::path dir;
@@ -141,7 +217,28 @@ struct RunPlan {
   nlohmann::json config;  // resume: the directory's config.json
   ResumeState state;      // resume: its state.json
   std::optional<attn::data::Vocab> vocab;  // resume: its vocab.txt
+  std::shared_ptr<RunDirLock> lock = std::make_shared<RunDirLock>();  // the writer's, from inspection (or the directory's creation) on
 };
+
+/// Checks that this process can create or write the run directory `dir`: IoError naming the
+/// directory (or the ancestor it would be created in) otherwise.
+inline void check_writable_dir(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::absolute(dir).lexically_normal();
+  while (true) {
+    std::error_code ec;
+    const auto st = fs::status(p, ec);
+    if (fs::exists(st)) {
+      if (!fs::is_directory(st)) throw attn::IoError(p.string(), "exists and is not a directory");
+      if (::access(p.c_str(), W_OK | X_OK) != 0)
+        throw attn::IoError(p.string(), fmt::format("cannot write the run directory{}: {}", p == fs::absolute(dir).lexically_normal() ? "" : " into it",
+                                                    std::strerror(errno)));
+      return;
+    }
+    if (!p.has_relative_path()) return;  // the root
+    p = p.parent_path();
+  }
+}
 
 /// A resumed run's moving average (ema.safetensors, `ema_steps` updates) must have been taken
 /// along the optimizer's steps (optimizer.safetensors, `optimizer_steps`): the average folds once
@@ -169,8 +266,15 @@ inline void check_same_options(const nlohmann::json& config, const nlohmann::jso
   // Options added later, with the default that every run recorded before them trained with.
   static const std::pair<const char*, nlohmann::json> kLaterDefaults[] = {
       {"--adversarial", 0.0}, {"--attn-entropy-target", 0.0}, {"--class-weights", "none"}};
+  // Recorded later, with no value known for the runs before: unchecked for those.
+  static constexpr const char* kLaterUnknown[] = {"processes"};
   for (auto& [name, value] : options.items()) {
     auto it = rec->find(name);
+    if (it == rec->end() && std::find(std::begin(kLaterUnknown), std::end(kLaterUnknown), name) != std::end(kLaterUnknown)) continue;
+    if (name == "processes" && it != rec->end() && *it != value)
+      throw attn::ArgumentError(fmt::format("the run ({}) was trained by {} data-parallel processes, this is {}: --batch is per process, "
+                                            "so the steps and the learning-rate schedule would change; resume it with mpirun -n {}",
+                                            path.string(), it->dump(), value.dump(), it->dump()));
     for (auto [later, earlier] : kLaterOptions)
       if (it == rec->end() && name == later) it = rec->find(earlier);
     const nlohmann::json* recorded = it == rec->end() ? nullptr : &*it;
@@ -186,14 +290,19 @@ inline void check_same_options(const nlohmann::json& config, const nlohmann::jso
 }
 
 /// Inspects `dir` for a run with training options t and run options `options` (see
-/// check_same_options). Reads only. Throws, naming the file or option, when:
+/// check_same_options). Reads only. The `writer`, the process that will write the directory,
+/// also checks that it can and takes the directory's lock (RunDirLock) when it exists. Throws,
+/// naming the file or option, when:
+///  - the writer cannot write the directory, or another process holds its lock;
 ///  - without --resume, the directory already holds a run and --overwrite is not given;
 ///  - with --resume, config.json, state.json or vocab.txt is missing, malformed or out of range,
 ///    or an option differs from config.json's; last.safetensors or optimizer.safetensors (and with
-///    --ema, ema.safetensors) is missing or belongs to another epoch.
+///    --ema, ema.safetensors) is missing or belongs to another epoch than the last committed one,
+///    or model.safetensors to another than the best one.
 /// With --resume and no state.json (a run interrupted before its first epoch ended) the run starts
 /// afresh, unless checkpoints are there.
-inline RunPlan inspect_run_dir(const std::filesystem::path& dir, const TrainOptions& t, const nlohmann::json& options) {
+inline RunPlan inspect_run_dir(const std::filesystem::path& dir, const TrainOptions& t, const nlohmann::json& options,
+                               bool writer = false) {
   namespace fs = std::filesystem;
   using run_detail::present;
   RunPlan plan;
@@ -201,6 +310,10 @@ inline RunPlan inspect_run_dir(const std::filesystem::path& dir, const TrainOpti
   std::error_code ec;
   const auto st = fs::status(dir, ec);
   if (fs::exists(st) && !fs::is_directory(st)) throw attn::IoError(dir.string(), "exists and is not a directory");
+  if (writer) {
+    check_writable_dir(dir);
+    if (fs::exists(st)) plan.lock->acquire(dir);  // before reading: no other writer changes it from here on
+  }
   std::vector<std::string> held;
   for (auto* f : run_detail::kRunFiles)
     if (present(dir / f)) held.push_back(f);
@@ -226,20 +339,33 @@ inline RunPlan inspect_run_dir(const std::filesystem::path& dir, const TrainOpti
   check_same_options(plan.config, options, dir / "config.json");
   plan.state = read_state(dir / "state.json");
   // The committed checkpoints: a .pending one of the committed epoch has not been renamed yet.
-  std::vector<std::pair<const char*, fs::path*>> wanted{{"last.safetensors", &plan.state.last}, {"optimizer.safetensors", &plan.state.optimizer}};
-  if (t.ema > 0) wanted.push_back({"ema.safetensors", &plan.state.ema});
-  for (auto [name, out] : wanted) {
-    const fs::path final_path = dir / name, pending = pending_path(final_path);
-    if (present(pending) && checkpoint_epoch(pending) == plan.state.epochs_done) {
-      *out = pending;
-      continue;
+  // Each names its epoch: the last committed one, and for model.safetensors the best one.
+  const std::size_t done = plan.state.epochs_done, best = best_epoch(plan.state);
+  struct Wanted {
+    const char* name;
+    fs::path* out;
+    std::size_t epoch;
+  };
+  std::vector<Wanted> wanted{{"last.safetensors", &plan.state.last, done},
+                             {"optimizer.safetensors", &plan.state.optimizer, done},
+                             {"model.safetensors", &plan.state.model, best}};
+  if (t.ema > 0) wanted.push_back({"ema.safetensors", &plan.state.ema, done});
+  for (const auto& w : wanted) {
+    const fs::path final_path = dir / w.name, pending = pending_path(final_path);
+    fs::path path = final_path;
+    if (present(pending) && checkpoint_epoch(pending) == done) {
+      path = pending;
+    } else if (!present(final_path)) {
+      throw attn::IoError(final_path.string(), "missing: state.json records an epoch to resume from");
     }
-    if (!present(final_path)) throw attn::IoError(final_path.string(), "missing: state.json records an epoch to resume from");
-    const auto e = checkpoint_epoch(final_path);
-    if (e && *e != plan.state.epochs_done)
-      throw attn::FormatError::at_offset(final_path.string(), 0,
-                                         fmt::format("holds epoch {}, state.json says {} epochs are done", *e, plan.state.epochs_done));
-    *out = final_path;
+    const auto e = checkpoint_epoch(path);
+    if (!e) throw attn::FormatError::at_offset(path.string(), 0, "its metadata records no epoch: not a checkpoint of a run");
+    if (*e != w.epoch)
+      throw attn::FormatError::at_offset(
+          path.string(), 0,
+          w.out != &plan.state.model ? fmt::format("holds epoch {}, state.json says {} epochs are done", *e, done)
+                          : fmt::format("holds epoch {}, but state.json's history has the best validation accuracy at epoch {}", *e, w.epoch));
+    *w.out = path;
   }
   plan.vocab = attn::data::Vocab::load(dir / "vocab.txt");
   return plan;
@@ -313,6 +439,7 @@ inline bool link_checkpoint(const std::filesystem::path& from, const std::filesy
 inline void begin_writing(const RunPlan& plan) {
   namespace fs = std::filesystem;
   fs::create_directories(plan.dir);
+  plan.lock->acquire(plan.dir);  // a directory created now: locked before the first file
   remove_stale_temporaries(plan.dir);
   if (plan.resume) {
     for (auto* f : run_detail::kCheckpoints) {
@@ -350,7 +477,7 @@ inline void write_run_start(const RunPlan& plan, const attn::data::Vocab& vocab,
 inline nlohmann::json train_run_options(const TrainOptions& t) {
   return {{"--seed", t.seed},       {"--split-seed", t.split()}, {"--batch", t.batch}, {"--lr", t.lr},  {"--weight-decay", t.weight_decay},
           {"--warmup", t.warmup}, {"--clip", t.clip},   {"--ema", t.ema}, {"--ema-every", t.ema_every},
-          {"--precision", t.precision}};
+          {"--precision", t.precision}, {"processes", t.processes}};
 }
 
 /// Checks that every resumed directory of a sweep has the same vocabulary and returns it (nullptr:

@@ -83,9 +83,10 @@ template <class Model>
 using model_backend_t = typename model_backend<Model>::type;
 
 /// Checks, before anything is written, that a resumed run's checkpoints fit `model` (a model of
-/// the directory's config.json; it is overwritten) and agree with state.json and this data.
+/// the directory's config.json with `heads` heads; it is overwritten) and agree with state.json
+/// and this data: the best epoch's weights and the last epoch's weights, optimizer and average.
 template <class Model>
-void check_resume(Model& model, const RunPlan& plan, const TrainOptions& t, std::size_t samples, int world) {
+void check_resume(Model& model, std::size_t heads, const RunPlan& plan, const TrainOptions& t, std::size_t samples, int world) {
   using B = model_backend_t<Model>;
   if (!plan.resume) return;
   const std::size_t per_epoch = training_detail::steps_per_epoch(t, samples, world);
@@ -93,12 +94,19 @@ void check_resume(Model& model, const RunPlan& plan, const TrainOptions& t, std:
     throw attn::FormatError::in_field((plan.dir / "state.json").string(), "step",
                                       fmt::format("{} exceeds {} epochs of {} steps on this data", plan.state.step,
                                                   plan.state.epochs_done, per_epoch));
-  attn::io::load(model, plan.state.last);
+  for (const auto* p : {&plan.state.model, &plan.state.last}) {
+    check_checkpoint_heads(*p, heads);
+    attn::io::load(model, *p);
+  }
   attn::optim::Adam<float, B> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
   attn::io::load_optimizer(opt, plan.state.optimizer);
-  if (opt.steps() > plan.state.step)
+  // Every step either updates the weights or is skipped as non-finite (state.json counts both).
+  const long long taken = plan.state.step - static_cast<long long>(plan.state.skipped_steps);
+  if (opt.steps() != taken)
     throw attn::FormatError::at_offset(plan.state.optimizer.string(), 0,
-                                       fmt::format("metadata 'step' {} exceeds state.json's step {}", opt.steps(), plan.state.step));
+                                       fmt::format("metadata 'step' {} differs from state.json's {} steps less {} skipped (not the "
+                                                   "same run's or epoch's files)",
+                                                   opt.steps(), plan.state.step, plan.state.skipped_steps));
   if (t.ema > 0) {
     attn::optim::Ema<float, B> ema(model, {.decay = t.ema, .every = t.ema_every});
     attn::io::load_ema(ema, plan.state.ema);

@@ -346,6 +346,7 @@ int main(int argc, char** argv) {
   }
   Command cmd;
   if (auto exit_code = parse_command_line(argc, argv, cmd)) return *exit_code;
+  cmd.options.train.processes = std::size_t(par->world());
   const Options& o = cmd.options;
   try {
     attn::cpu::set_threads(int(o.threads));
@@ -356,11 +357,13 @@ int main(int argc, char** argv) {
       throw attn::ArgumentError("--precision: with --device cuda the model computes in FP32 (bf16 and int8 are the CPU's)");
     if (cmd.predict) {
       PredictOptions& pr = cmd.prediction;
+      if (!pr.dump.empty()) examples::check_dump_target(pr.dump);  // before the model is read
       if (pr.texts.empty()) pr.texts.push_back(kArticleSentence);
       const attn::PrecisionScope precision(attn::parse_precision(pr.precision, "--precision"));
       const auto heads = examples::with_json_file(fs::path(pr.model_dir) / "config.json",
                                                   [](const json& j) { return examples::json_count(j, "heads", 1, 16); });
-      attn::dispatch<1, 2, 4, 8, 16>(heads, "config.json heads", []<std::size_t>() {});
+      const std::string heads_field = (fs::path(pr.model_dir) / "config.json").string() + ": field heads";
+      attn::dispatch<1, 2, 4, 8, 16>(heads, heads_field.c_str(), []<std::size_t>() {});
 #if defined(ATTN_EXAMPLES_CUDA)
       if (cuda) return predict_cuda(heads, pr.model_dir, pr.texts, pr.dump);
 #endif
@@ -393,14 +396,14 @@ int main(int argc, char** argv) {
     std::vector<examples::RunPlan> plans;
     for (const auto& r : specs) {
       const Options os = run_options_of(o, r);
-      plans.push_back(examples::inspect_run_dir(run_dir(o, r), os.train, run_options(os, r)));
+      plans.push_back(examples::inspect_run_dir(run_dir(o, r), os.train, run_options(os, r), par->main()));
       if (plans.back().resume) (void)resumed_config(plans.back(), r.heads);
     }
     auto p = prepare(o, examples::resumed_vocab(plans), std::any_of(plans.begin(), plans.end(), [](const auto& pl) { return !pl.resume; }));
     for (std::size_t k = 0; k < specs.size(); ++k)
       if (plans[k].resume) {
         auto model = attn::nn::skip_init<ImdbClassifier<>>(resumed_config(plans[k], specs[k].heads), specs[k].heads);
-        examples::check_resume(model, plans[k], run_options_of(o, specs[k]).train, p.train.size(), par->world());
+        examples::check_resume(model, specs[k].heads, plans[k], run_options_of(o, specs[k]).train, p.train.size(), par->world());
       }
     par->barrier();  // no process is still reading when the directories change
     std::vector<RunResult> runs;

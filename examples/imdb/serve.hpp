@@ -27,7 +27,7 @@ int predict(std::size_t heads, const fs::path& dir, const std::vector<std::strin
   auto vocab = data::Vocab::load(dir / "vocab.txt");
   if (vocab.size() != cfg.vocab) throw attn::FormatError((dir / "vocab.txt").string(), 1, "vocabulary size differs from config.json");
   auto model = attn::nn::skip_init<ImdbClassifier<B>>(cfg, heads);  // its weights are read next
-  attn::io::load(model, examples::committed_model(dir));
+  examples::load_committed_model(model, dir, heads);
   model.eval();
   const data::EnglishTokenizer tok;
   for (auto& text : texts) {

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 # A failed run leaves the run directory it was pointed at byte-identical: --resume with options that
-# differ from config.json's, bad option values, a second run without --resume or --overwrite, and
-# corrupted config.json / state.json (out of range, mistyped, truncated) all fail with a message
-# naming the option or the file and field, before anything is written; predict reports the same
-# fields. Also: an empty training split is an error, a one-class split a warning naming the class,
+# differ from config.json's, bad option values, a second run without --resume or --overwrite,
+# corrupted config.json / state.json (out of range, mistyped, truncated), a corrupt, missing or
+# other head count's model.safetensors, and a directory another process holds all fail with a
+# message naming the option or the file and field, before anything is written; predict reports the
+# same fields, and its --dump never replaces a file that is not an earlier dump. Also: an empty training split is an error, a one-class split a warning naming the class,
 # and --data that is not a directory says what it is.
 #   cmake -DPROGRAM=<imdb|clue> -DKIND=<imdb|clue> -DDATA=<dir> -DLIMIT=<n> -DWORK=<dir> "-DARGS=<extra>" -P intact_on_failure.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/smoke_util.cmake)
@@ -122,6 +123,42 @@ file(REMOVE_RECURSE "${bad}")
 file(COPY "${out}/h2" DESTINATION "${bad}")
 file(REMOVE "${bad}/h2/state.json")
 expect_intact("${bad}" "no state\\.json" "--resume without state.json" ${common} --data "${DATA}" --limit ${LIMIT} --out "${bad}" --resume)
+
+# The checkpoints a resumed run continues from, the best epoch's included, are read before anything
+# is written: a truncated or missing model.safetensors, or the weights of another head count (the
+# attention's weights have the same shapes for every head count), fail naming the file.
+macro(fresh_copy)
+  set(bad "${WORK}/bad")
+  file(REMOVE_RECURSE "${bad}")
+  file(COPY "${out}/h2" DESTINATION "${bad}")
+endmacro()
+fresh_copy()
+file(REMOVE "${bad}/h2/model.safetensors")  # (a hard link of last.safetensors after one epoch)
+file(WRITE "${bad}/h2/model.safetensors" "not a safetensors file")
+expect_intact("${bad}" "model\\.safetensors: " "--resume with a corrupt model.safetensors"
+              ${common} --data "${DATA}" --limit ${LIMIT} --out "${bad}" --epochs 2 --resume)
+file(REMOVE "${bad}/h2/model.safetensors")
+expect_intact("${bad}" "model\\.safetensors: missing" "--resume without model.safetensors"
+              ${common} --data "${DATA}" --limit ${LIMIT} --out "${bad}" --epochs 2 --resume)
+smoke_run(four 0 "${PROGRAM}" --heads 4 --threads 1 ${extra} --data "${DATA}" --limit ${LIMIT} --out "${WORK}/run4" --epochs 1)
+fresh_copy()
+file(REMOVE "${bad}/h2/model.safetensors")
+file(COPY "${WORK}/run4/h4/model.safetensors" DESTINATION "${bad}/h2")
+expect_intact("${bad}" "model\\.safetensors: byte offset 0: metadata 'heads' is 4, but the run directory is that of 2 heads"
+              "--resume with a 4-head model.safetensors" ${common} --data "${DATA}" --limit ${LIMIT} --out "${bad}" --epochs 2 --resume)
+expect_intact("${bad}" "metadata 'heads' is 4, but the run directory is that of 2 heads" "predict with a 4-head model.safetensors"
+              "${PROGRAM}" predict --model "${bad}/h2" "text")
+# predict --dump never replaces a file that is not an earlier dump.
+expect_intact("${out}" "not an earlier predict --dump output; it is kept" "predict --dump onto model.safetensors"
+              "${PROGRAM}" predict --model "${out}/h2" --dump "${out}/h2/model.safetensors" "text")
+expect_intact("${out}" "no-such-dir: --dump: no such directory" "predict --dump into a missing directory"
+              "${PROGRAM}" predict --model "${out}/h2" --dump "${WORK}/no-such-dir/d.safetensors" "text")
+# A run directory another process is using (holding its lock, as flock(1) does here) is left alone.
+find_program(FLOCK flock)
+if(FLOCK)
+  expect_intact("${out}" "another process is using this run directory" "--resume while another process holds the directory"
+                "${FLOCK}" -n "${out}/h2" ${run} --epochs 2 --resume)
+endif()
 
 # --data that is not a directory: nothing is written.
 set(fresh "${WORK}/fresh")

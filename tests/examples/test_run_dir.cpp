@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "../../examples/common/dump.hpp"
 #include "../../examples/common/run_dir.hpp"
 #include "../temp_dir.hpp"
 
@@ -201,4 +202,133 @@ TEST_CASE("run_dir: check_ema_steps refuses an average not taken along the optim
   CHECK_THROWS_WITH(examples::check_ema_steps(26, 24, ema, opt),
                     Contains("run/ema.safetensors") && Contains("'ema_steps' 26 differs from the optimizer's step 24") &&
                         Contains("run/optimizer.safetensors"));
+}
+
+namespace {
+void write_checkpoint(const fs::path& p, attn::io::MetadataMap meta) {
+  attn::io::TensorMap m;
+  m.emplace("w", attn::io::TensorRecord::from_values(attn::io::DType::F32, {1}, std::vector<float>{1.0f}));
+  attn::io::write_safetensors(p, m, meta);
+}
+}  // namespace
+
+TEST_CASE("run_dir: --resume needs the best epoch's model.safetensors and every checkpoint's epoch") {
+  TempDir tmp;
+  const auto& dir = tmp.path();
+  examples::TrainOptions t;
+  t.resume = true;
+  const json options = {{"--limit", 200}};
+  write(dir / "config.json", json{{"options", options}}.dump());
+  write(dir / "state.json", good_state().dump());  // 2 epochs done, the best (0.75) the first
+  attn::data::Vocab().save(dir / "vocab.txt");
+  write_checkpoint(dir / "last.safetensors", {{"epoch", "2"}, {"heads", "2"}});
+  write_checkpoint(dir / "optimizer.safetensors", {{"epoch", "2"}});
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("model.safetensors: missing"));
+  write_checkpoint(dir / "model.safetensors", {{"epoch", "2"}, {"heads", "2"}});
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options),
+                    Contains("model.safetensors") && Contains("holds epoch 2, but state.json's history has the best validation accuracy at epoch 1"));
+  write_checkpoint(dir / "model.safetensors", {{"heads", "2"}});
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("model.safetensors") && Contains("records no epoch"));
+  write_checkpoint(dir / "model.safetensors", {{"epoch", "1"}, {"heads", "2"}});
+  const auto plan = examples::inspect_run_dir(dir, t, options);
+  CHECK(plan.resume);
+  CHECK(plan.state.model == dir / "model.safetensors");
+  CHECK(plan.state.last == dir / "last.safetensors");
+  // A best model written in the last committed epoch and not yet renamed is the committed one.
+  auto st = good_state();
+  st["history"][1]["valid_accuracy"] = 0.8;
+  st["best_valid"] = 0.8;
+  write(dir / "state.json", st.dump());
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("holds epoch 1, but state.json's history has the best validation accuracy at epoch 2"));
+  write_checkpoint(examples::pending_path(dir / "model.safetensors"), {{"epoch", "2"}, {"heads", "2"}});
+  CHECK(examples::inspect_run_dir(dir, t, options).state.model == examples::pending_path(dir / "model.safetensors"));
+  // An optimizer file without its epoch is not taken on trust.
+  write_checkpoint(dir / "optimizer.safetensors", {});
+  CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options), Contains("optimizer.safetensors") && Contains("records no epoch"));
+}
+
+TEST_CASE("run_dir: a checkpoint of another head count is refused by its metadata") {
+  TempDir tmp;
+  const auto p = tmp.path() / "model.safetensors";
+  write_checkpoint(p, {{"epoch", "1"}, {"heads", "8"}});
+  CHECK_NOTHROW(examples::check_checkpoint_heads(p, 8));
+  CHECK_THROWS_AS(examples::check_checkpoint_heads(p, 4), attn::FormatError);
+  CHECK_THROWS_WITH(examples::check_checkpoint_heads(p, 4), Contains("model.safetensors") && Contains("metadata 'heads' is 8, but the run directory is that of 4 heads"));
+  write_checkpoint(p, {{"epoch", "1"}});  // not recorded (weights written by other tools): not checked
+  CHECK_NOTHROW(examples::check_checkpoint_heads(p, 4));
+}
+
+TEST_CASE("run_dir: the number of data-parallel processes is bound to the run") {
+  examples::TrainOptions t;
+  CHECK(examples::train_run_options(t).at("processes") == 1);
+  t.processes = 2;
+  const auto two = examples::train_run_options(t);
+  const fs::path cfg = "run/config.json";
+  examples::check_same_options(json{{"options", two}}, two, cfg);
+  t.processes = 1;
+  const auto one = examples::train_run_options(t);
+  CHECK_THROWS_AS(examples::check_same_options(json{{"options", two}}, one, cfg), attn::ArgumentError);
+  CHECK_THROWS_WITH(examples::check_same_options(json{{"options", two}}, one, cfg),
+                    Contains("trained by 2 data-parallel processes, this is 1") && Contains("mpirun -n 2"));
+  CHECK_THROWS_WITH(examples::check_same_options(json{{"options", one}}, two, cfg), Contains("trained by 1 data-parallel processes, this is 2"));
+  // A run recorded before the count was: not checked (its step count still is, by check_resume).
+  auto old = two;
+  old.erase("processes");
+  examples::check_same_options(json{{"options", old}}, one, cfg);
+}
+
+TEST_CASE("run_dir: the writer locks the run directory, and a second writer stops before it writes") {
+  TempDir tmp;
+  const auto dir = tmp.path() / "h4";
+  examples::TrainOptions t;
+  const json options = {{"--limit", 200}};
+  {
+    const auto fresh = examples::inspect_run_dir(dir, t, options, true);  // not there yet: locked once created
+    CHECK_FALSE(fresh.lock->held());
+    examples::begin_writing(fresh);
+    CHECK(fresh.lock->held());
+    CHECK_THROWS_WITH(examples::inspect_run_dir(dir, t, options, true), Contains("another process is using this run directory"));
+    // A reader (another rank of a data-parallel job) takes no lock.
+    CHECK_FALSE(examples::inspect_run_dir(dir, t, options).lock->held());
+  }
+  const auto again = examples::inspect_run_dir(dir, t, options, true);  // released with the first plan
+  CHECK(again.lock->held());
+  // Two plans racing for a directory neither found: the second to create it stops.
+  const auto a = examples::inspect_run_dir(tmp.path() / "h8", t, options, true);
+  const auto b = examples::inspect_run_dir(tmp.path() / "h8", t, options, true);
+  examples::begin_writing(a);
+  CHECK_THROWS_WITH(examples::begin_writing(b), Contains("another process is using this run directory"));
+}
+
+TEST_CASE("run_dir: the writer checks that it can write the run directory before anything is written") {
+  TempDir tmp;
+  examples::TrainOptions t;
+  const json options = {{"--limit", 200}};
+  write(tmp.path() / "file", "x");
+  CHECK_THROWS_WITH(examples::inspect_run_dir(tmp.path() / "file" / "h4", t, options, true), Contains("exists and is not a directory"));
+  if (::geteuid() == 0) return;  // root writes anywhere
+  fs::create_directories(tmp.path() / "ro");
+  fs::permissions(tmp.path() / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+  CHECK_THROWS_WITH(examples::inspect_run_dir(tmp.path() / "ro" / "out" / "h4", t, options, true), Contains("cannot write the run directory into it"));
+  fs::permissions(tmp.path() / "ro", fs::perms::owner_all);
+}
+
+TEST_CASE("run_dir: predict --dump replaces only an earlier dump, and checks its directory first") {
+  TempDir tmp;
+  const auto model = tmp.path() / "model.safetensors";
+  write_checkpoint(model, {{"epoch", "1"}, {"heads", "2"}});
+  const std::string before = read(model);
+  CHECK_THROWS_AS(examples::check_dump_target(model), attn::ArgumentError);
+  CHECK_THROWS_WITH(examples::check_dump_target(model), Contains("not an earlier predict --dump output; it is kept"));
+  CHECK(read(model) == before);
+  write(tmp.path() / "notes.txt", "hello");
+  CHECK_THROWS_WITH(examples::check_dump_target(tmp.path() / "notes.txt"), Contains("not an earlier predict --dump output"));
+  CHECK_THROWS_WITH(examples::check_dump_target(tmp.path()), Contains("exists and is not a file"));
+  CHECK_THROWS_WITH(examples::check_dump_target(tmp.path() / "missing" / "d.safetensors"), Contains("missing") && Contains("no such directory"));
+  const auto dump = tmp.path() / "d.safetensors";
+  CHECK_NOTHROW(examples::check_dump_target(dump));  // new
+  attn::io::TensorMap m;
+  m.emplace("logits", attn::io::TensorRecord::from_values(attn::io::DType::F32, {1}, std::vector<float>{0.5f}));
+  examples::write_dump(dump, m, "imdb");
+  CHECK_NOTHROW(examples::check_dump_target(dump));  // an earlier dump
 }
