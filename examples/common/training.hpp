@@ -94,10 +94,11 @@ void check_resume(Model& model, std::size_t heads, const RunPlan& plan, const Tr
     throw attn::FormatError::in_field((plan.dir / "state.json").string(), "step",
                                       fmt::format("{} exceeds {} epochs of {} steps on this data", plan.state.step,
                                                   plan.state.epochs_done, per_epoch));
-  for (const auto* p : {&plan.state.model, &plan.state.last}) {
-    check_checkpoint_heads(*p, heads);
-    attn::io::load(model, *p);
-  }
+  check_checkpoint_heads(plan.state.model, heads);
+  check_checkpoint_heads(plan.state.last, heads);
+  std::error_code same_ec;  // last.safetensors is often a hard link to model.safetensors: read once
+  if (!std::filesystem::equivalent(plan.state.model, plan.state.last, same_ec)) attn::io::load(model, plan.state.model);
+  attn::io::load(model, plan.state.last);
   attn::optim::Adam<float, B> opt(model, {.lr = t.lr, .weight_decay = t.weight_decay, .decoupled = true});
   attn::io::load_optimizer(opt, plan.state.optimizer);
   // Every step either updates the weights or is skipped as non-finite (state.json counts both).
