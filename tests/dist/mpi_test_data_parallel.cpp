@@ -156,7 +156,9 @@ TEST_CASE("data parallel: a row-sparse table gathered by rows matches one proces
   dist::Communicator comm;
   REQUIRE(global_batch % std::size_t(comm.size()) == 0);
   const Dataset data(global_batch * steps);
-  using Sparse = TinyClassifier<dist_test::vocab, true>;
+  // A table of 10x the ids' range: the rows all ranks send stay far below the table's bytes, so
+  // they are gathered (the whole-table fallback has its own test below).
+  using Sparse = TinyClassifier<dist_test::vocab * 10, true>;
   const std::size_t local = global_batch / std::size_t(comm.size());
   // The rows the last global batch looks up (padding excluded): what one process's gradient holds.
   std::vector<std::size_t> want;
@@ -204,18 +206,18 @@ TEST_CASE("data parallel: a row-sparse table gathered by rows matches one proces
     }
   }
   // Gathered, the table is in no bucket (the buckets' padding aside).
-  const std::size_t table_bytes = dist_test::vocab * dist_test::dim * sizeof(float);
+  const std::size_t table_bytes = dist_test::vocab * 10 * dist_test::dim * sizeof(float);
   CHECK(bucket_bytes[1] + table_bytes <= bucket_bytes[0] + 256);
 }
 
 TEST_CASE("data parallel: a gathered row-sparse table: whole-table forms, ranks without rows, dense accumulation") {
   dist::Communicator comm;
   const Dataset data(global_batch);
-  using Sparse = TinyClassifier<dist_test::vocab, true>;
   const std::size_t local = global_batch / std::size_t(comm.size());
   const auto mine = dist::DistributedSampler(data.n, comm.size(), comm.rank(), {.seed = sampler_seed}).indices();
   const auto b = data.gather({mine.begin(), mine.begin() + std::ptrdiff_t(local)});
   const auto padding = attn::Tensor<std::int32_t>::zeros(b.ids.dims());  // every id the padding row
+  using Sparse = TinyClassifier<dist_test::vocab * 10, true>;  // gathered, not all-reduced whole (see above)
   Sparse model;
   dist::DataParallel<float> ddp(model, comm);
   auto& d = *model.tokens.weight.data();
@@ -230,6 +232,7 @@ TEST_CASE("data parallel: a gathered row-sparse table: whole-table forms, ranks 
     return model.tokens.weight.grad().to_vector();
   };
   auto max_diff = [](const std::vector<float>& x, const std::vector<float>& y) {
+    REQUIRE(x.size() == y.size());
     double m = 0;
     for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, double(std::abs(x[i] - y[i])));
     return m;
@@ -237,6 +240,7 @@ TEST_CASE("data parallel: a gathered row-sparse table: whole-table forms, ranks 
   const auto gathered = step(false, [] {});
   REQUIRE(gathered.size() == model.tokens.weight.numel());
   CHECK(ddp.last_stats().gathered_rows > 0);
+  CHECK(ddp.last_stats().bytes == ddp.buckets().bytes());  // the table is in no bucket and went by rows
   {
     INFO("rank 0 reads its gradient (Var::grad()) before the reduce: its rows are packed from the whole table");
     const auto got = step(false, [&] {
@@ -272,11 +276,63 @@ TEST_CASE("data parallel: a gathered row-sparse table: whole-table forms, ranks 
       if (comm.rank() == 0) (void)d.grad_ref();
     });
     CHECK_FALSE(d.grad_is_row_sparse());  // dense on every rank
-    CHECK(ddp.last_stats().bytes >= model.tokens.weight.numel() * sizeof(float));
+    CHECK(ddp.last_stats().bytes == ddp.buckets().bytes() + model.tokens.weight.numel() * sizeof(float));
+    CHECK(ddp.last_stats().gathered_rows == 0);
     CHECK(max_diff(whole, gathered) < 1e-6);
   }
   ddp.zero_grad();
   CHECK_FALSE(d.has_grad());
+}
+
+TEST_CASE("data parallel: a row-sparse table whose rows would outweigh it is all-reduced whole, and stays row-sparse") {
+  dist::Communicator comm;
+  // 8 rows of 16 floats (64 bytes; 72 with its index when gathered): every rank looks up all 7
+  // rows but the padding row, so the rows of two ranks or more outweigh the table.
+  constexpr std::size_t rows = 8, local = 3, seq = dist_test::seq;
+  using Small = TinyClassifier<rows, true>;
+  Small model;
+  dist::DataParallel<float> ddp(model, comm);
+  auto& d = *model.tokens.weight.data();
+  std::vector<std::int32_t> ids(local * seq);
+  std::vector<std::int32_t> labels(local);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(1 + (i + std::size_t(comm.rank()) * 3) % (rows - 1));
+  for (std::size_t i = 0; i < local; ++i) labels[i] = std::int32_t((i + std::size_t(comm.rank())) % dist_test::classes);
+  const auto x = attn::Tensor<std::int32_t>::from({local, seq}, std::span<const std::int32_t>(ids));
+  const auto keep = attn::Tensor<float>::from({local, seq}, std::span<const float>(std::vector<float>(local * seq, 1.f)));
+  const auto y = attn::Tensor<std::int32_t>::from({local}, std::span<const std::int32_t>(labels));
+  // The mean of the ranks' own gradients of the table.
+  model.zero_grad();
+  {
+    attn::Tape tape;
+    tape.backward(attn::cross_entropy(tape, model.forward(tape, x, keep), y));
+  }
+  std::vector<float> want = model.tokens.weight.grad().to_vector();
+  comm.all_reduce(std::span<float>(want));
+  for (auto& w : want) w /= float(comm.size());
+  const bool whole = std::size_t(comm.size()) * (rows - 1) * (8 + dist_test::dim * sizeof(float)) > rows * dist_test::dim * sizeof(float) + rows;
+  CHECK(whole == (comm.size() >= 2));
+  for (int round = 0; round < 2; ++round) {
+    INFO("step " << round << ", rank " << comm.rank() << " of " << comm.size());
+    ddp.zero_grad();
+    CHECK_FALSE(d.has_grad());  // the whole-table buffer of a fallback is not kept
+    attn::Tape tape;
+    tape.backward(attn::cross_entropy(tape, model.forward(tape, x, keep), y));
+    CHECK(d.grad_compact);
+    ddp.all_reduce_gradients();
+    REQUIRE(d.grad_is_row_sparse());
+    CHECK(d.grad_compact == !whole);
+    std::vector<std::size_t> got_rows = d.grad_rows;
+    std::sort(got_rows.begin(), got_rows.end());
+    CHECK(got_rows == std::vector<std::size_t>{1, 2, 3, 4, 5, 6, 7});
+    const auto stats = ddp.last_stats();
+    CHECK(stats.gathered_rows == (whole ? 0 : rows - 1));
+    CHECK(stats.bytes == ddp.buckets().bytes() + (whole ? rows * dist_test::dim * sizeof(float) + rows : 0));
+    const auto got = model.tokens.weight.grad().to_vector();
+    REQUIRE(got.size() == want.size());
+    double m = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) m = std::max(m, double(std::abs(got[i] - want[i])));
+    CHECK(m < 1e-6);
+  }
 }
 
 TEST_CASE("data parallel: ranks that would reduce a sparse table differently all throw") {

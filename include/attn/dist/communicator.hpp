@@ -199,7 +199,10 @@ class Communicator {
     }
     MPI_Datatype row = MPI_DATATYPE_NULL;
     detail::check_mpi(MPI_Type_contiguous(static_cast<int>(unit), detail::mpi_type<T>(), &row), "MPI_Type_contiguous");
-    detail::check_mpi(MPI_Type_commit(&row), "MPI_Type_commit");
+    if (const int crc = MPI_Type_commit(&row); crc != MPI_SUCCESS) {
+      MPI_Type_free(&row);
+      detail::check_mpi(crc, "MPI_Type_commit");
+    }
     into.counts_.push_back(std::move(cnt));
     into.counts_.push_back(std::move(displ));
     const int* c = into.counts_[into.counts_.size() - 2].data();

@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <concepts>
 #include <cstdint>
 #include <limits>
@@ -69,7 +70,7 @@ struct DataParallelOptions {
 /// Measurements of the last all_reduce_gradients().
 struct ReduceStats {
   double seconds = 0;          // launch to completion of all bucket all-reduces
-  std::size_t bytes = 0;       // bucket bytes this rank contributed (padding included), and gathered tables all-reduced whole
+  std::size_t bytes = 0;       // bucket bytes this rank contributed (padding included), and gather_sparse tables all-reduced whole (with their row marks)
   std::size_t buckets = 0;
   std::size_t reattached = 0;  // gradients found outside their bucket and copied back in
   std::size_t overlapped = 0;  // buckets whose all-reduce started while backward was still running
@@ -307,13 +308,17 @@ class DataParallel {
   /// the union of the rows (VarData's compact form), then divides by the rank count: the mean, as
   /// the all-reduce of a whole table would give, in the order rank 0's rows first, so that every
   /// rank holds the same gradient. If any rank accumulated densely into the table, the whole table
-  /// is all-reduced instead and is dense everywhere.
+  /// is all-reduced instead and is dense everywhere. If the rows of all ranks together would take
+  /// more bytes than the table (many ranks, or a small or much-used table; every rank receives all
+  /// of them), the whole table is all-reduced with its row marks instead (`whole`), as a bucketed
+  /// table is: the same mean over the union of the rows, still row-sparse.
   struct Gather {
     std::vector<std::uint64_t> counts;  // per rank: rows sent, or kDense
     std::vector<std::int64_t> rows, all_rows;
     std::vector<T> values, all_values;
     std::size_t total = 0;
     bool dense = false;
+    bool whole = false;
   };
   static constexpr std::uint64_t kDense = ~std::uint64_t(0);
 
@@ -336,6 +341,17 @@ class DataParallel {
         }
         g.total = 0;
         for (auto c : g.counts) g.total += static_cast<std::size_t>(c);
+        const std::size_t table_rows = d.value.dims()[0];
+        g.whole = g.total > std::size_t(INT_MAX) ||
+                  g.total * (sizeof(std::int64_t) + dim * sizeof(T)) > d.value.numel() * sizeof(T) + table_rows;
+        if (g.whole) {  // the same decision on every rank: all hold the counts
+          if (d.row_marked.size() != table_rows) d.row_marked.assign(table_rows, 0);
+          T* p = d.grad_ref().data();  // this rank's rows in a whole-table buffer, marked in row_marked
+          comm_->start_all_reduce(p, d.value.numel(), ReduceOp::mean, pending);
+          comm_->start_all_reduce(d.row_marked.data(), table_rows, ReduceOp::max, pending);
+          whole_table_bytes_ += d.value.numel() * sizeof(T) + table_rows;
+          continue;
+        }
         g.rows.assign(d.grad_rows.begin(), d.grad_rows.begin() + std::ptrdiff_t(n));
         const T* values = d.grad_row_values();
         if (!d.grad_compact) {  // the whole-table form (Var::grad() made it): its rows, packed
@@ -361,6 +377,14 @@ class DataParallel {
         if (!gathered_[k] || gathers_[k].dense) continue;
         auto& d = *params_[k].data();
         auto& g = gathers_[k];
+        if (g.whole) {  // the mean of the whole table: row-sparse again, on the union of the rows
+          d.grad_dense = false;
+          d.grad_rows.clear();
+          for (std::size_t r = 0; r < d.row_marked.size(); ++r)
+            if (d.row_marked[r]) d.grad_rows.push_back(r);
+          d.grad_materialized = true;  // zero_grad() drops the buffer: the next step is compact again
+          continue;
+        }
         const std::size_t dim = d.value.dims()[1], total = g.total;
         d.zero_grad();
         // Even with no row (every id padding, or the table unused), a gradient with no rows, as the
