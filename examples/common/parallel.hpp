@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,22 @@ class Parallel {
       exchange_.seconds += s.seconds;
     }
 #endif
+  }
+
+  /// The loss of the whole global batch: the ranks' mean losses weighted by their samples
+  /// (data-parallel; `loss` itself for one process). Every rank gets the same value, so a loss that
+  /// is non-finite on one rank is non-finite on all, and the non-finite guard skips or stops on
+  /// every rank alike (a rank that skipped alone would leave the copies of the model apart).
+  double global_loss(double loss, std::size_t samples) const {
+#if defined(ATTN_EXAMPLES_MPI)
+    if (comm_ && world_ > 1) {
+      double v[2] = {loss * double(samples), double(samples)};
+      comm_->all_reduce(std::span<double>(v, 2));
+      return v[0] / v[1];
+    }
+#endif
+    (void)samples;
+    return loss;
   }
 
   /// What this rank exchanged per step since the last call, as one line (data-parallel; empty for

@@ -182,13 +182,14 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
       auto l = loss(tape, batch);
       par.backward(tape, l);  // and, data-parallel, the mean gradient of all processes
       const double norm = attn::optim::clip_grad_norm(opt.params(), t.clip);
-      const double lv = l.value().to_vector()[0];  // (a wait for the device on a device backend)
+      // The global batch's loss, the same on every process (a wait for the device on a device backend).
+      const double lv = par.global_loss(l.value().to_vector()[0], idx.size());
       if (guard.check(lv, norm, opt.named_params(), step)) {  // skips, or throws naming the parameter
         opt.set_lr(sched(step));
         opt.step();
         if (ema) ema->update();
-        loss_sum += lv * double(idx.size());
-        counted += idx.size();
+        loss_sum += lv * double(global.size());
+        counted += global.size();
       }
       par.zero_grad(opt);
       ++step;
