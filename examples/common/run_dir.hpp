@@ -76,6 +76,7 @@ struct EpochRecord {
 /// state.json, checked: where a resumed run continues.
 struct ResumeState {
   std::size_t epochs_done = 0, stale = 0, skipped_steps = 0;
+  std::size_t planned_epochs = 0;  // the --epochs the state was written under (0: not recorded)
   long long step = 0;
   double best_valid = 0;
   std::vector<EpochRecord> history;
@@ -92,6 +93,7 @@ inline ResumeState read_state(const std::filesystem::path& path) {
   return with_json_file(path, [&](const nlohmann::json& st) {
     ResumeState s;
     s.epochs_done = std::size_t(json_count(st, "epochs_done", 1, kMaxTrainEpochs));
+    if (st.contains("epochs")) s.planned_epochs = std::size_t(json_count(st, "epochs", 1, kMaxTrainEpochs));
     s.step = static_cast<long long>(json_count(st, "step", 0, kMaxSteps));
     s.stale = std::size_t(json_count(st, "stale", 0, s.epochs_done));
     s.skipped_steps = std::size_t(json_count(st, "skipped_steps", 0, std::uint64_t(s.step)));

@@ -151,6 +151,10 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
     attn::io::load_optimizer(opt, dir / "optimizer.safetensors");
     for (auto& e : log.history) log.train_seconds += e.seconds;
     fmt::print("resumed after epoch {} (best validation accuracy {:.2f}%)\n", start_epoch, 100 * log.best_valid);
+    if (plan.state.planned_epochs && plan.state.planned_epochs != t.epochs)
+      fmt::print("note: --epochs {} differs from the {} the run was started with: the learning-rate schedule runs over {} epochs from "
+                 "here on, so the result matches an uninterrupted run of neither\n",
+                 t.epochs, plan.state.planned_epochs, t.epochs);
   }
   bool have_best = start_epoch > 0;  // dir/model.safetensors belongs to this run
 
@@ -245,7 +249,7 @@ TrainLog train(Model& model, const TrainOptions& t, const RunPlan& plan, std::si
     if (ema) attn::io::save_ema(*ema, pending_path(dir / "ema.safetensors"), {{"epoch", epoch_str}});
     json hist = json::array();
     for (auto& e : log.history) hist.push_back(training_detail::to_json(e));
-    attn::data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"step", step}, {"stale", stale},
+    attn::data::write_file_atomic(dir / "state.json", json{{"epochs_done", epoch + 1}, {"epochs", t.epochs}, {"step", step}, {"stale", stale},
                                                            {"skipped_steps", skipped}, {"best_valid", log.best_valid}, {"history", hist}}
                                                           .dump() + "\n");
     commit_pending(dir);

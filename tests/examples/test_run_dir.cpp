@@ -332,3 +332,17 @@ TEST_CASE("run_dir: predict --dump replaces only an earlier dump, and checks its
   examples::write_dump(dump, m, "imdb");
   CHECK_NOTHROW(examples::check_dump_target(dump));  // an earlier dump
 }
+
+TEST_CASE("run_dir: state.json's epochs, the --epochs it was written under, is optional and range-checked") {
+  TempDir tmp;
+  const auto p = tmp.path() / "state.json";
+  auto st = good_state();
+  write(p, st.dump());
+  CHECK(examples::read_state(p).planned_epochs == 0);  // a run recorded before it
+  st["epochs"] = 5;
+  write(p, st.dump());
+  CHECK(examples::read_state(p).planned_epochs == 5);
+  st["epochs"] = 0;
+  write(p, st.dump());
+  CHECK_THROWS_WITH(examples::read_state(p), Contains("state.json") && Contains("field epochs: 0 is outside"));
+}
