@@ -195,11 +195,14 @@ class Attention : public Module {
     bool prefix = false;
     const bool packed = opt_.padded == PaddedRows::zero && !mask.empty() && real_rows(mask, rows, &prefix);
     const Tensor<std::int64_t, AnyShape, B>* map = packed ? &rows : nullptr;
-    // The flash kernel skipping padded queries never reads the rows after a sample's last real
-    // token (which are all its padded rows under a lengths mask): they need not be zeroed.
+    // The CPU's flash kernel skipping padded queries never reads the rows after a sample's last
+    // real token (which are all its padded rows under a lengths mask): they need not be zeroed.
+    // The CUDA kernels read every row (a padded key's weight is 0, but 0 times a stale non-finite
+    // value is not), so there they are zeroed.
     const bool flash = !weights && extras.kernel != AttentionKernel::naive;
+    const bool rows_unread = flash && prefix && B::host_accessible;
     // (B, T, Dim) x (3 Dim, Dim)^T -> (B, T, 3 Dim): Q, K, V side by side, each split into heads.
-    auto qkv = linear(ctx, x, in_proj_weight, in_proj_bias, {.map = map, .fill_rest = !(flash && prefix)});
+    auto qkv = linear(ctx, x, in_proj_weight, in_proj_bias, {.map = map, .fill_rest = !rows_unread});
     auto o = self_attention(ctx, qkv,
                             AttentionArgs<T, B>{.heads = Heads,
                                                 .key_mask = mask,

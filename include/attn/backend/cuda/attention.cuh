@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_forward_kernel(MhaAr
   const T* base = a.qkv + std::size_t(b) * n * ld + std::size_t(h) * hd;
   mha_load(Qs, hd, base, ld, i0, mha_own, n, hd);
   for (int e = threadIdx.x; e < mha_own * hd; e += blockDim.x) Os[e] = T(0);
+  __syncthreads();  // Qs and Os are read across warps, also when no key tile runs
   T m[mha_rows], l[mha_rows];
   for (int r = 0; r < mha_rows; ++r) m[r] = -inf, l[r] = T(0);
   const kernels::mha::TileRuns runs = mha_tiles(a, i0, true);
@@ -220,6 +221,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_dq_kernel(MhaArgs<T>
   mha_load(Qs, hd, base, ld, i0, mha_own, n, hd);
   mha_load(dOs, hd, dout + std::size_t(b) * n * D + std::size_t(h) * hd, D, i0, mha_own, n, hd);
   for (int e = threadIdx.x; e < mha_own * hd; e += blockDim.x) Gs[e] = T(0);
+  __syncthreads();  // read across warps, also when no tile runs
   const kernels::mha::TileRuns runs = mha_tiles(a, i0, true);
   for (std::size_t kt = runs.begin(); kt < runs.end(); kt = runs.next(kt)) {
     const int j0 = int(kt) * mha_tile;
@@ -285,6 +287,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_dkv_kernel(MhaArgs<T
   mha_load(Kown, hd, base + D, ld, j0, mha_own, n, hd);
   mha_load(Vown, hd, base + 2 * D, ld, j0, mha_own, n, hd);
   for (int e = threadIdx.x; e < 2 * mha_own * hd; e += blockDim.x) GK[e] = T(0);  // GK and GV
+  __syncthreads();  // read across warps, also when no query tile runs
   const kernels::mha::TileRuns runs = mha_tiles(a, j0, false);
   for (std::size_t qt = runs.begin(); qt < runs.end(); qt = runs.next(qt)) {
     const int q0 = int(qt) * mha_tile;
