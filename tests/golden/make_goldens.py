@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes the PyTorch golden files that attn's layer, loss and optimizer tests compare against.
 
 Usage:

@@ -223,6 +223,10 @@ TEST_CASE("LSTM: bad lengths and shapes throw with clear messages") {
   CHECK_THROWS_WITH(lstm(ng, x, Tensor<std::int64_t>::from({3}, {1, 2, 0})), Catch::Contains("lengths[2] = 0"));
   CHECK_THROWS_AS(lstm(ng, x, Tensor<std::int64_t>::from({3, 1}, {1, 2, 2})), attn::ShapeError);
   CHECK_NOTHROW(lstm(ng, x, Tensor<std::int64_t>::from({3}, {1, 4, 2})));
+  // A torch-style (batch, time) mask given as lengths: the message names the mask types.
+  CHECK_THROWS_WITH(lstm(ng, x, Tensor<std::uint8_t>::from({3, 4}, std::vector<std::uint8_t>(12, 1))),
+                    Catch::Contains("lengths must be a vector (batch), got (3, 4)") && Catch::Contains("attn::KeepMask(m)") &&
+                        Catch::Contains("attn::PaddingMask(m)"));
   // Wrong input width (run time) and mismatched weights in the op.
   attn::Var<double> wide(rnd({3, 4, 5}));
   CHECK_THROWS_AS(lstm(ng, wide, std::vector<int>{1, 1, 1}), attn::ShapeError);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Eigen's dense core, included once for all of attn with the third-party warnings it triggers
 // silenced. GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics
 // (avx512fintrin.h's _mm256_undefined_pd) when they are inlined through Eigen's AVX-512 packet

@@ -29,7 +29,9 @@ namespace mask_detail {
 /// the host; each must lie in [1, max] (`max_what` names the bound in the message).
 template <std::integral I, class S, class B>
 PoolVector<int> lengths_from_tensor(const Tensor<I, S, B>& t, std::size_t max, const char* who, const char* max_what) {
-  if (t.rank() != 1) throw ShapeError(std::string(who) + ": lengths must be a vector (batch), got " + t.dims().str());
+  if (t.rank() != 1)
+    throw ShapeError(std::string(who) + ": lengths must be a vector (batch), got " + t.dims().str() +
+                     (t.rank() == 2 ? "; a (batch, time) mask goes in as attn::KeepMask(m) (1 = real token) or attn::PaddingMask(m) (1 = padding)" : ""));
   PoolVector<I> host(t.numel());
   t.copy_to_host(std::span<I>(host.data(), host.size()));
   PoolVector<int> out(host.size());
