@@ -102,10 +102,10 @@ TEST_CASE("linear under int8: the weight's pack is made once, kept, and remade w
   const attn::PrecisionScope int8(Precision::int8);
   attn::NoGrad ctx;
   const auto y1 = attn::linear(ctx, xv, wv, bv).value();
-  const void* pack = wv.data()->derived.data.get();
+  const void* pack = attn::detail::pack_slot(*wv.data(), attn::detail::PackKind::int8_wt).data.get();
   REQUIRE(pack != nullptr);
   const auto y2 = attn::linear(ctx, xv, wv, bv).value();
-  CHECK(wv.data()->derived.data.get() == pack);
+  CHECK(attn::detail::pack_slot(*wv.data(), attn::detail::PackKind::int8_wt).data.get() == pack);
   CHECK(max_diff(y1, y2) == 0);
   // A library write (an optimizer step, a load) advances value_writes: the next call quantizes anew.
   for (std::size_t i = 0; i < w.numel(); ++i) wv.data()->value.data()[i] *= -1.f;

@@ -177,3 +177,42 @@ TEST_CASE("gemm_int8: the activation's zero point and scale follow the row's ran
   CHECK(c[1] == Approx((-2.55f - 1.f + 0.f - 0.3f) * 127.f / 127.5f).epsilon(1e-5));
   CHECK(c[2] == Approx((-1.f + 1.55f + 0.2f + 0.f) * 127.f / 127.5f).epsilon(1e-4));
 }
+
+TEST_CASE("gemm_int8: rows of a tiny or an overflowing range stay finite, at every level, and k is bounded by int32 sums") {
+  // A range below what a normal scale can resolve (the row quantizes as zeros) and one whose width
+  // overflows a float (-2e38 .. 2e38, taken in double): finite results, as the reference's.
+  const int m = 3, n = 5, k = 20;
+  std::vector<float> a(std::size_t(m) * k, 0.f);
+  a[0] = 1e-37f;                                            // row 0: [0, 1e-37]
+  a[std::size_t(k)] = 1e-44f, a[std::size_t(k) + 3] = -1e-44f;  // row 1: subnormal ends
+  a[std::size_t(2 * k)] = -1.8e38f, a[std::size_t(2 * k) + 1] = 1.8e38f;  // row 2: the width overflows a float
+  auto w = filled<float>(std::size_t(n) * k, 4);
+  for (auto& v : w) v *= 0.1f;  // small weights: row 2's products stay finite
+  attn::kernels::PackedInt8 pw;
+  pw.quantize(k, n, w.data(), k);
+  std::vector<float> ref(std::size_t(m) * n);
+  attn::kernels::gemm_int8_reference(m, n, k, a.data(), k, pw, 0.f, ref.data(), n);
+  for (int j = 0; j < n; ++j) {
+    CHECK(std::abs(ref[std::size_t(j)]) < 1e-30f);
+    CHECK(std::abs(ref[std::size_t(n + j)]) < 1e-30f);
+    CHECK(std::isfinite(ref[std::size_t(2 * n + j)]));
+    // Row 2 is 1.8e38 (w(1, j) - w(0, j)), to about a quantization step (3.6e38 / 255) of it.
+    const double want = 1.8e38 * (double(w[std::size_t(j) * k + 1]) - double(w[std::size_t(j) * k]));
+    CHECK(std::abs(double(ref[std::size_t(2 * n + j)]) - want) < 2e36);
+  }
+  for (int level = 0; level <= int(attn::cpu::isa_supported()); ++level) {
+    const attn::ScopedIsa scoped{attn::Isa(level)};
+    INFO("level " << attn::isa_name(attn::cpu::isa()));
+    std::vector<float> c(std::size_t(m) * n);
+    attn::kernels::gemm_int8(m, n, k, a.data(), k, pw, 0.f, c.data(), n);
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      CHECK(std::isfinite(c[i]));
+      CHECK(std::abs(double(c[i]) - double(ref[i])) <= 1e-5 * std::abs(double(ref[i])) + 1e-30);
+    }
+  }
+  // k past the int32 bound is refused before anything overflows.
+  constexpr int too_long = attn::kernels::PackedInt8::kMaxK + 1;
+  const std::vector<float> wide(std::size_t(too_long), 1.f);
+  CHECK_THROWS_WITH(pw.quantize(too_long, 1, wide.data(), too_long), Catch::Contains("exceeds 65793"));
+  CHECK_NOTHROW(pw.quantize(too_long - 1, 1, wide.data(), too_long - 1));
+}

@@ -28,28 +28,41 @@ inline std::mutex& derived_mutex() {
   return m;
 }
 
-/// The pack of `kind` kept with d if it is current, else nullptr.
+/// d's slot for packs of `kind`.
+template <class T, class B>
+typename VarData<T, B>::Derived& pack_slot(VarData<T, B>& d, PackKind kind) {
+  const int k = int(kind) - 1;
+  if (k < 0 || k >= VarData<T, B>::kDerivedKinds) throw ArgumentError("attn::detail::pack_slot: no slot for this kind of pack");
+  return d.derived[k];
+}
+
+/// The pack of `kind` kept with d if it is current, else nullptr; `writes` receives d's write count
+/// read under the lock (what a pack made now from the value stands for).
 template <class P, class T, class B>
-std::shared_ptr<const P> current_pack(VarData<T, B>& d, PackKind kind) {
+std::shared_ptr<const P> current_pack(VarData<T, B>& d, PackKind kind, std::uint64_t* writes = nullptr) {
   std::lock_guard<std::mutex> lock(derived_mutex());
-  if (d.derived.kind == int(kind) && d.derived.writes == d.value_writes && d.derived.data)
-    return std::static_pointer_cast<const P>(d.derived.data);
+  if (writes) *writes = d.value_writes;
+  const auto& slot = pack_slot(d, kind);
+  if (slot.writes == d.value_writes && slot.data) return std::static_pointer_cast<const P>(slot.data);
   return nullptr;
 }
 
-/// Keeps pack as d's current pack of `kind`.
+/// Keeps pack as d's pack of `kind`, made from the value as of write count `writes`.
 template <class P, class T, class B>
-void keep_pack(VarData<T, B>& d, PackKind kind, std::shared_ptr<const P> pack) {
+void keep_pack(VarData<T, B>& d, PackKind kind, std::shared_ptr<const P> pack, std::uint64_t writes) {
   std::lock_guard<std::mutex> lock(derived_mutex());
-  d.derived = {int(kind), d.value_writes, std::move(pack)};
+  pack_slot(d, kind) = {writes, std::move(pack)};
 }
 
-/// d's current pack of `kind`, made by make() (returning a P) and kept when there is none.
+/// d's current pack of `kind`, made by make() (returning a P) and kept when there is none. The pack
+/// is stamped with the write count read before make() ran, so a write made while it was being made
+/// leaves it stale (made again at the next call) rather than taken for the new value.
 template <class P, class T, class B, class Make>
 std::shared_ptr<const P> derived_pack(VarData<T, B>& d, PackKind kind, Make&& make) {
-  if (auto p = current_pack<P>(d, kind)) return p;
+  std::uint64_t writes = 0;
+  if (auto p = current_pack<P>(d, kind, &writes)) return p;
   auto p = std::make_shared<const P>(make());
-  keep_pack<P>(d, kind, p);
+  keep_pack<P>(d, kind, p, writes);
   return p;
 }
 

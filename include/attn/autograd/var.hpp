@@ -60,15 +60,16 @@ struct VarData {
   /// kept (nn::LstmInputTables) records the count and refuses to be used once it has moved.
   std::uint64_t value_writes = 0;
   void mark_value_written() noexcept { ++value_writes; }
-  /// A form of value that a kernel keeps for reuse (a weight packed in int8 or bf16 for inference),
-  /// valid while value_writes is what it was when it was made. Read and written only through
-  /// detail::derived_pack (autograd/packed_weights.hpp), under its lock.
+  /// Forms of value that kernels keep for reuse (a weight packed in int8 or bf16 for inference), one
+  /// slot per kind (detail::PackKind, from 1), each valid while value_writes is what it was when
+  /// it was made. Read and written only through detail::derived_pack
+  /// (autograd/packed_weights.hpp), under its lock.
   struct Derived {
-    int kind = 0;
     std::uint64_t writes = 0;
     std::shared_ptr<const void> data;
   };
-  Derived derived;
+  static constexpr int kDerivedKinds = 2;
+  Derived derived[kDerivedKinds];
 
   /// The gradient, allocated as zeros on first use. The caller may write anywhere in it.
   Tensor<T, AnyShape, B>& grad_ref() {

@@ -11,6 +11,7 @@
 // float model's load_state_dict.
 #pragma once
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -29,7 +30,11 @@ inline constexpr const char* kQuantizationValue = "int8 per-channel symmetric we
 inline TensorMap quantized_state_dict(const nn::Module& model) {
   TensorMap m;
   for (auto& [name, p] : model.named_parameters()) {
-    VarData<float, cpu>* d = p->product_weight && p->dims().n == 2 ? nn::detail::float_cpu_data(p) : nullptr;
+    const bool product = p->product_weight && p->dims().n == 2;
+    VarData<float, cpu>* d = product ? nn::detail::float_cpu_data(p) : nullptr;
+    if (product && !d)
+      throw ArgumentError("save_quantized: '" + name + "': int8 product weights are float weights on the CPU (as for nn::quantize_dynamic); "
+                          "this one is " + std::string(dtype_name(detail::file_dtype(p->dtype()))) + " on " + std::string(p->backend_name()));
     if (!d) {
       m.emplace(name, detail::record_of(*p));
       continue;
@@ -55,6 +60,13 @@ inline void save_quantized(const nn::Module& model, const std::filesystem::path&
 }
 
 namespace detail {
+/// v as printf's %g does (a tiny negative scale shows as such, not as -0.000000).
+inline std::string format_real(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", double(v));
+  return buf;
+}
+
 /// The first element of a quantized weight's scales that is not a usable scale (positive, and 128
 /// times it finite), or npos.
 inline std::size_t bad_scale(const std::vector<float>& v) {
@@ -74,17 +86,24 @@ inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path
   const SafetensorsReader file(path);
   detail::FileMatch match(file);
   auto& problems = match.problems;
-  if (!file.metadata().count(kQuantizationKey))
+  if (const auto it = file.metadata().find(kQuantizationKey); it == file.metadata().end())
     problems.push_back(std::string("no '") + kQuantizationKey + "' entry in the metadata: not a file io::save_quantized wrote");
+  else if (it->second != kQuantizationValue)
+    problems.push_back(std::string("metadata '") + kQuantizationKey + "' is '" + it->second + "', not '" + kQuantizationValue +
+                       "': another quantization scheme");
   auto params = model.named_parameters();
   for (auto& [name, p] : params) {
     const auto shape = detail::shape_of(p->dims());
     if (p->product_weight && p->dims().n == 2 && nn::detail::float_cpu_data(p)) {
+      if (shape[1] > std::size_t(kernels::PackedInt8::kMaxK))
+        problems.push_back("'" + name + "': an input width of " + std::to_string(shape[1]) + " exceeds " +
+                           std::to_string(kernels::PackedInt8::kMaxK) + ", the longest int8 product whose int32 sums cannot overflow");
       match.require(name, DType::I8, shape);
       if (const auto* s = match.require(name + ".scale", DType::F32, {shape[0]})) {
         const auto v = file.record(*s).to_vector<float>();
         if (const std::size_t j = detail::bad_scale(v); j != std::string::npos)
-          problems.push_back("'" + name + ".scale': element " + std::to_string(j) + " is " + std::to_string(v[j]) +
+          problems.push_back("'" + name + ".scale': element " + std::to_string(j) + " (byte offset " +
+                             std::to_string(s->offset + j * sizeof(float)) + ") is " + detail::format_real(v[j]) +
                              " (a scale must be positive, and 128 times it finite)");
       }
     } else {
@@ -114,7 +133,8 @@ inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path
     p->copy_from_host(w.data());  // advances value_writes; the pack below is kept against the new count
     auto pack = std::make_shared<kernels::PackedInt8>();
     pack->assign(int(in), int(out), q, s);
-    attn::detail::keep_pack<kernels::PackedInt8>(*d, attn::detail::PackKind::int8_wt, std::shared_ptr<const kernels::PackedInt8>(pack));
+    attn::detail::keep_pack<kernels::PackedInt8>(*d, attn::detail::PackKind::int8_wt, std::shared_ptr<const kernels::PackedInt8>(pack),
+                                                 d->value_writes);
   }
   return file.metadata();
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Dynamic int8 quantization of a model for inference, torch.ao.quantization.quantize_dynamic with
-// per-channel weights: every product weight (ParameterSlot::product_weight: nn::Linear's weight,
+// per-channel weights (activations differ: quantized per row over 0..255 at run time, where torch
+// quantizes per tensor over 0..127 with reduce_range; kernels/gemm_int8.hpp): every product weight (ParameterSlot::product_weight: nn::Linear's weight,
 // nn::Attention's fused in_proj_weight and out_proj, the LSTMs' weight_ih / weight_hh, the encoder's
 // feed-forward) is quantized to int8 per output channel (symmetric, scale max|w| / 127.5) and kept
 // with its parameter. The model itself is unchanged: its float values stay, it runs fp32 or bf16
@@ -35,7 +36,8 @@ inline std::string precision_route(Precision p) {
 namespace attn::nn {
 
 /// What quantize_dynamic did: how many weights, and their bytes in float and in int8 (values,
-/// scales and the column sums the kernels use).
+/// scales and the column sums the kernels use; on a CPU level without vpdpbusd also the values as
+/// floats that the FP32 route multiplies, so more than the float weights there).
 struct QuantizeReport {
   std::size_t weights = 0;
   std::size_t float_bytes = 0;

@@ -72,6 +72,9 @@ inline std::int8_t int8_quantize(float w, float scale) {
 class PackedInt8 {
  public:
   static constexpr int kPanel = 32;
+  /// The longest product (k, the input width) whose int32 sums of u8 x s8 terms (at most 255 x 128
+  /// each) cannot overflow.
+  static constexpr int kMaxK = std::numeric_limits<std::int32_t>::max() / (255 * 128);
 
   PackedInt8() = default;
 
@@ -152,13 +155,19 @@ class PackedInt8 {
       for (int p = 0; p < k_; ++p) q[std::size_t(j) * k_ + p] = at(p, j);
     return q;
   }
-  /// Bytes held: the values (padded), scales and sums.
-  std::size_t bytes() const { return data_.size() + scale_.size() * sizeof(float) + colsum_.size() * sizeof(std::int32_t); }
+  /// Bytes held: the values (padded), scales and sums, and on a level without vpdpbusd the values
+  /// as floats (the FP32 route's operand).
+  std::size_t bytes() const {
+    return data_.size() + scale_.size() * sizeof(float) + colsum_.size() * sizeof(std::int32_t) + wf_.size() * sizeof(float);
+  }
 
  private:
   static void check(int k, int n, const char* who) {
     if (k < 0 || n < 0)
       throw ArgumentError(std::string("PackedInt8::") + who + ": negative extent (k " + std::to_string(k) + ", n " + std::to_string(n) + ")");
+    if (k > kMaxK)
+      throw ArgumentError(std::string("PackedInt8::") + who + ": k = " + std::to_string(k) + " exceeds " + std::to_string(kMaxK) +
+                          ", the longest product whose int32 sums cannot overflow (255 x 128 per term)");
   }
   std::size_t offset(int p, int j) const {
     return (std::size_t(j / kPanel) * std::size_t(kq_) + std::size_t(p / 4)) * 4 * kPanel + std::size_t(j % kPanel) * 4 + std::size_t(p % 4);
@@ -185,13 +194,16 @@ struct RowQuant {
   std::int32_t zero;
 };
 
-/// The range [lo, hi] of a row (with 0 in it) to its parameters.
+/// The range [lo, hi] of a row (with 0 in it) to its parameters. Finite ends so far apart that
+/// their difference overflows a float (-FLT_MAX and FLT_MAX) take the range in double. A range too
+/// small for its scale to be a normal float with a finite inverse (below about 3e-36) is quantized
+/// as an all-zero row: its values are within that range of 0.
 inline RowQuant row_params(float lo, float hi) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return {std::numeric_limits<float>::quiet_NaN(), 0};
   const float range = hi - lo;
-  if (!std::isfinite(range)) return {std::numeric_limits<float>::quiet_NaN(), 0};
-  if (range == 0.f) return {1.f, 0};  // an all-zero row
-  const float scale = range / 255.f;
-  const float z = std::nearbyint(-lo / scale);
+  const float scale = std::isfinite(range) ? range / 255.f : float((double(hi) - double(lo)) / 255.0);
+  if (!(scale >= FLT_MIN) || !std::isfinite(1.f / scale)) return {1.f, 0};  // an all-zero (or all but zero) row
+  const float z = std::nearbyint(-lo / scale);  // |lo| <= 255 scale
   return {scale, z < 0.f ? 0 : z > 255.f ? 255 : std::int32_t(z)};
 }
 
