@@ -6,13 +6,18 @@
 
 #include "../catch_run.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include <attn/backend/cuda.hpp>
 #include <attn/dist.hpp>
+#include <attn/autograd/reduce.hpp>
+#include <attn/nn/embedding.hpp>
 #include <attn/nn/module.hpp>
 
 namespace dist = attn::dist;
@@ -78,6 +83,45 @@ TEST_CASE("nccl: DataParallel keeps CUDA gradients in device buckets and average
     for (float g : host(v.data()->grad)) REQUIRE(g == Approx((c.size() + 1) / 2.0));
   ddp.zero_grad();
   for (float g : host(model.b.data()->grad)) CHECK(g == 0.f);
+}
+
+/// A row-sparse table on CUDA (nn::Embedding with .sparse): its gradient is a whole-table device
+/// buffer whose rows are recorded on the host.
+struct SparseTable : attn::nn::Module {
+  attn::nn::Embedding<4, float, cuda> emb{this, "emb", 10, {.sparse = true}};
+};
+
+TEST_CASE("nccl: a row-sparse table stays row-sparse: the union of the ranks' rows, the mean of their gradients") {
+  const auto& c = *g_nccl;
+  const int n = c.size(), r = c.rank();
+  SparseTable model;
+  dist::DataParallel<float, cuda, dist::NcclCommunicator> ddp(model, c);
+  // Rank r looks up row 1 + r % 8 once and row 9 twice: sum over the lookups gives gradient rows
+  // of ones (row 9: twos).
+  for (int round = 0; round < 2; ++round) {
+    ddp.zero_grad();
+    const std::vector<std::int32_t> ids{1 + r % 8, 9, 9};
+    const auto t = attn::Tensor<std::int32_t, attn::AnyShape, cuda>::from({3}, std::span<const std::int32_t>(ids));
+    attn::Tape tape;
+    tape.backward(attn::sum(tape, model.emb(tape, t)));
+    ddp.all_reduce_gradients();
+    auto& d = *model.emb.weight.data();
+    REQUIRE(d.grad_is_row_sparse());  // not made dense by the reduce
+    std::vector<std::size_t> rows = d.grad_rows;
+    std::sort(rows.begin(), rows.end());
+    std::vector<std::size_t> want{9};
+    for (int k = 0; k < n; ++k) want.push_back(std::size_t(1 + k % 8));
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    CHECK(rows == want);
+    const auto g = host(d.grad);
+    for (std::size_t row = 0; row < 10; ++row) {
+      double expect = row == 9 ? 2.0 : 0.0;
+      for (int k = 0; k < n; ++k)
+        if (std::size_t(1 + k % 8) == row) expect += 1.0 / n;
+      for (std::size_t j = 0; j < 4; ++j) CHECK(g[row * 4 + j] == Approx(expect));
+    }
+  }
 }
 
 int main(int argc, char** argv) {

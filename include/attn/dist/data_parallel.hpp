@@ -120,6 +120,8 @@ template <class T = float, class B = cpu, class Comm = Communicator>
 class DataParallel {
   static_assert(B::host_accessible || Comm::device_memory,
                 "dist::DataParallel: this communicator reduces host memory; for the cuda backend use dist::NcclCommunicator");
+  static_assert(!(B::host_accessible && Comm::device_memory),
+                "dist::DataParallel: this communicator reduces device memory; for a host backend use dist::Communicator");
   /// Whether row-sparse tables can be reduced by gathering their rows (host memory, and a
   /// communicator with start_all_gather_v).
   static constexpr bool gathers_rows = B::host_accessible && GathersRows<Comm, T>;
@@ -274,19 +276,38 @@ class DataParallel {
     auto& dense_flags = dense_flags_;
     sparse.clear();
     dense_flags.clear();
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      auto& d = *params_[k].data();
+      if (gathered_[k] || !d.sparse_rows || d.value.rank() != 2) continue;
+      d.row_marked.resize(d.value.dims()[0], 0);
+      sparse.push_back(&d);
+      dense_flags.push_back(d.grad_dense ? 1 : 0);
+    }
     if constexpr (B::host_accessible) {
-      for (std::size_t k = 0; k < params_.size(); ++k) {
-        auto& d = *params_[k].data();
-        if (gathered_[k] || !d.sparse_rows || d.value.rank() != 2) continue;
-        d.row_marked.resize(d.value.dims()[0], 0);
-        sparse.push_back(&d);
-        dense_flags.push_back(d.grad_dense ? 1 : 0);
-      }
       for (auto* d : sparse) comm_->start_all_reduce(d->row_marked.data(), d->row_marked.size(), ReduceOp::max, pending);
       if (!sparse.empty()) comm_->start_all_reduce(dense_flags.data(), dense_flags.size(), ReduceOp::max, pending);
+    } else if (!sparse.empty()) {
+      // A device communicator reduces device memory: the flags and every table's marks, packed
+      // into one buffer there, and copied back after the wait.
+      marks_host_.assign(dense_flags.begin(), dense_flags.end());
+      for (auto* d : sparse) marks_host_.insert(marks_host_.end(), d->row_marked.begin(), d->row_marked.end());
+      if (marks_device_.numel() != marks_host_.size()) marks_device_ = Tensor<std::uint8_t, AnyShape, B>(Dims{marks_host_.size()});
+      marks_device_.copy_from_host(std::span<const std::uint8_t>(marks_host_));
+      comm_->start_all_reduce(marks_device_.data(), marks_host_.size(), ReduceOp::max, pending);
     }
     start_gathers(pending);
     pending.wait();
+    if constexpr (!B::host_accessible) {
+      if (!sparse.empty()) {
+        marks_device_.copy_to_host(std::span<std::uint8_t>(marks_host_));
+        std::size_t at = 0;
+        for (auto& f : dense_flags) f = marks_host_[at++];
+        for (auto* d : sparse) {
+          std::copy_n(marks_host_.begin() + std::ptrdiff_t(at), d->row_marked.size(), d->row_marked.begin());
+          at += d->row_marked.size();
+        }
+      }
+    }
     for (std::size_t k = 0; k < params_.size(); ++k)
       if (!gathered_[k]) params_[k].data()->grad_dense = true;
     for (std::size_t k = 0; k < sparse.size(); ++k) {
@@ -478,6 +499,8 @@ class DataParallel {
   std::vector<std::size_t> bucket_of_;                      // index in params_ -> bucket
   std::vector<VarData<T, B>*> sparse_;                      // finish(): row-sparse gradients of this step
   std::vector<std::uint8_t> dense_flags_;                   // finish(): per sparse_, whether it was accumulated densely
+  std::vector<std::uint8_t> marks_host_;                    // finish() on a device backend: dense_flags_ and the marks, packed
+  Tensor<std::uint8_t, AnyShape, B> marks_device_;          // ... and their device copy, all-reduced (max)
   std::vector<std::uint8_t> gathered_;                      // per params_: a row-sparse table reduced by gathering
   std::vector<Gather> gathers_;                             // per params_: its buffers (kept between steps)
   std::size_t whole_table_bytes_ = 0;                       // gathered tables all-reduced whole this step
