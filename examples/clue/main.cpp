@@ -110,6 +110,9 @@ int main(int argc, char** argv) {
     const std::string& device = cmd.predict ? cmd.prediction.device : o.device;
     examples::require_device(device);  // before any data is read
     const bool cuda = device == "cuda";
+    if (cuda && !cmd.predict && par->world() > 1)
+      throw attn::ArgumentError("--device cuda: the example programs train on one GPU; under mpirun they train data-parallel on the "
+                                "CPU (drop --device cuda, or run one process)");
     if (cuda && (cmd.predict ? cmd.prediction.precision : o.train.precision) != "fp32")
       throw attn::ArgumentError("--precision: with --device cuda the model computes in FP32 (bf16 and int8 are the CPU's)");
     if (cmd.predict) {
