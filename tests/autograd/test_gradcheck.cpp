@@ -71,11 +71,26 @@ TEST_CASE("gradcheck: softmax, log_softmax, masked_fill") {
   auto mask = Tensor<double>::from({2, 1, 4}, {0, 0, 1, 1, 0, 1, 0, 1});
   check_gradients("masked_fill + softmax",
         [&](Tape& t, V& x) { return attn::softmax(t, attn::masked_fill(t, x[0], mask, -1e9)); }, {rnd({2, 3, 4}, -2, 2)});
+  // Alone, times another input: the filled positions take no gradient (softmax above would hide
+  // a gradient that leaked through them).
+  check_gradients("masked_fill alone",
+        [&](Tape& t, V& x) { return attn::mul(t, attn::masked_fill(t, x[0], mask, 0.7), x[1]); }, {rnd({2, 3, 4}), rnd({2, 3, 4})});
 }
 
 TEST_CASE("gradcheck: embedding gathers rows and scatters only into used rows") {
   auto ids = Tensor<std::int64_t>::from({2, 3}, {1, 3, 1, 0, 4, 3});
   check_gradients("embedding", [&](Tape& t, V& x) { return attn::embedding(t, x[0], ids); }, {rnd({6, 4})});
+  // With padding_idx the padding row takes no gradient by definition (torch's rule), whatever its
+  // values: it is a constant here, above the checked rows.
+  check_gradients("embedding, padding row", [&](Tape& t, V& x) {
+    const attn::Var<double> pad(Tensor<double>::zeros({1, 4}), false);
+    return attn::embedding(t, attn::concat(t, V{pad, x[0]}, 0), ids, 0);
+  }, {rnd({5, 4})});
+  // A row-sparse table (nn::Embedding{.sparse = true}): the compact gradient of the rows used.
+  check_gradients("embedding, row-sparse gradient", [&](Tape& t, V& x) {
+    x[0].data()->sparse_rows = true;
+    return attn::embedding(t, x[0], ids);
+  }, {rnd({6, 4})});
   Tape t;
   attn::Var<double> table(rnd({6, 4}), true);
   auto e = attn::embedding(t, table, ids, 0);
@@ -96,6 +111,12 @@ TEST_CASE("gradcheck: cross-entropy with ignore_index, label smoothing and class
   check_gradients("cross_entropy", [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg); }, {rnd({5, 5}, -2, 2)});
   check_gradients("cross_entropy smoothing",
         [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg, {.label_smoothing = 0.1}); }, {rnd({5, 5}, -2, 2)});
+  // Another ignore_index: class 4's row is ignored, -100 is then an ordinary (out-of-range) value
+  // and so is not used here.
+  auto tg4 = Tensor<std::int64_t>::from({5}, {2, 4, 0, 4, 1});
+  check_gradients("cross_entropy ignore_index 4",
+        [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg4, {.ignore_index = 4, .label_smoothing = 0.1}); },
+        {rnd({5, 5}, -2, 2)});
   const std::vector<double> w{0.5, 2.0, 1.25, 0.0, 3.0};
   check_gradients("cross_entropy weighted", [&](Tape& t, V& x) { return attn::cross_entropy(t, x[0], tg, {.weight = w}); },
                   {rnd({5, 5}, -2, 2)});

@@ -121,6 +121,23 @@ TEST_CASE("Attention: a wrong run-time width or mask shape throws ShapeError nam
   CHECK_THROWS_AS(attn::self_attention(ng, qkv2, {.heads = 2, .dropout = -0.1}), attn::ArgumentError);
 }
 
+TEST_CASE("gradcheck: self_attention past one 128-row tile, the flash backward recomputing its scores") {
+  // T = 130: two query and key tiles, a second tile of 2 rows; one head of width 2, so that H T is
+  // well above 3 D and the flash backward recomputes the scores instead of keeping them.
+  const std::size_t n = 130;
+  const auto key_mask = lengths_mask<double>({130, 97}, n);
+  for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+    const std::string k = kernel == AttentionKernel::flash ? "flash" : "naive";
+    check_gradients(k + " two tiles, key mask", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 1, .key_mask = key_mask, .kernel = kernel});
+    }, {random<double>({2, n, 6})});
+    check_gradients(k + " two tiles, key mask, dropout", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 1, .key_mask = key_mask, .dropout = 0.2, .kernel = kernel,
+                                            .skip_padded_queries = kernel == AttentionKernel::flash});
+    }, {random<double>({2, n, 6})});
+  }
+}
+
 TEST_CASE("gradcheck: self_attention, flash and naive, with padding, a fully padded sample and an additive mask") {
   const std::size_t n = 6;
   auto key_mask = lengths_mask<double>({6, 0, 3}, n);

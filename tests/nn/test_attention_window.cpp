@@ -429,3 +429,55 @@ TEST_CASE("window attention: invalid options are ArgumentErrors that say what is
   nn::Attention<2, 8> a(nullptr, "attn", {.window = 2, .global_tokens = 4});
   CHECK_THROWS_WITH(a(ctx, attn::Var<float, Shape<dyn, dyn, 8>>(random<float>({1, 3, 8}))), Catch::Contains("global_tokens = 4"));
 }
+
+TEST_CASE("window attention with a user attn_mask as well: flash and naive match the dense mask of both, and gradcheck") {
+  // A user's additive mask (finite biases and a few -inf) on top of a window / causal / global
+  // pattern: the kernels add the bias where the pattern shows a key, which is the dense oracle with
+  // the pattern's -inf added to the user's mask.
+  for (std::size_t n : {37, 150}) {
+    const auto key_mask = lengths_mask<float>({n, n / 2}, n);
+    Tensor<float> user({n, n});
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        user(i, j) = (i * 7 + j * 3) % 11 == 0 && j != i ? -std::numeric_limits<float>::infinity() : float(rng.uniform(-1, 1));
+    for (auto [w, causal, g] : {std::tuple{std::size_t(8), false, std::size_t(0)}, std::tuple{std::size_t(16), true, std::size_t(2)},
+                                std::tuple{std::size_t(0), true, std::size_t(0)}}) {
+      INFO("T = " << n << ", window " << w << ", causal " << causal << ", global " << g);
+      const AttentionPattern pat{.window = w, .causal = causal, .global = g};
+      auto both = dense_mask<float>(pat, n);
+      for (std::size_t i = 0; i < n * n; ++i) both[i] += user[i];
+      const auto qkv = random<float>({2, n, 3 * 32});
+      const auto dout = random<float>({2, n, 32});
+      const attn::AttentionArgs<float> sparse{.heads = 2,
+                                              .key_mask = key_mask,
+                                              .attn_mask = user,
+                                              .window = w ? std::optional<std::int64_t>(std::int64_t(w)) : std::nullopt,
+                                              .causal = causal,
+                                              .global_tokens = g};
+      const attn::AttentionArgs<float> dense{.heads = 2, .key_mask = key_mask, .attn_mask = both};
+      auto with_kernel = [](attn::AttentionArgs<float> a, AttentionKernel k) { return a.kernel = k, a; };
+      const Run oracle = run_op(qkv, dout, with_kernel(dense, AttentionKernel::naive));
+      for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+        INFO((kernel == AttentionKernel::flash ? "flash" : "naive"));
+        const Run got = run_op(qkv, dout, with_kernel(sparse, kernel));
+        REQUIRE(all_finite(got.out));
+        REQUIRE(all_finite(got.grad));
+        CHECK(rel_diff(got.out, oracle.out) <= 1e-5);
+        CHECK(rel_diff(got.grad, oracle.grad) <= 1e-5);
+      }
+    }
+  }
+  // In double, with finite differences.
+  const std::size_t n = 9;
+  auto key_mask = lengths_mask<double>({9, 6, 0}, n);
+  Tensor<double> user({n, n});
+  for (std::size_t i = 0; i < n * n; ++i) user[i] = rng.uniform(-1, 1);
+  user(4, 3) = -std::numeric_limits<double>::infinity();
+  for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
+    const std::string k = kernel == AttentionKernel::flash ? "flash" : "naive";
+    testutil::check_gradients(k + " window 2, causal, global 1, attn_mask", [&](Tape& t, V& x) {
+      return attn::self_attention(t, x[0], {.heads = 2, .key_mask = key_mask, .attn_mask = user, .window = 2, .causal = true,
+                                            .global_tokens = 1, .kernel = kernel});
+    }, {random<double>({3, n, 24})});
+  }
+}

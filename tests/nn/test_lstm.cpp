@@ -55,6 +55,15 @@ TEST_CASE("gradcheck: lstm op w.r.t. x and every weight, ragged unsorted lengths
          rnd({4 * h, h}, -1.5, 1.5), rnd({4 * h}), rnd({4 * h})});
 }
 
+TEST_CASE("gradcheck: bilstm with the same weights for both directions (the shared-weights backward)") {
+  const std::size_t b = 4, t = 6, in = 4, h = 3;
+  check_gradients("bilstm shared weights",
+        [](Tape& tp, V& x) {
+          return all_outputs(tp, attn::bilstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]}, {x[1], x[2], x[3], x[4]}));
+        },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
+}
+
 TEST_CASE("gradcheck: lstm with only one output in the loss (the others get no gradient)") {
   const std::size_t b = 3, t = 4, in = 2, h = 2;
   const std::vector<int> len = {2, 4, 3};
