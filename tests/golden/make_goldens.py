@@ -508,13 +508,14 @@ def adam_reference(p, grads, lr, b1, b2, eps, wd, decoupled):
     return out, m, v
 
 
-def sgd_reference(p, grads, lr, mom, wd):
+def sgd_reference(p, grads, lr, mom, wd, dampening=0.0, nesterov=False):
     buf = None
     out = []
     for g in grads:
         g = g + wd * p
-        buf = g.clone() if buf is None else mom * buf + g
-        p = p - lr * buf
+        buf = g.clone() if buf is None else mom * buf + (1 - dampening) * g
+        step = g + mom * buf if nesterov else buf
+        p = p - lr * step
         out.append(p)
     return out, buf
 
@@ -536,9 +537,11 @@ def case_optimizer(out_dir: Path, written: list[Path], kind: str, seed: int) -> 
                   amsgrad=False)
     else:
         wd = 0.01
-        opt = torch.optim.SGD([p], lr=lr, momentum=0.9, dampening=0.0, weight_decay=wd,
-                              nesterov=False, foreach=False)
-        hp = dict(lr=lr, momentum=0.9, dampening=0.0, weight_decay=wd, nesterov=False,
+        damp = 0.5 if kind == "sgd_dampening" else 0.0
+        nesterov = kind == "sgd_nesterov"
+        opt = torch.optim.SGD([p], lr=lr, momentum=0.9, dampening=damp, weight_decay=wd,
+                              nesterov=nesterov, foreach=False)
+        hp = dict(lr=lr, momentum=0.9, dampening=damp, weight_decay=wd, nesterov=nesterov,
                   weight_decay_mode="L2 (wd*param added to the gradient)",
                   first_step="momentum_buffer = grad (no dampening)")
     t = {"param_init": f32(p0)}
@@ -551,15 +554,15 @@ def case_optimizer(out_dir: Path, written: list[Path], kind: str, seed: int) -> 
         steps.append(p.detach().clone())
         t[f"param_step{k}"] = f64(p)
         st = opt.state[p]
-        if kind == "sgd_momentum":
+        if kind.startswith("sgd"):
             t[f"momentum_buffer_step{k}"] = f64(st["momentum_buffer"])
         else:
             t[f"exp_avg_step{k}"] = f64(st["exp_avg"])
             t[f"exp_avg_sq_step{k}"] = f64(st["exp_avg_sq"])
     gd = [g.double() for g in grads]
-    if kind == "sgd_momentum":
-        ref, buf = sgd_reference(p0.double(), gd, lr, 0.9, wd)
-        assert_close("sgd.momentum_buffer", t["momentum_buffer_step3"], buf)
+    if kind.startswith("sgd"):
+        ref, buf = sgd_reference(p0.double(), gd, lr, 0.9, wd, dampening=hp["dampening"], nesterov=hp["nesterov"])
+        assert_close(f"{kind}.momentum_buffer", t["momentum_buffer_step3"], buf)
     else:
         ref, m, v = adam_reference(p0.double(), gd, lr, betas[0], betas[1], eps, wd,
                                    decoupled=(kind == "adamw"))
@@ -568,6 +571,25 @@ def case_optimizer(out_dir: Path, written: list[Path], kind: str, seed: int) -> 
     for k in range(3):
         assert_close(f"{kind}.param_step{k + 1}", steps[k], ref[k])
     write(out_dir, f"{kind}.safetensors", t, meta(kind, seed, steps=3, **hp), written)
+
+
+def case_pooling(out_dir: Path, written: list[Path], seed: int) -> None:
+    """The mean and the maximum over the real positions of a padded batch (B, T, D), lengths
+    unsorted, in float64, with the gradient of sum(mean * upstream_mean) + sum(max * upstream_max)."""
+    torch.manual_seed(seed)
+    B, T, D = 3, 5, 4
+    lengths = [3, 5, 1]
+    x0 = randn32(B, T, D)
+    up_mean, up_max = randn32(B, D), randn32(B, D)
+    keep = mask_from_lengths(lengths, T) > 0.5  # (B, T) bool, True = real token
+    x = x0.double().clone().requires_grad_(True)
+    k = keep.unsqueeze(-1).to(torch.float64)
+    mean = (x * k).sum(1) / k.sum(1)
+    mx = x.masked_fill(~keep.unsqueeze(-1), float("-inf")).amax(1)
+    ((mean * up_mean.double()).sum() + (mx * up_max.double()).sum()).backward()
+    t = {"x": f32(x0), "lengths": i64(torch.tensor(lengths)), "upstream_mean": f32(up_mean), "upstream_max": f32(up_max),
+         "mean": f64(mean.detach()), "max": f64(mx.detach()), "grad.x": f64(x.grad)}
+    write(out_dir, "pooling.safetensors", t, meta("masked mean and max pooling", seed, B=B, T=T, D=D), written)
 
 
 def case_sparse_adam(out_dir: Path, written: list[Path], seed: int) -> None:
@@ -832,6 +854,9 @@ def generate(out_dir: Path) -> list[Path]:
     case_optimizer(out_dir, written, "adam", seed=71)
     case_optimizer(out_dir, written, "adamw", seed=72)
     case_optimizer(out_dir, written, "sgd_momentum", seed=73)
+    case_optimizer(out_dir, written, "sgd_nesterov", seed=75)
+    case_optimizer(out_dir, written, "sgd_dampening", seed=76)
+    case_pooling(out_dir, written, seed=77)
     case_sparse_adam(out_dir, written, seed=74)
     case_roundtrip(out_dir, written)
     case_encoder(out_dir, written, "encoder_layer_post_relu.safetensors", 0, False, "relu", False, seed=91)

@@ -260,3 +260,19 @@ TEST_CASE("golden: cross-entropy with ignore_index and label smoothing matches t
     run(double{}, 1e-12);
   }
 }
+
+TEST_CASE("golden: masked_mean and masked_max match torch's mean and amax over the real positions, values and gradients") {
+  auto f = golden::load("pooling");
+  const auto len = golden::tensor<std::int64_t>(f, "lengths");
+  std::vector<int> lengths;
+  for (std::size_t i = 0; i < len.numel(); ++i) lengths.push_back(int(len[i]));
+  Tape tape;
+  attn::Var<double> x(golden::tensor<double>(f, "x"), true);
+  const attn::Var<double> up_mean(golden::tensor<double>(f, "upstream_mean"), false), up_max(golden::tensor<double>(f, "upstream_max"), false);
+  auto mean = nn::masked_mean(tape, x, attn::Lengths(lengths));
+  auto mx = nn::masked_max(tape, x, attn::Lengths(lengths));
+  golden::expect_close(f, "mean", mean.value(), 1e-12);
+  golden::expect_close(f, "max", mx.value(), 1e-12);
+  tape.backward(attn::add(tape, attn::sum(tape, attn::mul(tape, mean, up_mean)), attn::sum(tape, attn::mul(tape, mx, up_max))));
+  golden::expect_close(f, "grad.x", x.grad(), 1e-12);
+}

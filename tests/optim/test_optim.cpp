@@ -53,6 +53,25 @@ TEST_CASE("golden: SGD with momentum and weight decay matches torch.optim.SGD") 
   }
 }
 
+TEST_CASE("golden: SGD with Nesterov momentum, and with dampening, matches torch.optim.SGD") {
+  for (const char* name : {"sgd_nesterov", "sgd_dampening"}) {
+    INFO(name);
+    auto f = golden::load(name);
+    auto params = one_param<double>(f);
+    optim::Sgd<double> opt(params, {.lr = std::stod(f.metadata.at("lr")),
+                                    .momentum = 0.9,
+                                    .dampening = std::stod(f.metadata.at("dampening")),
+                                    .weight_decay = 0.01,
+                                    .nesterov = f.metadata.at("nesterov") == "true"});
+    for (int s = 1; s <= 3; ++s) {
+      set_grad(params.vars[0], golden::tensor<double>(f, "grad_step" + std::to_string(s)));
+      opt.step();
+      golden::expect_close(f, "param_step" + std::to_string(s), params.vars[0].value(), 1e-12);
+      golden::expect_close(f, "momentum_buffer_step" + std::to_string(s), opt.momentum_buffer(0), 1e-12);
+    }
+  }
+}
+
 TEST_CASE("clip_grad_norm scales the joint norm down to max_norm and reports the norm before") {
   std::vector<attn::Var<double>> ps{attn::Var<double>(Tensor<double>::zeros({2}), true), attn::Var<double>(Tensor<double>::zeros({1}), true)};
   ps[0].data()->grad = Tensor<double>::from({2}, {3, 0});
