@@ -167,6 +167,18 @@ TEST_CASE("schedules: linear warm-up then cosine or linear decay") {
   CHECK(s(500) == Approx(0.1));
   s.decay = optim::WarmupSchedule::Decay::linear;
   CHECK(s(35) == Approx(0.1 + 0.9 * 0.75));
+  CHECK(s(110) == Approx(0.1));
+  // Constant: the warm-up, then base_lr whatever min_lr and total say.
+  s.decay = optim::WarmupSchedule::Decay::constant;
+  CHECK(s(4) == Approx(0.5));
+  CHECK(s(10) == Approx(1.0));
+  CHECK(s(60) == Approx(1.0));
+  CHECK(s(500) == Approx(1.0));
+  // No warm-up: the decay starts at step 0.
+  const optim::WarmupSchedule c{.base_lr = 2.0, .warmup = 0, .total = 4, .min_lr = 0.0};
+  CHECK(c(0) == Approx(2.0));
+  CHECK(c(2) == Approx(1.0));
+  CHECK(c(4) == Approx(0.0).margin(1e-12));
 }
 
 TEST_CASE("golden: a sparse Embedding with Adam matches nn.Embedding(sparse=True) + torch.optim.SparseAdam") {
