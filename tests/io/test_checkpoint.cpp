@@ -282,3 +282,46 @@ TEST_CASE("checkpoint: load_optimizer checks 'step' and the moments before it mo
   attn::io::load_optimizer(ob, dir / "o.safetensors");
   CHECK(ob.steps() == 1);
 }
+
+TEST_CASE("checkpoint: each parameter's own Adam step count round trips, and is checked") {
+  TempDir tmp;
+  const auto& dir = tmp.path();
+  Small a;
+  a.init(1);
+  attn::optim::Adam<float> oa(a, {.lr = 0.01f});
+  // Two steps in which only the weight has a gradient, then one in which both have.
+  for (int s = 0; s < 3; ++s) {
+    attn::Tape tape;
+    attn::Var<float> x(attn::Tensor<float>::full({4, 3}, 0.1f));
+    tape.backward(attn::cross_entropy(tape, a.fc(tape, x), attn::Tensor<std::int64_t>::from({4}, {0, 1, 1, 0})));
+    if (s < 2) a.fc.bias.data()->grad = {};
+    oa.step();
+    oa.zero_grad();
+  }
+  // fc.weight 3 steps, fc.bias 1, emb.weight (not used) none.
+  REQUIRE(oa.param_steps() == std::vector<long long>{3, 1, 0});
+  attn::io::save_optimizer(oa, dir / "o.safetensors");
+  const auto good = attn::io::read_safetensors(dir / "o.safetensors");
+  CHECK(good.metadata.count("param_steps"));
+  Small b;
+  attn::optim::Adam<float> ob(b, {.lr = 0.01f});
+  attn::io::load_optimizer(ob, dir / "o.safetensors");
+  CHECK(ob.steps() == 3);
+  CHECK(ob.param_steps() == oa.param_steps());
+  for (const std::string bad : {"1", "1,2", "1,2,3,3", "1,x,2", "4,1,0", "-1,3,0", "3,1,"}) {
+    auto meta = good.metadata;
+    meta["param_steps"] = bad;
+    attn::io::write_safetensors(dir / "p.safetensors", good.tensors, meta);
+    attn::optim::Adam<float> oc(b, {.lr = 0.01f});
+    INFO(bad);
+    CHECK_THROWS_WITH(attn::io::load_optimizer(oc, dir / "p.safetensors"), Catch::Contains("metadata 'param_steps'"));
+    CHECK(oc.steps() == 0);
+  }
+  // A file without per-parameter counts (every parameter stepped every time): all at 'step'.
+  auto meta = good.metadata;
+  meta.erase("param_steps");
+  attn::io::write_safetensors(dir / "q.safetensors", good.tensors, meta);
+  attn::optim::Adam<float> od(b, {.lr = 0.01f});
+  attn::io::load_optimizer(od, dir / "q.safetensors");
+  CHECK(od.param_steps() == std::vector<long long>{3, 3, 3});
+}

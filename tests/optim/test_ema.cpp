@@ -138,6 +138,17 @@ TEST_CASE("Ema: save_ema and load_ema restore the average and the counters, and 
   CHECK_THROWS_WITH(attn::io::load_ema(ema3, dir / "ema.safetensors"), Catch::Contains("ema.safetensors") && Catch::Contains("every"));
   CHECK(ema3.steps() == 0);
   CHECK(ema3.other(0).data()[0] == before);
+  // Another decay: refused (files of earlier versions wrote it with 6 decimals, and still load).
+  optim::Ema<double> ema4(m2, {.decay = 0.99, .every = 2});
+  CHECK_THROWS_WITH(attn::io::load_ema(ema4, dir / "ema.safetensors"), Catch::Contains("metadata 'ema_decay' is '0.9', the Ema's decay is 0.99"));
+  CHECK(ema4.steps() == 0);
+  {
+    auto file = attn::io::read_safetensors(dir / "ema.safetensors");
+    file.metadata["ema_decay"] = "0.900000";
+    attn::io::write_safetensors(dir / "old.safetensors", file.tensors, file.metadata);
+    optim::Ema<double> ema5(m2, {.decay = 0.9, .every = 2});
+    CHECK_NOTHROW(attn::io::load_ema(ema5, dir / "old.safetensors"));
+  }
   // A model's weights are not an average file.
   attn::io::save(m, dir / "model.safetensors");
   CHECK_THROWS_WITH(attn::io::load_ema(ema3, dir / "model.safetensors"), Catch::Contains("model.safetensors") && Catch::Contains("ema_steps"));

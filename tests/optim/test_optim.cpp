@@ -146,7 +146,8 @@ TEST_CASE("non-finite guard: skip counts the step, leaves weights and Adam state
   CHECK(opt.params()[0].value()[0] == before[0]);
   CHECK(opt.exp_avg(0)[0] == m_before[0]);
   CHECK_THAT(guard.last(), Catch::Matchers::Contains("'embed.weight'"));
-  CHECK_THROWS_WITH(step(3), Catch::Matchers::Contains("3 consecutive steps skipped"));
+  CHECK_THROWS_WITH(step(3), Catch::Matchers::Contains("3 non-finite steps in a row; giving up"));
+  CHECK(guard.skipped() == 2);  // the step that gives up is not a skipped one
   // A finite step resets the run.
   optim::NonFiniteGuard g2(optim::OnNonFinite::skip, 2);
   CHECK_FALSE(g2.check(std::nan(""), 1.0, p, 0));
@@ -433,4 +434,78 @@ TEST_CASE("sparse Embedding gradients: the compact form accumulates and grows as
   }
   CHECK(twin.weight.data()->grad_compact);
   CHECK(twin.weight.data()->grad_rows == std::vector<std::size_t>{5, 6});
+}
+
+TEST_CASE("Adam: each parameter counts its own steps for its bias correction, as torch.optim.Adam's state['step']") {
+  // Two parameters; the second has no gradient in the first three steps. Its first update must be
+  // that of a first step (torch: |lr| per element for Adam's first step with a constant gradient).
+  optim::NamedParams<double, attn::cpu> p;
+  p.names = {"a", "b"};
+  p.vars.emplace_back(Tensor<double>::zeros({3}), true);
+  p.vars.emplace_back(Tensor<double>::zeros({3}), true);
+  optim::Adam<double> opt(p, {.lr = 0.1});
+  for (int s = 0; s < 4; ++s) {
+    set_grad(p.vars[0], Tensor<double>::full({3}, 1.0));
+    if (s == 3) set_grad(p.vars[1], Tensor<double>::full({3}, 1.0));
+    opt.step();
+    opt.zero_grad();
+  }
+  CHECK(opt.steps() == 4);
+  CHECK(opt.param_steps(0) == 4);
+  CHECK(opt.param_steps(1) == 1);
+  for (double v : p.vars[1].value().to_vector()) CHECK(v == Approx(-0.1).epsilon(1e-7));
+  // A parameter without a gradient does not move (no decay, no momentum), as in torch.
+  const auto before = p.vars[1].value().to_vector();
+  set_grad(p.vars[0], Tensor<double>::full({3}, 1.0));
+  opt.step();
+  CHECK(p.vars[1].value().to_vector() == before);
+  CHECK_THROWS_AS(opt.set_param_steps({1}), attn::ArgumentError);
+  CHECK_THROWS_AS(opt.set_param_steps({1, 9}), attn::ArgumentError);  // more than steps()
+}
+
+TEST_CASE("optimizer options are checked as torch checks them") {
+  optim::NamedParams<double, attn::cpu> p;
+  p.names = {"a"};
+  p.vars.emplace_back(Tensor<double>::zeros({3}), true);
+  CHECK_THROWS_WITH(optim::Adam<double>(p, {.lr = -1}), Catch::Contains("lr"));
+  CHECK_THROWS_WITH(optim::Adam<double>(p, {.beta1 = 1.0}), Catch::Contains("beta1"));
+  CHECK_THROWS_WITH(optim::Adam<double>(p, {.beta2 = -0.1}), Catch::Contains("beta2"));
+  CHECK_THROWS_WITH(optim::Adam<double>(p, {.eps = std::nan("")}), Catch::Contains("eps"));
+  CHECK_THROWS_WITH(optim::Adam<double>(p, {.weight_decay = -0.1}), Catch::Contains("weight_decay"));
+  CHECK_THROWS_WITH(optim::Sgd<double>(p, {.momentum = 0.0, .nesterov = true}), Catch::Contains("Nesterov momentum requires"));
+  CHECK_THROWS_WITH(optim::Sgd<double>(p, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}), Catch::Contains("Nesterov"));
+  CHECK_THROWS_WITH(optim::Sgd<double>(p, {.lr = -0.1}), Catch::Contains("lr"));
+  CHECK_NOTHROW(optim::Sgd<double>(p, {.momentum = 0.9, .nesterov = true}));
+}
+
+TEST_CASE("clip_grad_norm leaves the gradients alone when the norm overflows") {
+  std::vector<attn::Var<double>> ps{attn::Var<double>(Tensor<double>::zeros({2}), true)};
+  ps[0].data()->grad = Tensor<double>::from({2}, {1e200, 3.0});  // finite, but the sum of squares is not
+  CHECK(std::isinf(optim::clip_grad_norm(ps, 1.0)));
+  CHECK(ps[0].grad()[0] == 1e200);
+  CHECK(ps[0].grad()[1] == 3.0);
+}
+
+TEST_CASE("schedules: a negative step is step 0") {
+  const optim::WarmupSchedule s{.base_lr = 1.0, .warmup = 10, .total = 110, .min_lr = 0.1};
+  CHECK(s(-3) == s(0));
+  CHECK(s(-3) > 0);
+}
+
+TEST_CASE("SGD: a row-sparse table that no lookup reaches in a step does not move") {
+  attn::nn::Embedding<2, double> emb(nullptr, "emb", 5, {.sparse = true});
+  optim::Sgd<double> opt(emb, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+  const auto ids = Tensor<std::int64_t>::from({2}, {1, 3});
+  {
+    attn::Tape t;
+    t.backward(attn::sum(t, emb(t, ids)));
+  }
+  opt.step();
+  opt.zero_grad();
+  const auto after_first = emb.weight.value().to_vector();
+  // A step in which the table is not looked up: a dense parameter would have no gradient and be
+  // skipped (torch's zero_grad(set_to_none=True)); the table too, though its buffer is kept.
+  opt.step();
+  CHECK(emb.weight.value().to_vector() == after_first);
+  opt.zero_grad();
 }

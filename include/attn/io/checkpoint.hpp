@@ -3,8 +3,11 @@
 // with PyTorch's names, so that files move between attn and torch's load_state_dict.
 //   attn::io::save(model, "model.safetensors");   attn::io::load(model, "model.safetensors");
 #pragma once
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -316,6 +319,41 @@ inline long long metadata_count(const MetadataMap& md, const char* key, std::vec
   return v;
 }
 
+/// v in the fewest digits that read back as v ("0.002", "1e-07").
+inline std::string shortest(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+/// Metadata 'param_steps': one count per parameter, comma-separated, each in [0, step]; the
+/// optimizer's own counts (empty: absent, every parameter at `step`).
+inline std::vector<long long> metadata_param_steps(const MetadataMap& md, std::size_t params, long long step,
+                                                   std::vector<std::string>& problems) {
+  const auto m = md.find("param_steps");
+  if (m == md.end()) return {};
+  std::vector<long long> out;
+  const std::string& sv = m->second;
+  std::size_t pos = 0;
+  while (pos <= sv.size()) {
+    const std::size_t end = std::min(sv.find(',', pos), sv.size());
+    long long v = -1;
+    auto [ptr, ec] = std::from_chars(sv.data() + pos, sv.data() + end, v);
+    if (ec != std::errc() || ptr != sv.data() + end || v < 0 || v > step) {
+      problems.push_back("metadata 'param_steps' holds '" + sv.substr(pos, end - pos) + "', not an integer in [0, " + std::to_string(step) +
+                         "] (the optimizer's step)");
+      return {};
+    }
+    out.push_back(v);
+    pos = end + 1;
+  }
+  if (out.size() != params) {
+    problems.push_back("metadata 'param_steps' holds " + std::to_string(out.size()) + " counts for " + std::to_string(params) + " parameters");
+    return {};
+  }
+  return out;
+}
+
 /// Throws a FormatError at `file` listing `problems` under `what`, if there are any.
 inline void throw_problems(const SafetensorsReader& file, const char* what, const std::vector<std::string>& problems) {
   if (problems.empty()) return;
@@ -336,13 +374,21 @@ void copy_state(const SafetensorsReader& file, State& state, const char* what) {
 }  // namespace detail
 
 /// Writes an Adam/AdamW optimizer's moments ("<param>.exp_avg", "<param>.exp_avg_sq") and its
-/// step count (metadata "step") atomically, for exact resumption.
+/// step count (metadata "step") atomically, for exact resumption; where some parameter had no
+/// gradient in some step, also each parameter's own count (metadata "param_steps", in the order
+/// of the parameters, comma-separated), torch's per-parameter state['step'].
 template <class T, class B>
 void save_optimizer(const optim::Adam<T, B>& opt, const std::filesystem::path& path, MetadataMap metadata = {}) {
   SourceMap m;
   for (auto& [name, t] : opt.state()) m.emplace(name, detail::source_of(t));
   metadata["step"] = std::to_string(opt.steps());
-  metadata["lr"] = std::to_string(opt.lr());
+  const auto& counts = opt.param_steps();
+  if (std::any_of(counts.begin(), counts.end(), [&](long long c) { return c != opt.steps(); })) {
+    std::string list;
+    for (std::size_t k = 0; k < counts.size(); ++k) list += (k ? "," : "") + std::to_string(counts[k]);
+    metadata["param_steps"] = list;
+  }
+  metadata["lr"] = detail::shortest(opt.lr());
   write_safetensors(path, m, metadata);
 }
 
@@ -357,10 +403,12 @@ MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& 
   auto state = opt.state();
   detail::check_state_tensors<T>(f, state, "the optimizer's", "the optimizer " + std::to_string(state.size()), problems);
   const long long step = detail::metadata_count(f.metadata(), "step", problems);
+  const auto counts = detail::metadata_param_steps(f.metadata(), opt.params().size(), step, problems);
   detail::throw_problems(f, "does not fit the optimizer:", problems);
   // Everything is checked: from here on only a file changed in place while being read throws.
   detail::copy_state<T, B>(f, state, "the optimizer");
   opt.set_steps(step);
+  if (!counts.empty()) opt.set_param_steps(counts);
   return f.metadata();
 }
 
@@ -375,7 +423,7 @@ void save_ema(const optim::Ema<T, B>& ema, const std::filesystem::path& path, Me
   for (auto& [name, t] : ema.state()) m.emplace(name, detail::source_of(t));
   metadata["ema_steps"] = std::to_string(ema.steps());
   metadata["ema_updates"] = std::to_string(ema.updates());
-  metadata["ema_decay"] = std::to_string(ema.options().decay);
+  metadata["ema_decay"] = detail::shortest(ema.options().decay);
   metadata["ema_every"] = std::to_string(ema.options().every);
   write_safetensors(path, m, metadata);
 }
@@ -397,6 +445,13 @@ MetadataMap load_ema(optim::Ema<T, B>& ema, const std::filesystem::path& path) {
   const long long every = detail::metadata_count(md, "ema_every", problems);
   if (md.count("ema_every") && every != ema.options().every)
     problems.push_back("metadata 'ema_every' is " + std::to_string(every) + ", the Ema folds every " + std::to_string(ema.options().every) + " steps");
+  // The decay (written with 6 decimals by earlier versions, so compared to within their rounding).
+  if (const auto d = md.find("ema_decay"); d != md.end()) {
+    char* end = nullptr;
+    const double decay = std::strtod(d->second.c_str(), &end);
+    if (end != d->second.c_str() + d->second.size() || !(std::abs(decay - ema.options().decay) <= 5e-7))
+      problems.push_back("metadata 'ema_decay' is '" + d->second + "', the Ema's decay is " + detail::shortest(ema.options().decay));
+  }
   else if (md.count("ema_steps") && md.count("ema_updates") && updates != steps / ema.options().every)
     problems.push_back("metadata 'ema_updates' " + std::to_string(updates) + " does not follow from 'ema_steps' " + std::to_string(steps));
   detail::throw_problems(f, "does not fit the parameter average:", problems);

@@ -42,8 +42,9 @@ std::optional<std::string> first_non_finite_grad(const NamedParams<T, B>& p) {
 
 class NonFiniteGuard {
  public:
-  /// max_consecutive_skips: in skip mode, stop anyway after this many skipped steps in a row
-  /// (a run that only produces NaNs is not going to recover); 0 means never.
+  /// max_consecutive_skips: in skip mode, stop anyway at the max_consecutive_skips-th non-finite
+  /// step in a row, after skipping the ones before it (a run that only produces NaNs is not going
+  /// to recover); 0 means never.
   explicit NonFiniteGuard(OnNonFinite policy = OnNonFinite::stop, std::size_t max_consecutive_skips = 100)
       : policy_(policy), max_run_(max_consecutive_skips) {}
 
@@ -67,11 +68,11 @@ class NonFiniteGuard {
     what += " at step " + std::to_string(step);
     what += bad ? "; first parameter with a non-finite gradient: '" + *bad + "'" : "; every gradient is finite";
     last_ = what;
-    ++skipped_;
     ++run_;
     if (policy_ == OnNonFinite::stop) throw NumericalError(what);
     if (max_run_ && run_ >= max_run_)
-      throw NumericalError(what + " (" + std::to_string(run_) + " consecutive steps skipped; giving up)");
+      throw NumericalError(what + " (" + std::to_string(run_) + " non-finite steps in a row; giving up)");
+    ++skipped_;
     return false;
   }
 

@@ -66,7 +66,7 @@ double clip_grad_norm(const std::vector<Var<T, AnyShape, B>>& params, double max
   }
   total = std::sqrt(total);
   const double coef = max_norm / (total + 1e-6);
-  if (max_norm > 0 && coef < 1) {
+  if (max_norm > 0 && std::isfinite(total) && coef < 1) {
     for (auto& p : params) {
       auto& d = *p.data();
       detail::for_each_grad_block(d, [&](T* q, std::size_t count) { kernels::scale(B{}, q, count, T(coef)); });
@@ -117,33 +117,50 @@ struct AdamOptions {
   bool decoupled = false;
 };
 
-/// Adam / AdamW, bit-for-bit PyTorch's (non-fused, non-amsgrad) update order. Parameters with
-/// row-sparse gradients (nn::Embedding with .sparse = true) get torch.optim.SparseAdam's lazy
-/// update instead: only the rows looked up in the step move, without weight decay.
+/// Adam / AdamW in PyTorch's (non-fused, non-amsgrad) update order. Parameters with row-sparse
+/// gradients (nn::Embedding with .sparse = true) get torch.optim.SparseAdam's lazy update instead:
+/// only the rows looked up in the step move, without weight decay. As in torch, each parameter
+/// counts its own steps (those in which it had a gradient) for its bias correction; steps()
+/// counts the calls of step().
 template <class T = float, class B = cpu>
 class Adam {
  public:
   Adam(const nn::Module& model, AdamOptions opt = {}) : Adam(NamedParams<T, B>::of(model), opt) {}
   Adam(NamedParams<T, B> params, AdamOptions opt) : p_(std::move(params)), opt_(opt) {
+    check_options(opt_);
     for (auto& v : p_.vars) {
       m_.push_back(Tensor<T, AnyShape, B>::zeros(v.dims()));
       v_.push_back(Tensor<T, AnyShape, B>::zeros(v.dims()));
     }
+    pt_.assign(p_.vars.size(), 0);
+  }
+
+  /// torch.optim.Adam's checks: lr, eps and weight_decay >= 0 (and finite), betas in [0, 1).
+  static void check_options(const AdamOptions& o) {
+    auto bad = [](const char* what, double v, const char* rule) {
+      throw ArgumentError(std::string("optim::Adam: ") + what + " " + std::to_string(v) + " " + rule);
+    };
+    if (!(o.lr >= 0) || !std::isfinite(o.lr)) bad("lr", o.lr, "must be finite and >= 0");
+    if (!(o.eps >= 0) || !std::isfinite(o.eps)) bad("eps", o.eps, "must be finite and >= 0");
+    if (!(o.beta1 >= 0 && o.beta1 < 1)) bad("beta1", o.beta1, "must be in [0, 1)");
+    if (!(o.beta2 >= 0 && o.beta2 < 1)) bad("beta2", o.beta2, "must be in [0, 1)");
+    if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) bad("weight_decay", o.weight_decay, "must be finite and >= 0");
   }
 
   void step() {
     ++t_;
-    const double bc1 = 1 - std::pow(opt_.beta1, double(t_));
-    const double bc2 = 1 - std::pow(opt_.beta2, double(t_));
     const T lr = T(opt_.lr), b2 = T(opt_.beta2), wd = T(opt_.weight_decay);
-    const T step_size = T(opt_.lr / bc1);
-    const T bc2_sqrt = T(std::sqrt(bc2));
     const T eps = T(opt_.eps);
     // 1 - beta in double, then rounded once: what PyTorch passes to its kernels.
     const T omb1 = T(1 - opt_.beta1), omb2 = T(1 - opt_.beta2);
     for (std::size_t k = 0; k < p_.vars.size(); ++k) {
       auto& d = *p_.vars[k].data();
       if (!d.has_grad()) continue;
+      const long long n = ++pt_[k];  // this parameter's steps, for its bias correction
+      const double bc1 = 1 - std::pow(opt_.beta1, double(n));
+      const double bc2 = 1 - std::pow(opt_.beta2, double(n));
+      const T step_size = T(opt_.lr / bc1);
+      const T bc2_sqrt = T(std::sqrt(bc2));
       T* p = d.value.data();
       d.mark_value_written();
       T* m = m_[k].data();
@@ -185,7 +202,24 @@ class Adam {
     }
     return s;
   }
-  void set_steps(long long t) { t_ = t; }
+  /// Sets the count of step() calls, and every parameter's own count to it (a checkpoint that
+  /// records no per-parameter counts: every parameter had a gradient at every step).
+  void set_steps(long long t) {
+    t_ = t;
+    pt_.assign(p_.vars.size(), t);
+  }
+  /// The steps in which parameter k had a gradient (its bias correction's count).
+  long long param_steps(std::size_t k) const { return pt_.at(k); }
+  const std::vector<long long>& param_steps() const { return pt_; }
+  /// Sets each parameter's own count (one per parameter, each in [0, steps()]).
+  void set_param_steps(std::vector<long long> counts) {
+    if (counts.size() != pt_.size())
+      throw ArgumentError("optim::Adam::set_param_steps: " + std::to_string(counts.size()) + " counts for " + std::to_string(pt_.size()) +
+                          " parameters");
+    for (auto c : counts)
+      if (c < 0 || c > t_) throw ArgumentError("optim::Adam::set_param_steps: a count " + std::to_string(c) + " outside [0, steps()]");
+    pt_ = std::move(counts);
+  }
   const Tensor<T, AnyShape, B>& exp_avg(std::size_t k) const { return m_[k]; }
   const Tensor<T, AnyShape, B>& exp_avg_sq(std::size_t k) const { return v_[k]; }
 
@@ -194,6 +228,7 @@ class Adam {
   AdamOptions opt_;
   std::vector<Tensor<T, AnyShape, B>> m_, v_;
   long long t_ = 0;
+  std::vector<long long> pt_;  // per parameter: the steps in which it had a gradient
 };
 
 struct SgdOptions {
@@ -209,12 +244,22 @@ template <class T = float, class B = cpu>
 class Sgd {
  public:
   Sgd(const nn::Module& model, SgdOptions opt = {}) : Sgd(NamedParams<T, B>::of(model), opt) {}
-  Sgd(NamedParams<T, B> params, SgdOptions opt) : p_(std::move(params)), opt_(opt), buf_(p_.vars.size()) {}
+  Sgd(NamedParams<T, B> params, SgdOptions opt) : p_(std::move(params)), opt_(opt), buf_(p_.vars.size()) {
+    auto bad = [](const std::string& why) { throw ArgumentError("optim::Sgd: " + why); };
+    if (!(opt.lr >= 0) || !std::isfinite(opt.lr)) bad("lr " + std::to_string(opt.lr) + " must be finite and >= 0");
+    if (!(opt.momentum >= 0) || !std::isfinite(opt.momentum)) bad("momentum " + std::to_string(opt.momentum) + " must be finite and >= 0");
+    if (!std::isfinite(opt.dampening)) bad("dampening must be finite");
+    if (!(opt.weight_decay >= 0) || !std::isfinite(opt.weight_decay)) bad("weight_decay must be finite and >= 0");
+    if (opt.nesterov && (opt.momentum <= 0 || opt.dampening != 0)) bad("Nesterov momentum requires a momentum and zero dampening");
+  }
 
   void step() {
     const T lr = T(opt_.lr), mu = T(opt_.momentum), damp = T(opt_.dampening), wd = T(opt_.weight_decay);
     for (std::size_t k = 0; k < p_.vars.size(); ++k) {
       auto& d = *p_.vars[k].data();
+      // A row-sparse table that no lookup reached this step has no gradient, as in torch (a kept
+      // whole-table buffer with no rows is not one): momentum and decay leave it alone.
+      if (d.grad_is_row_sparse() && d.grad_rows.empty()) continue;
       d.materialize_grad(/*keep=*/true);  // SGD updates the whole table, as torch.optim.SGD on a dense gradient
       if (d.grad.empty()) continue;
       T* p = d.value.data();

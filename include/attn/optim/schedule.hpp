@@ -13,12 +13,13 @@ struct WarmupSchedule {
   enum class Decay { cosine, linear, constant };
   double base_lr = 1e-3;
   long long warmup = 0;     // steps of linear warm-up from 0 to base_lr
-  long long total = 1;      // steps in all; decay runs from warmup to total
+  long long total = 1;      // steps in all; decay runs from warmup to total (total <= warmup: base_lr at warmup, min_lr after)
   double min_lr = 0;        // the floor reached at `total`
   Decay decay = Decay::cosine;
 
-  /// The learning rate for 0-based step `step`.
+  /// The learning rate for 0-based step `step` (a negative step is step 0).
   double operator()(long long step) const {
+    step = std::max<long long>(step, 0);
     if (warmup > 0 && step < warmup) return base_lr * double(step + 1) / double(warmup);
     if (decay == Decay::constant) return base_lr;
     const double span = double(std::max<long long>(1, total - warmup));
