@@ -310,6 +310,45 @@ TEST_CASE("checkpoint: errors name the input, or a recomputation that differs fr
   CHECK_THROWS_WITH(t.backward(attn::sum(t, y)), Catch::Matchers::Contains("differs in shape from the first run"));
 }
 
+TEST_CASE("checkpoint: a Var the function captured from the caller's ops, used by an operator, is refused") {
+  using V = attn::Var<double>;
+  attn::Rng rng(15);
+  V x(random_of<double>(rng, {2, 3}), true);
+  Tape t;
+  const V c = attn::scale(t, x, 2.0);  // made by the caller's ops, on t
+  CHECK_THROWS_WITH(attn::checkpoint(t, [&](auto&, const V& a) { return c * 3.0 + a; }, x),
+                    Catch::Matchers::Contains("recorded on the caller's tape"));
+  // Passed as an input, it is fine.
+  auto y = attn::checkpoint(t, [](auto& ctx, const V& a, const V& cc) { return attn::add(ctx, attn::scale(ctx, cc, 3.0), a); }, x, c);
+  t.backward(attn::sum(t, y));
+  for (double g : x.grad().to_vector()) CHECK(g == 7.0);  // 1 + 3 * 2
+}
+
+TEST_CASE("checkpoint: the recomputation runs in the forward's precision, also when backward runs outside its scope") {
+  attn::Rng rng(16);
+  Net<16, 32, float> plain, ckpt;
+  for (auto* n : {&plain, &ckpt}) n->init(5);
+  const auto xv = random_of<float>(rng, {8, 16});
+  auto run = [&](Net<16, 32, float>& net, Mode mode) {
+    Tape t(3);
+    attn::Var<float> x(xv.clone(), true);
+    attn::Var<float> loss;
+    {
+      const attn::PrecisionScope bf16(attn::Precision::bf16);
+      loss = attn::sum(t, attn::tanh(t, run_block(t, net.b1, run_block(t, net.b0, x, mode), mode)));
+    }
+    t.backward(loss);  // in fp32: a checkpoint's recomputation must still run in bf16
+    return std::pair{grads_of<float>(net), x.grad().to_vector()};
+  };
+  const auto [gp, xp] = run(plain, Mode::plain);
+  const auto [gc, xc] = run(ckpt, Mode::checkpoint);
+  CHECK(xc == xp);
+  for (auto& [name, g] : gp) {
+    INFO(name);
+    CHECK(gc.at(name) == g);
+  }
+}
+
 TEST_CASE("checkpoint: gradient checks in double through checkpointed functions") {
   using V = attn::Var<double>;
   attn::Rng rng(12);

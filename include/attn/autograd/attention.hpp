@@ -126,7 +126,8 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
     kernels::mha_flash_forward(B{}, p, out.data(), saved.data(), a.stats);
   }
   if (a.stats) {
-    a.stats->saved_bytes += (saved.numel() + scores.numel()) * sizeof(T);
+    // A checkpoint's tracing run keeps nothing: its recomputation counts what backward keeps.
+    if (!(tape && tape->tracing())) a.stats->saved_bytes += (saved.numel() + scores.numel()) * sizeof(T);
     a.stats->note((saved.numel() + scores.numel()) * sizeof(T));
   }
 

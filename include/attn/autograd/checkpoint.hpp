@@ -16,6 +16,7 @@
 
 #include "../core/error.hpp"
 #include "../core/pool.hpp"
+#include "../core/precision.hpp"
 #include "../core/rng.hpp"
 #include "tape.hpp"
 #include "var.hpp"
@@ -142,13 +143,18 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
   // left as a plain run would leave it. The trace names every VarData the function reads from
   // outside: its inputs' leaves and the parameters (or other outside Vars) it uses directly.
   const Rng::State rng_at_start = tape.rng().state();
+  const Precision precision_at_start = precision();  // the recomputation runs in it too
   Outs outs;
   std::vector<const void*> outside;
   {
     Tape trace(Tape::Tracing{});
     trace.rng().set_state(rng_at_start);
     auto copies = checkpoint_args(saved, trace, in_seq);
+    const std::size_t caller_steps = tape.size();
     Outs r = Result::to_tuple(std::apply([&](const auto&... c) -> R { return fn(trace, c...); }, copies));
+    if (tape.size() != caller_steps)
+      throw ArgumentError("checkpoint: the function recorded on the caller's tape (an operator on a Var it captured from the "
+                          "caller's ops): pass such Vars as inputs, so that the recomputation sees them");
     tape.rng().set_state(trace.rng().state());
     std::vector<const void*> copy_data;
     for_each_index<n_in>([&](auto i) {
@@ -182,11 +188,14 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
 
   auto out_data = std::apply([](const auto&... o) { return std::make_tuple(o.data()...); }, outs);
   tape.push(std::get<0>(outs).data(), std::span<const void* const>(list),
-            [fn = std::move(fn), saved = std::move(saved), out_data, rng_at_start, direct, first, outside = std::move(outside)]() mutable {
+            [fn = std::move(fn), saved = std::move(saved), out_data, rng_at_start, precision_at_start, direct, first,
+             outside = std::move(outside)]() mutable {
               bool any = false;
               for_each_index<n_out>([&](auto k) { any = any || !std::get<k>(out_data)->grad.empty(); });
               if (!any) return;
-              // Second run, recorded, from the random state the first run saw.
+              // Second run, recorded, from the random state and in the precision the first run saw
+              // (backward may run outside the forward's PrecisionScope).
+              const PrecisionScope scope(precision_at_start);
               Tape inner;
               inner.rng().set_state(rng_at_start);
               auto copies = checkpoint_args(saved, inner, std::make_index_sequence<n_in>{});
@@ -198,32 +207,40 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
                               " differs in shape from the first run's (the function must depend only on its inputs, "
                               "its parameters and the context's random stream)");
               });
-              for_each_index<n_in>([&](auto i) {
-                if constexpr (is_var_v<std::tuple_element_t<i, Saved>>) {
-                  auto& outer = *std::get<i>(saved).data();
-                  if (first[i] == i && outer.requires_grad && !direct[i]) swap_grads(outer, *std::get<i>(copies).data());
-                }
-              });
-              // Each output's gradient goes to its recomputed Var: moved into one that the
-              // recomputation produced, added to a leaf (an input returned as it is, a parameter).
-              for_each_index<n_out>([&](auto k) {
-                auto& od = *std::get<k>(out_data);
-                if (od.grad.empty()) return;
-                auto& rd = *std::get<k>(r).data();
-                bool leaf = listed(outside, &rd);
+              auto swap_inputs = [&] {
                 for_each_index<n_in>([&](auto i) {
-                  if constexpr (is_var_v<std::tuple_element_t<i, Saved>>) leaf = leaf || std::get<i>(copies).data().get() == &rd;
+                  if constexpr (is_var_v<std::tuple_element_t<i, Saved>>) {
+                    auto& outer = *std::get<i>(saved).data();
+                    if (first[i] == i && outer.requires_grad && !direct[i]) swap_grads(outer, *std::get<i>(copies).data());
+                  }
                 });
-                if (!leaf && rd.grad.empty())
-                  rd.grad = std::move(od.grad);
-                else if (rd.requires_grad)
-                  rd.grad_ref() += od.grad;
-                od.grad = {};
-              });
-              // The recomputed outputs are needed no more (a step that reads one keeps it), and
-              // each step's values are freed as soon as it has run.
-              r = Outs{};
-              inner.backward_once_from_grads();
+              };
+              swap_inputs();
+              try {
+                // Each output's gradient goes to its recomputed Var: moved into one that the
+                // recomputation produced, added to a leaf (an input returned as it is, a parameter).
+                for_each_index<n_out>([&](auto k) {
+                  auto& od = *std::get<k>(out_data);
+                  if (od.grad.empty()) return;
+                  auto& rd = *std::get<k>(r).data();
+                  bool leaf = listed(outside, &rd);
+                  for_each_index<n_in>([&](auto i) {
+                    if constexpr (is_var_v<std::tuple_element_t<i, Saved>>) leaf = leaf || std::get<i>(copies).data().get() == &rd;
+                  });
+                  if (!leaf && rd.grad.empty())
+                    rd.grad = std::move(od.grad);
+                  else if (rd.requires_grad)
+                    rd.grad_ref() += od.grad;
+                  od.grad = {};
+                });
+                // The recomputed outputs are needed no more (a step that reads one keeps it), and
+                // each step's values are freed as soon as it has run.
+                r = Outs{};
+                inner.backward_once_from_grads();
+              } catch (...) {
+                swap_inputs();  // the inputs keep their gradients (with whatever terms were added)
+                throw;
+              }
               for_each_index<n_in>([&](auto i) {
                 if constexpr (is_var_v<std::tuple_element_t<i, Saved>>) {
                   auto& outer = *std::get<i>(saved).data();
@@ -247,7 +264,9 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
 /// Runs fn(ctx, inputs...) as torch.utils.checkpoint does (non-reentrant): under a Tape, fn's
 /// intermediate values are not kept; the tape records one step, whose backward runs fn once more
 /// to recompute them and differentiates that run. The gradients of the inputs and of every
-/// parameter fn uses equal those of calling fn(ctx, inputs...) directly, bit for bit, and the
+/// parameter fn uses equal those of calling fn(ctx, inputs...) directly, bit for bit (except an
+/// input that fn also reads directly, not through its argument, and outputs that are the same Var
+/// twice or an input itself: their terms are summed in another order, equal to rounding), and the
 /// context's random stream is left in the same state. Under NoGrad it is fn(ctx, inputs...).
 ///
 /// fn is called as fn(ctx, const inputs&...) with a Tape or a NoGrad (a generic lambda serves
@@ -257,7 +276,9 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
 /// should be passed as inputs, since operators (+, *) on a captured one record on the caller's
 /// tape. fn may call checkpoint itself. It must compute the same thing when run twice: it may
 /// depend only on its inputs, the parameters it reads and the context's random stream (dropout),
-/// which the recomputation replays from the state the first run saw.
+/// which the recomputation replays from the state the first run saw, in the precision
+/// (attn::PrecisionScope) the first run had. A function that records on the caller's tape (an
+/// operator on a captured Var made by the caller's ops) is refused with an ArgumentError.
 ///
 /// The first run goes under a tracing tape (Tape::Tracing), which drops each op's backward step as
 /// it is recorded and notes the VarData the step lists as inputs; the recorded step lists those

@@ -175,7 +175,9 @@ class TransformerEncoderLayer : public Module {
   /// for a last layer of which a model reads only its first tokens (a [CLS] token). Each of those
   /// rows must see every key: with a window, rows <= global_tokens, and not causal (ArgumentError
   /// otherwise); it takes no attn_mask. The attention weights go through the dense path (no flash
-  /// kernel): rows x T scores per head.
+  /// kernel): rows x T scores per head. With dropout in training, its masks are drawn for those
+  /// rows alone, so they are not the ones the full forward would draw (the same distribution; the
+  /// values equal the full forward's rows in eval mode or without dropout).
   template <Context C, class S, TokenMask M>
   Var<T, AnyShape, B> forward_rows(C& ctx, const Var<T, S, B>& x, const M& mask, std::size_t rows) const {
     return rows_impl(ctx, x, &mask, rows);
