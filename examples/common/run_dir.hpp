@@ -20,7 +20,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <csignal>
 #include <cerrno>
 #include <cstdint>
@@ -268,15 +267,15 @@ inline void check_same_options(const nlohmann::json& config, const nlohmann::jso
   // Options added later, with the default that every run recorded before them trained with.
   static const std::pair<const char*, nlohmann::json> kLaterDefaults[] = {
       {"--adversarial", 0.0}, {"--attn-entropy-target", 0.0}, {"--class-weights", "none"}};
-  // Recorded later, with no value known for the runs before: unchecked for those.
-  static constexpr const char* kLaterUnknown[] = {"processes"};
   for (auto& [name, value] : options.items()) {
     auto it = rec->find(name);
-    if (it == rec->end() && std::find(std::begin(kLaterUnknown), std::end(kLaterUnknown), name) != std::end(kLaterUnknown)) continue;
-    if (name == "processes" && it != rec->end() && *it != value)
-      throw attn::ArgumentError(fmt::format("the run ({}) was trained by {} data-parallel processes, this is {}: --batch is per process, "
-                                            "so the steps and the learning-rate schedule would change; resume it with mpirun -n {}",
-                                            path.string(), it->dump(), value.dump(), it->dump()));
+    if (name == "processes") {  // recorded later, with no value known for the runs before: unchecked for those
+      if (it != rec->end() && *it != value)
+        throw attn::ArgumentError(fmt::format("the run ({}) was trained by {} data-parallel processes, this is {}: --batch is per process, "
+                                              "so the steps and the learning-rate schedule would change; resume it with mpirun -n {}",
+                                              path.string(), it->dump(), value.dump(), it->dump()));
+      continue;
+    }
     for (auto [later, earlier] : kLaterOptions)
       if (it == rec->end() && name == later) it = rec->find(earlier);
     const nlohmann::json* recorded = it == rec->end() ? nullptr : &*it;

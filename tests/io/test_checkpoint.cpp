@@ -23,6 +23,12 @@ struct Other : nn::Module {
   nn::Linear<3, 4> fc{this, "fc"};
   nn::Linear<2, 2> extra{this, "extra"};
 };
+/// One backward pass of a cross-entropy through m.fc on a constant batch of value x (emb unused).
+void fc_backward(const Small& m, float x) {
+  attn::Tape tape;
+  attn::Var<float> in(attn::Tensor<float>::full({4, 3}, x));
+  tape.backward(attn::cross_entropy(tape, m.fc(tape, in), attn::Tensor<std::int64_t>::from({4}, {0, 1, 1, 0})));
+}
 }  // namespace
 
 TEST_CASE("checkpoint: save then load restores every parameter exactly") {
@@ -70,10 +76,7 @@ TEST_CASE("checkpoint: Adam state round trip resumes identically") {
   const auto& dir = tmp.path();
   auto train_steps = [](Small& m, attn::optim::Adam<float>& opt, int n) {
     for (int s = 0; s < n; ++s) {
-      attn::Tape tape;
-      attn::Var<float> x(attn::Tensor<float>::full({4, 3}, 0.1f * float(s + 1)));
-      auto loss = attn::cross_entropy(tape, m.fc(tape, x), attn::Tensor<std::int64_t>::from({4}, {0, 1, 1, 0}));
-      tape.backward(loss);
+      fc_backward(m, 0.1f * float(s + 1));
       opt.step();
       opt.zero_grad();
     }
@@ -245,12 +248,8 @@ TEST_CASE("checkpoint: load_optimizer checks 'step' and the moments before it mo
   Small a;
   a.init(1);
   attn::optim::Adam<float> oa(a, {.lr = 0.01f});
-  {
-    attn::Tape tape;
-    attn::Var<float> x(attn::Tensor<float>::full({4, 3}, 0.1f));
-    tape.backward(attn::cross_entropy(tape, a.fc(tape, x), attn::Tensor<std::int64_t>::from({4}, {0, 1, 1, 0})));
-    oa.step();
-  }
+  fc_backward(a, 0.1f);
+  oa.step();
   attn::io::save_optimizer(oa, dir / "o.safetensors");
   const auto good = attn::io::read_safetensors(dir / "o.safetensors");
   Small b;
@@ -291,9 +290,7 @@ TEST_CASE("checkpoint: each parameter's own Adam step count round trips, and is 
   attn::optim::Adam<float> oa(a, {.lr = 0.01f});
   // Two steps in which only the weight has a gradient, then one in which both have.
   for (int s = 0; s < 3; ++s) {
-    attn::Tape tape;
-    attn::Var<float> x(attn::Tensor<float>::full({4, 3}, 0.1f));
-    tape.backward(attn::cross_entropy(tape, a.fc(tape, x), attn::Tensor<std::int64_t>::from({4}, {0, 1, 1, 0})));
+    fc_backward(a, 0.1f);
     if (s < 2) a.fc.bias.data()->grad = {};
     oa.step();
     oa.zero_grad();

@@ -319,8 +319,11 @@ inline long long metadata_count(const MetadataMap& md, const char* key, std::vec
   return v;
 }
 
-/// v in the fewest digits that read back as v ("0.002", "1e-07").
-inline std::string shortest(double v) {
+/// v in the fewest digits that read back as v in its own type ("0.002", "1e-07"; a float -1e-30f
+/// as "-1e-30").
+template <class R>
+  requires std::is_floating_point_v<R>
+std::string shortest(R v) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);

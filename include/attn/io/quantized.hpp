@@ -11,7 +11,6 @@
 // float model's load_state_dict.
 #pragma once
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -60,13 +59,6 @@ inline void save_quantized(const nn::Module& model, const std::filesystem::path&
 }
 
 namespace detail {
-/// v as printf's %g does (a tiny negative scale shows as such, not as -0.000000).
-inline std::string format_real(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", double(v));
-  return buf;
-}
-
 /// The first element of a quantized weight's scales that is not a usable scale (positive, and 128
 /// times it finite), or npos.
 inline std::size_t bad_scale(const std::vector<float>& v) {
@@ -103,7 +95,7 @@ inline MetadataMap load_quantized(nn::Module& model, const std::filesystem::path
         const auto v = file.record(*s).to_vector<float>();
         if (const std::size_t j = detail::bad_scale(v); j != std::string::npos)
           problems.push_back("'" + name + ".scale': element " + std::to_string(j) + " (byte offset " +
-                             std::to_string(s->offset + j * sizeof(float)) + ") is " + detail::format_real(v[j]) +
+                             std::to_string(s->offset + j * sizeof(float)) + ") is " + detail::shortest(v[j]) +
                              " (a scale must be positive, and 128 times it finite)");
       }
     } else {
