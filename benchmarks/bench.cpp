@@ -65,8 +65,10 @@ inline Timing time_it(const std::function<void()>& f, std::size_t samples, int i
     f();
     ms.push_back(std::chrono::duration<double, std::milli>(clk::now() - t0).count());
   }
-  std::nth_element(ms.begin(), ms.begin() + std::ptrdiff_t(ms.size() / 2), ms.end());
-  const double med = ms[ms.size() / 2];
+  // The median as Python's statistics.median (the peer's): the mean of the middle two for an even count.
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  const double med = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
   return {med, double(samples) / (med / 1000)};
 }
 
@@ -120,8 +122,22 @@ inline const char* kCaseNames =
     "R1-h1 R1-h8 R2-h4 R2-h8 R3-T<n> (R3-T512 R3-T1024 R3-T2048 in --all; R3-T4096 on cuda) R4-b1 R4-b64 R5-T1024 R5-T4096 R5-T16384 "
     "R6 R6-ckpt";
 
-/// Runs one case in this process; returns its JSON record.
+/// The process's resident set now, in MB (Linux's /proc/self/statm; 0 where it cannot be read).
+inline double current_rss_mb() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? double(resident) * double(::sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0) : 0;
+}
+
+/// Runs one case in this process; returns its JSON record. Besides the peak RSS, the record gives
+/// `base_rss_mb`, the RSS when the case began (the program and its libraries, before the model and
+/// the data), and `rss_over_base_mb`, the peak above it: what the case itself took, comparable with
+/// the peer's figure of the same name (whose base holds Python and libtorch, about 0.5 GB).
 inline json run_case(const std::string& name, int iters, attn::Precision precision) {
+  const double base_rss = current_rss_mb();
   attn::Rng rng(2024);
   const attn::PrecisionScope scope(precision);
   json j{{"case", name}, {"impl", "attn"}, {"threads", attn::cpu::threads()}, {"precision", attn::precision_name(precision)}};
@@ -209,6 +225,8 @@ inline json run_case(const std::string& name, int iters, attn::Precision precisi
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   j["peak_rss_mb"] = double(ru.ru_maxrss) / 1024.0;
+  j["base_rss_mb"] = base_rss;
+  j["rss_over_base_mb"] = double(ru.ru_maxrss) / 1024.0 - base_rss;
   return j;
 }
 
@@ -365,8 +383,9 @@ int main(int argc, char** argv) {
   app.add_flag("--all", all, "run every case (each in a fresh process) and print the table");
   auto* cases_opt = app.add_option("--cases", cases,
                  std::string("cases for --all, of ") + bench::kCaseNames + " (default: all but R6 and R6-ckpt, which take minutes)");
-  app.add_option("--peer", peer, "peer command, run per case with '--case X --json --iters N' appended (empty: no peer)");
-  app.add_option("--iters", iters, "timed iterations per case (after 5 warm-ups)");
+  app.add_option("--peer", peer, "peer command, run per case with '--case X --mode M --json --iters N --precision P --threads T' appended (T: attn's "
+                 "threads); its '--gemm --json --threads T' joins the ceiling's candidates (empty: no peer)");
+  app.add_option("--iters", iters, "timed iterations per case (after 5 warm-ups)")->check(CLI::Range(1, 1000000));
   app.add_option("--precision", precision_arg,
                  "fp32, bf16 or int8: the products of attn's linear ops and LSTMs in bf16 (attn::PrecisionScope; the peer runs "
                  "torch.autocast bf16), or int8 for the inference cases R4-b1 and R4-b64 (nn::quantize_dynamic; the peer "
@@ -436,13 +455,24 @@ int main(int argc, char** argv) {
       gemms.push_back({{"impl", label}, {"gemm_gflops", g}});
       if (g > ceil_gflops) ceil_gflops = g, ceil_label = label;
     }
+    if (!peer.empty()) {  // the GEMM the peer's products run on (torch.mm: MKL or oneDNN)
+      const json r = bench::run_json(fmt::format("{} --gemm --json --threads {} 2>/dev/null", peer, attn::cpu::threads()));
+      if (r.is_object() && r.contains("gflops") && r.value("threads", -1) == attn::cpu::threads()) {
+        const double g = r.value("gflops", 0.0);
+        const std::string label = "the peer's torch.mm";
+        fmt::print("  GEMM 2048^3 {:>7.1f} GFLOP/s  {}\n", g, label);
+        gemms.push_back({{"impl", label}, {"gemm_gflops", g}});
+        if (g > ceil_gflops) ceil_gflops = g, ceil_label = label;
+      }
+    }
     fmt::print("FP32 GEMM ceiling: {:.1f} GFLOP/s ({})\n\n", ceil_gflops, ceil_label);
     if (ceiling_only) {
       fmt::print("{}\n", json{{"ceiling_gflops", ceil_gflops}, {"ceiling_impl", ceil_label}, {"gemms", gemms}}.dump());
       return 0;
     }
-    fmt::print("{:<10} {:>6} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10}  {}\n", "case", "mode", "attn smp/s", "peer smp/s", "ratio",
-               "attn RSS", "peer RSS", "of ceiling", "peer impl");
+    // RSS: the peak, and (+) the peak above the RSS the case began with (run_case's base_rss_mb).
+    fmt::print("{:<10} {:>6} {:>12} {:>12} {:>8} {:>14} {:>14} {:>10}  {}\n", "case", "mode", "attn smp/s", "peer smp/s", "ratio",
+               "attn RSS (+)", "peer RSS (+)", "of ceiling", "peer impl");
     json rows = json::array();
     for (auto& c : cases) {
       json a = bench::run_json(fmt::format("{} --case {} --iters {} --precision {}", self, c, iters, precision_arg));
@@ -452,17 +482,27 @@ int main(int argc, char** argv) {
       }
       json p = json::object();  // stays empty without a peer
       if (!peer.empty()) {
-        p = bench::run_json(fmt::format("{} --case {} --mode {} --json --iters {} --precision {}", peer, c,
-                                        a.value("mode", "train") == "infer" ? "infer" : "train", iters, precision_arg));
+        // The peer runs on as many threads as attn (run-peer.sh sets OMP_NUM_THREADS and torch's
+        // threads from --threads); a result on another number is not compared.
+        p = bench::run_json(fmt::format("{} --case {} --mode {} --json --iters {} --precision {} --threads {}", peer, c,
+                                        a.value("mode", "train") == "infer" ? "infer" : "train", iters, precision_arg,
+                                        attn::cpu::threads()));
         if (!p.is_object()) {
           fmt::print(stderr, "bench: the peer gave no result for case {} (its error is above)\n", c);
+          p = json::object();
+        } else if (p.value("threads", -1) != attn::cpu::threads()) {
+          fmt::print(stderr, "bench: the peer ran case {} on {} threads, attn on {}: not compared\n", c,
+                     p.contains("threads") ? p["threads"].dump() : "an unknown number of", attn::cpu::threads());
           p = json::object();
         }
       }
       const double as = a.value("samples_per_s", 0.0), ps = p.value("samples_per_s", 0.0);
-      fmt::print("{:<10} {:>6} {:>12.1f} {:>12} {:>8} {:>9.0f}M {:>10} {:>10}  {}\n", c, a.value("mode", "?"), as,
-                 ps > 0 ? fmt::format("{:.1f}", ps) : "-", ps > 0 ? fmt::format("{:.2f}x", as / ps) : "-", a.value("peak_rss_mb", 0.0),
-                 p.contains("peak_rss_mb") ? fmt::format("{:.0f}M", p.value("peak_rss_mb", 0.0)) : "-",
+      const auto rss = [](const json& r) {
+        return r.contains("peak_rss_mb") ? fmt::format("{:.0f}M (+{:.0f})", r.value("peak_rss_mb", 0.0), r.value("rss_over_base_mb", 0.0))
+                                         : std::string("-");
+      };
+      fmt::print("{:<10} {:>6} {:>12.1f} {:>12} {:>8} {:>14} {:>14} {:>10}  {}\n", c, a.value("mode", "?"), as,
+                 ps > 0 ? fmt::format("{:.1f}", ps) : "-", ps > 0 ? fmt::format("{:.2f}x", as / ps) : "-", rss(a), rss(p),
                  a.contains("gflops") && ceil_gflops > 0 ? fmt::format("{:.0f}%", 100 * a.value("gflops", 0.0) / ceil_gflops) : "",
                  p.value("impl", ""));
       std::fflush(stdout);

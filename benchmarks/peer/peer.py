@@ -136,6 +136,15 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def current_rss_mb():
+    """The resident set now (Linux /proc/self/statm; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1024.0 * 1024.0)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 # ----------------------------------------------------------------------------
 # Models (built lazily so that --help and --r4-lengths need no torch)
 # ----------------------------------------------------------------------------
@@ -353,6 +362,9 @@ def time_loop(fn, warmup, iters, max_seconds=None):
 
 def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, r5_dense=False,
              precision="fp32"):
+    # The RSS the case begins with (Python, libtorch and its libraries; bench.cpp's base_rss_mb):
+    # rss_over_base_mb is the peak above it, what the case itself took.
+    base_rss = current_rss_mb()
     spec = CASES[case]
     # bf16: torch.autocast around each forward (the backward runs in the forward's dtypes).
     if precision == "bf16":
@@ -486,7 +498,8 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, 
     out = {
         "case": case, "mode": mode, "impl": impl, "precision": precision,
         "samples_per_s": samples / med, "median_ms": med * 1e3,
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base_rss,
+        "rss_over_base_mb": peak_rss_mb() - base_rss,
         "torch_version": torch.__version__, "threads": torch.get_num_threads(),
         "batch": B, "T": T, "samples_per_iter": samples,
         "warmup": warm_done, "iters": iters_done,
