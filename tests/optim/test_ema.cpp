@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "../temp_dir.hpp"
@@ -148,6 +149,20 @@ TEST_CASE("Ema: save_ema and load_ema restore the average and the counters, and 
     attn::io::write_safetensors(dir / "old.safetensors", file.tensors, file.metadata);
     optim::Ema<double> ema5(m2, {.decay = 0.9, .every = 2});
     CHECK_NOTHROW(attn::io::load_ema(ema5, dir / "old.safetensors"));
+  }
+  // Counters that do not follow from each other (5 steps fold twice at every = 2): refused before
+  // anything is copied.
+  for (const char* updates : {"50", "1"}) {
+    auto file = attn::io::read_safetensors(dir / "ema.safetensors");
+    file.metadata["ema_updates"] = updates;
+    attn::io::write_safetensors(dir / "counts.safetensors", file.tensors, file.metadata);
+    optim::Ema<double> ema6(m2, {.decay = 0.9, .every = 2});
+    const double first = ema6.other(0).data()[0];
+    CHECK_THROWS_AS(attn::io::load_ema(ema6, dir / "counts.safetensors"), attn::FormatError);
+    CHECK_THROWS_WITH(attn::io::load_ema(ema6, dir / "counts.safetensors"),
+                      Catch::Contains(std::string("metadata 'ema_updates' ") + updates + " does not follow from 'ema_steps' 5"));
+    CHECK(ema6.steps() == 0);
+    CHECK(ema6.other(0).data()[0] == first);
   }
   // A model's weights are not an average file.
   attn::io::save(m, dir / "model.safetensors");

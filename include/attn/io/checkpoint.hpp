@@ -388,7 +388,10 @@ void save_optimizer(const optim::Adam<T, B>& opt, const std::filesystem::path& p
   const auto& counts = opt.param_steps();
   if (std::any_of(counts.begin(), counts.end(), [&](long long c) { return c != opt.steps(); })) {
     std::string list;
-    for (std::size_t k = 0; k < counts.size(); ++k) list += (k ? "," : "") + std::to_string(counts[k]);
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      if (k) list += ',';
+      list += std::to_string(counts[k]);
+    }
     metadata["param_steps"] = list;
   }
   metadata["lr"] = detail::shortest(opt.lr());
@@ -413,6 +416,60 @@ MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& 
   opt.set_steps(step);
   if (!counts.empty()) opt.set_param_steps(counts);
   return f.metadata();
+}
+
+/// Writes an SGD optimizer's momentum buffers ("<param>.momentum_buffer", torch's state name, for
+/// each parameter that has one) atomically, with metadata 'optimizer' ("sgd"), 'momentum' and
+/// 'lr'. With momentum 0 the file holds no tensors: SGD then has no state.
+template <class T, class B>
+void save_optimizer(const optim::Sgd<T, B>& opt, const std::filesystem::path& path, MetadataMap metadata = {}) {
+  SourceMap m;
+  for (auto& [name, t] : opt.state()) m.emplace(name, detail::source_of(t));
+  metadata["optimizer"] = "sgd";
+  metadata["momentum"] = detail::shortest(opt.options().momentum);
+  metadata["lr"] = detail::shortest(opt.lr());
+  write_safetensors(path, m, metadata);
+}
+
+/// Restores what save_optimizer wrote for SGD: metadata 'optimizer' "sgd" and 'momentum' the
+/// optimizer's own; every tensor the momentum buffer of one of its parameters, of that parameter's
+/// shape and attn's dtype, finite. A parameter without a buffer in the file gets none (its next
+/// step starts one from the gradient). Everything is checked before the optimizer is modified.
+template <class T, class B>
+MetadataMap load_optimizer(optim::Sgd<T, B>& opt, const std::filesystem::path& path) {
+  const SafetensorsReader f(path);
+  const MetadataMap& md = f.metadata();
+  std::vector<std::string> problems;
+  if (const auto o = md.find("optimizer"); o == md.end() || o->second != "sgd")
+    problems.push_back(o == md.end() ? std::string("metadata has no 'optimizer' (an SGD state file says \"sgd\")")
+                                     : "metadata 'optimizer' is '" + o->second + "', not 'sgd'");
+  if (const auto mo = md.find("momentum"); mo == md.end()) {
+    problems.push_back("metadata has no 'momentum'");
+  } else {
+    char* end = nullptr;
+    const double mu = std::strtod(mo->second.c_str(), &end);
+    if (end != mo->second.c_str() + mo->second.size() || mu != opt.options().momentum)
+      problems.push_back("metadata 'momentum' is '" + mo->second + "', the optimizer's momentum is " + detail::shortest(opt.options().momentum));
+  }
+  // The buffers the file holds, each of its parameter's shape.
+  const auto& named = opt.named_params();
+  std::vector<std::pair<std::string, Tensor<T, AnyShape, B>>> state;
+  std::vector<std::size_t> owner;
+  for (std::size_t k = 0; k < named.vars.size(); ++k) {
+    const std::string name = named.names[k] + ".momentum_buffer";
+    if (f.tensors().count(name)) {
+      state.push_back({name, Tensor<T, AnyShape, B>(named.vars[k].dims())});
+      owner.push_back(k);
+    }
+  }
+  detail::check_state_tensors<T>(f, state, "the parameter's",
+                                 std::to_string(state.size()) + " of them momentum buffers of the optimizer's parameters", problems);
+  detail::throw_problems(f, "does not fit the optimizer:", problems);
+  detail::copy_state<T, B>(f, state, "the optimizer");
+  std::vector<Tensor<T, AnyShape, B>> buffers(named.vars.size());
+  for (std::size_t i = 0; i < owner.size(); ++i) buffers[owner[i]] = state[i].second;
+  for (std::size_t k = 0; k < buffers.size(); ++k) opt.set_momentum_buffer(k, std::move(buffers[k]));
+  return md;
 }
 
 /// Writes a parameter average (optim::Ema) atomically: one tensor per parameter under the
@@ -455,7 +512,7 @@ MetadataMap load_ema(optim::Ema<T, B>& ema, const std::filesystem::path& path) {
     if (end != d->second.c_str() + d->second.size() || !(std::abs(decay - ema.options().decay) <= 5e-7))
       problems.push_back("metadata 'ema_decay' is '" + d->second + "', the Ema's decay is " + detail::shortest(ema.options().decay));
   }
-  else if (md.count("ema_steps") && md.count("ema_updates") && updates != steps / ema.options().every)
+  if (md.count("ema_steps") && md.count("ema_updates") && every == ema.options().every && updates != steps / every)
     problems.push_back("metadata 'ema_updates' " + std::to_string(updates) + " does not follow from 'ema_steps' " + std::to_string(steps));
   detail::throw_problems(f, "does not fit the parameter average:", problems);
   detail::copy_state<T, B>(f, state, "the parameter average");

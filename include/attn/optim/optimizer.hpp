@@ -277,8 +277,30 @@ class Sgd {
     for (auto& v : p_.vars) v.data()->zero_grad();
   }
   void set_lr(double lr) { opt_.lr = lr; }
+  double lr() const { return opt_.lr; }
+  const SgdOptions& options() const { return opt_; }
+  const NamedParams<T, B>& named_params() const { return p_; }
   const std::vector<Var<T, AnyShape, B>>& params() const { return p_.vars; }
   const Tensor<T, AnyShape, B>& momentum_buffer(std::size_t k) const { return buf_[k]; }
+
+  /// Named state for checkpoints: "<param>.momentum_buffer" (PyTorch's name) of every parameter
+  /// that has one (momentum on, and a step with its gradient taken).
+  std::vector<std::pair<std::string, Tensor<T, AnyShape, B>>> state() const {
+    std::vector<std::pair<std::string, Tensor<T, AnyShape, B>>> s;
+    for (std::size_t k = 0; k < p_.vars.size(); ++k)
+      if (!buf_[k].empty()) s.push_back({p_.names[k] + ".momentum_buffer", buf_[k]});
+    return s;
+  }
+  /// Sets parameter k's momentum buffer (its parameter's shape), or with an empty tensor removes it
+  /// (the next step then starts it from the gradient, as torch's first step does).
+  void set_momentum_buffer(std::size_t k, Tensor<T, AnyShape, B> t) {
+    if (k >= buf_.size()) throw ArgumentError("optim::Sgd::set_momentum_buffer: parameter " + std::to_string(k) + " of " + std::to_string(buf_.size()));
+    if (!t.empty() && (opt_.momentum == 0 || !(t.dims() == p_.vars[k].dims())))
+      throw ArgumentError("optim::Sgd::set_momentum_buffer: '" + p_.names[k] + "' takes " +
+                          (opt_.momentum == 0 ? std::string("no buffer (momentum 0)") : "a buffer of " + p_.vars[k].dims().str()) +
+                          ", given " + t.dims().str());
+    buf_[k] = std::move(t);
+  }
 
  private:
   NamedParams<T, B> p_;
