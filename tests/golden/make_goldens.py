@@ -212,7 +212,9 @@ def mha_check_torch_vs_reference(mha64, x, dout, key_valid, attn_mask, heads, wh
 
 
 def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int, variant: str):
-    """variant: "" (key padding only), "attnmask" (plus additive causal attn_mask), "fullpad"."""
+    """variant: "" (key padding only), "attnmask" (plus additive causal attn_mask), "fullpad",
+    "causal" (is_causal=True with the causal mask: attn's AttentionOptions::causal, no attn_mask
+    stored)."""
     B, T = 3, 5
     lengths = [5, 0, 3] if variant == "fullpad" else [5, 3, 1]
     torch.manual_seed(seed)
@@ -234,6 +236,8 @@ def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int
         attn_mask = attn_mask.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1),
                                           float("-inf"))
         t["attn_mask"] = attn_mask.clone()
+    elif variant == "causal":
+        attn_mask = torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     for n, p in mha.named_parameters():
         t[n] = f32(p)
     t["dout"] = f32(dout)
@@ -272,7 +276,7 @@ def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int
         x64 = x.double().requires_grad_()
         kpm = torch.zeros(B, T, dtype=torch.float64).masked_fill(~key_valid, float("-inf"))
         out, w = mha(x64, x64, x64, key_padding_mask=kpm, need_weights=True, attn_mask=am64,
-                     average_attn_weights=False)
+                     average_attn_weights=False, is_causal=variant == "causal")
         (out * d64).sum().backward()
         grads = {n: p.grad for n, p in mha.named_parameters()}
         torch_nan = False
@@ -285,10 +289,12 @@ def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int
               seq=T, lengths=lengths, batch_first=True, dropout=0.0,
               scaling="1/sqrt(head_dim)", average_attn_weights=False,
               attn_mask="additive causal (-inf above diagonal)" if variant == "attnmask"
-              else "none",
+              else "causal (is_causal=True): attn's causal option" if variant == "causal" else "none",
               loss="sum(out*dout)",
               reference="hand-written (fully masked rows -> zero weights)" if variant == "fullpad"
               else "torch.nn.MultiheadAttention")
+    if variant == "causal":
+        md["causal"] = "true"
     if variant == "fullpad":
         md["torch_gives_nan_on_fully_padded_sample"] = "true" if torch_nan else "false"
     write(out_dir, fname, t, md, written)
@@ -699,21 +705,25 @@ def check_attn(in_path: str, out_path: str, expect_golden: bool) -> int:
 # 9. Transformer encoder
 
 def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activation, eps):
-    """Hand-written torch.nn.TransformerEncoderLayer (dropout 0) on parameters p[prefix + name]."""
+    """Hand-written torch.nn.TransformerEncoderLayer (dropout 0) on parameters p[prefix + name]
+    (a bias that p lacks, bias=False, adds nothing)."""
+    def b(n):
+        return p.get(prefix + n, 0.0)
+
     def ln(z, n):
         mu = z.mean(-1, keepdim=True)
         var = z.var(-1, unbiased=False, keepdim=True)
-        return (z - mu) / torch.sqrt(var + eps) * p[prefix + n + ".weight"] + p[prefix + n + ".bias"]
+        return (z - mu) / torch.sqrt(var + eps) * p[prefix + n + ".weight"] + b(n + ".bias")
 
     def sa(z):
-        return mha_reference(z, p[prefix + "self_attn.in_proj_weight"], p[prefix + "self_attn.in_proj_bias"],
-                             p[prefix + "self_attn.out_proj.weight"], p[prefix + "self_attn.out_proj.bias"],
+        return mha_reference(z, p[prefix + "self_attn.in_proj_weight"], b("self_attn.in_proj_bias"),
+                             p[prefix + "self_attn.out_proj.weight"], b("self_attn.out_proj.bias"),
                              heads, key_valid)[0]
 
     def ff(z):
-        h = z @ p[prefix + "linear1.weight"].T + p[prefix + "linear1.bias"]
+        h = z @ p[prefix + "linear1.weight"].T + b("linear1.bias")
         h = h.clamp_min(0) if activation == "relu" else 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
-        return h @ p[prefix + "linear2.weight"].T + p[prefix + "linear2.bias"]
+        return h @ p[prefix + "linear2.weight"].T + b("linear2.bias")
 
     if norm_first:
         x = x + sa(ln(x, "norm1"))
@@ -723,19 +733,20 @@ def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activati
 
 
 def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, norm_first: bool,
-                 activation: str, final_norm: bool, seed: int) -> None:
-    """layers == 0: one nn.TransformerEncoderLayer; else nn.TransformerEncoder of that many."""
+                 activation: str, final_norm: bool, seed: int, bias: bool = True) -> None:
+    """layers == 0: one nn.TransformerEncoderLayer; else nn.TransformerEncoder of that many.
+    bias=False: no bias anywhere, the norms' included (torch >= 2.1)."""
     B, T, D, H, FF, eps = 2, 5, 16, 4, 32, 1e-5
     lengths = [5, 3]
     torch.manual_seed(seed)
     layer = nn.TransformerEncoderLayer(d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0,
                                        activation=activation, layer_norm_eps=eps, batch_first=True,
-                                       norm_first=norm_first)
+                                       norm_first=norm_first, bias=bias)
     if layers == 0:
         model: nn.Module = layer
     else:
         model = nn.TransformerEncoder(layer, num_layers=layers,
-                                      norm=nn.LayerNorm(D, eps=eps) if final_norm else None,
+                                      norm=nn.LayerNorm(D, eps=eps, bias=bias) if final_norm else None,
                                       enable_nested_tensor=False)
     with torch.no_grad():
         # Every parameter redrawn (the stack's layers start as copies of one layer; torch zeroes
@@ -773,7 +784,7 @@ def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
     if layers and final_norm:
         mu = z.mean(-1, keepdim=True)
         var = z.var(-1, unbiased=False, keepdim=True)
-        z = (z - mu) / torch.sqrt(var + eps) * leaves["norm.weight"] + leaves["norm.bias"]
+        z = (z - mu) / torch.sqrt(var + eps) * leaves["norm.weight"] + leaves.get("norm.bias", 0.0)
     (z * d64).sum().backward()
     assert_close(f"{fname}.out", out, z)
     assert_close(f"{fname}.grad.x", x64.grad, xr.grad)
@@ -787,7 +798,8 @@ def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
                d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0, activation=activation,
                layer_norm_eps=eps, batch_first=True, norm_first=norm_first, num_layers=max(layers, 1),
                final_norm=bool(layers and final_norm), batch=B, seq=T, lengths=lengths,
-               padded_rows="computed (torch's training path)", loss="sum(out*dout)"), written)
+               padded_rows="computed (torch's training path)", loss="sum(out*dout)",
+               **({} if bias else {"bias": False})), written)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -844,6 +856,7 @@ def generate(out_dir: Path) -> list[Path]:
         case_mha(out_dir, written, heads, dim, seed, "")
         case_mha(out_dir, written, heads, dim, seed + 10, "attnmask")
     case_mha(out_dir, written, 2, 16, 41, "fullpad")
+    case_mha(out_dir, written, 2, 16, 42, "causal")
     case_lstm(out_dir, written, bidirectional=False, seed=31)
     case_lstm(out_dir, written, bidirectional=True, seed=32)
     case_layernorm(out_dir, written)
@@ -862,6 +875,7 @@ def generate(out_dir: Path) -> list[Path]:
     case_encoder(out_dir, written, "encoder_layer_post_relu.safetensors", 0, False, "relu", False, seed=91)
     case_encoder(out_dir, written, "encoder_layer_pre_gelu.safetensors", 0, True, "gelu", False, seed=92)
     case_encoder(out_dir, written, "encoder_stack.safetensors", 2, True, "gelu", True, seed=93)
+    case_encoder(out_dir, written, "encoder_stack_nobias.safetensors", 2, False, "relu", True, seed=94, bias=False)
     case_quantized_dynamic(out_dir, written, seed=101)
     return written
 

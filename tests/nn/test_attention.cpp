@@ -318,7 +318,8 @@ template <std::size_t H, std::size_t D, class T>
 void golden_case(const std::string& name, AttentionKernel kernel, double tol) {
   auto f = golden::load(name);
   INFO(name << (kernel == AttentionKernel::flash ? " flash" : " naive") << (sizeof(T) == 4 ? " float32" : " float64"));
-  nn::Attention<H, D, T> a(nullptr, "attn");
+  const bool causal = f.metadata.count("causal") && f.metadata.at("causal") == "true";  // torch's is_causal
+  nn::Attention<H, D, T> a(nullptr, "attn", {.causal = causal});
   set_value(a.in_proj_weight, golden::tensor<T>(f, "in_proj_weight"));
   set_value(a.in_proj_bias, golden::tensor<T>(f, "in_proj_bias"));
   set_value(a.out_proj.weight, golden::tensor<T>(f, "out_proj.weight"));
@@ -362,6 +363,7 @@ TEST_CASE("golden: Attention matches torch.nn.MultiheadAttention (1, 2, 8 heads,
   golden_all<1, 16>("mha_h1_attnmask");
   golden_all<2, 16>("mha_h2_attnmask");
   golden_all<8, 32>("mha_h8_attnmask");
+  golden_all<2, 16>("mha_h2_causal");  // AttentionOptions::causal against torch's is_causal
 }
 
 TEST_CASE("golden: a fully padded sample gives zero weights and out = out_proj.bias, never NaN") {

@@ -51,7 +51,8 @@ nn::TransformerEncoderLayerOptions golden_options(const attn::io::SafetensorsFil
           .dropout = 0.0,
           .activation = f.metadata.at("activation") == "gelu" ? nn::Activation::gelu : nn::Activation::relu,
           .norm_first = f.metadata.at("norm_first") == "true",
-          .layer_norm_eps = std::stod(f.metadata.at("layer_norm_eps"))};
+          .layer_norm_eps = std::stod(f.metadata.at("layer_norm_eps")),
+          .bias = !f.metadata.count("bias") || f.metadata.at("bias") == "true"};
 }
 
 /// Loads every parameter of m from golden file f (by PyTorch's names), runs x through run(tape, x,
@@ -111,8 +112,8 @@ void golden_layer(const std::string& file, double tol) {
 }
 
 template <class T>
-void golden_stack(bool checkpoint, double tol) {
-  auto f = golden::load("encoder_stack");
+void golden_stack(bool checkpoint, double tol, const std::string& file = "encoder_stack") {
+  auto f = golden::load(file);
   nn::TransformerEncoder<4, 16, T> enc(nullptr, "encoder",
                                        {.num_layers = 2, .layer = golden_options(f), .final_norm = true, .checkpoint = checkpoint});
   golden_check<T>(f, enc, [&](Tape& t, const auto& x, const auto& mask) { return enc(t, x, mask); }, tol);
@@ -130,7 +131,15 @@ TEST_CASE("TransformerEncoderLayer: PyTorch parameter names, shapes, options and
   CHECK(layer.parameter("norm2.bias").dims() == Dims{16});
   CHECK(layer.dim_feedforward() == 32);
   CHECK(nn::TransformerEncoderLayer<4, 16>(nullptr, "d").dim_feedforward() == 64);  // default: 4 * Dim
-  CHECK(nn::TransformerEncoderLayer<4, 16>(nullptr, "nb", {.bias = false}).named_parameters().size() == 8);
+  {  // bias = false drops every bias, the norms' too (torch >= 2.1's bias=False)
+    const auto nb = nn::TransformerEncoderLayer<4, 16>(nullptr, "nb", {.bias = false}).named_parameters();
+    std::vector<std::string> names;
+    for (auto& [name, v] : nb) names.push_back(name);
+    CHECK(names == std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.out_proj.weight", "linear1.weight", "linear2.weight",
+                                            "norm1.weight", "norm2.weight"});
+    nn::TransformerEncoder<4, 16> stack(nullptr, "s", {.num_layers = 2, .layer = {.bias = false}, .final_norm = true});
+    CHECK(stack.named_parameters().size() == 13);  // 6 per layer, the final norm's weight
+  }
 
   CHECK_THROWS_AS((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.dropout = 1.0})), attn::ArgumentError);
   CHECK_THROWS_WITH((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.dropout = -0.5})), Catch::Contains("TransformerEncoderLayer 'bad'"));
@@ -185,6 +194,13 @@ TEST_CASE("golden: TransformerEncoder (2 pre-norm layers and a final norm) match
   golden_stack<double>(false, 1e-10);
   golden_stack<float>(true, 1e-5);
   golden_stack<double>(true, 1e-10);
+}
+
+TEST_CASE("golden: TransformerEncoder without biases (2 post-norm layers, final norm) matches torch's bias=False") {
+  // torch >= 2.1 drops the norms' biases too: 6 parameters a layer, the final norm's weight alone.
+  golden_stack<float>(false, 1e-5, "encoder_stack_nobias");
+  golden_stack<double>(false, 1e-10, "encoder_stack_nobias");
+  golden_stack<double>(true, 1e-10, "encoder_stack_nobias");
 }
 
 TEST_CASE("TransformerEncoderLayer: every mask form and PaddedRows::zero give the same real rows") {

@@ -36,6 +36,8 @@ struct LinearNet : nn::Module {
 
 TEST_CASE("gradcheck: layer_norm, masked_mean, masked_max, dropout") {
   check_gradients("layer_norm", [](Tape& t, V& x) { return nn::layer_norm(t, x[0], x[1], x[2], 1e-5); }, {rnd({2, 3, 6}), rnd({6}), rnd({6})});
+  check_gradients("layer_norm without bias", [](Tape& t, V& x) { return nn::layer_norm(t, x[0], x[1], std::decay_t<decltype(x[1])>{}, 1e-5); },
+                  {rnd({2, 3, 6}), rnd({6})});
   auto mask = Tensor<double>::from({2, 3}, {1, 1, 0, 0, 0, 0});
   check_gradients("masked_mean", [&](Tape& t, V& x) { return nn::masked_mean(t, x[0], attn::KeepMask(mask)); }, {rnd({2, 3, 4})});
   auto mask2 = Tensor<double>::from({2, 3}, {1, 0, 1, 1, 1, 0});
@@ -196,6 +198,28 @@ TEST_CASE("golden: LayerNorm matches torch.nn.LayerNorm") {
   run(double{}, 1e-10);
 }
 
+TEST_CASE("LayerNorm without bias: torch's bias=False, the shift of a zero bias, no 'bias' parameter") {
+  nn::LayerNorm<6, double> with(nullptr, "with"), without(nullptr, "without", 1e-5, false);
+  CHECK(with.named_parameters().size() == 2);
+  REQUIRE(without.named_parameters().size() == 1);
+  CHECK(without.named_parameters()[0].first == "weight");
+  CHECK_FALSE(without.bias.defined());
+  const auto w = rnd({6});
+  std::copy_n(w.data(), 6, const_cast<double*>(with.weight.raw().data()));
+  std::copy_n(w.data(), 6, const_cast<double*>(without.weight.raw().data()));
+  Tape tape;
+  attn::Var<double> x(rnd({2, 3, 6}), true), x2(Tensor<double>(x.value()), true);
+  auto a = with(tape, x), b = without(tape, x2);
+  for (std::size_t i = 0; i < a.value().numel(); ++i) CHECK(b.value().data()[i] == a.value().data()[i]);
+  const auto g = rnd({2, 3, 6});
+  tape.backward(a, g);
+  Tape tape2;
+  auto b2 = without(tape2, x2);
+  tape2.backward(b2, g);
+  for (std::size_t i = 0; i < x.grad().numel(); ++i) CHECK(x2.grad().data()[i] == x.grad().data()[i]);
+  for (std::size_t i = 0; i < 6; ++i) CHECK(without.weight.grad().data()[i] == with.weight.grad().data()[i]);
+}
+
 TEST_CASE("golden: Embedding with padding_idx matches torch.nn.Embedding") {
   auto f = golden::load("embedding");
   nn::Embedding<4, double> emb(nullptr, "emb", 11, {.padding_idx = 0});
@@ -206,6 +230,24 @@ TEST_CASE("golden: Embedding with padding_idx matches torch.nn.Embedding") {
   golden::expect_close(f, "out", y.value(), 1e-15);
   tape.backward(y, golden::tensor<double>(f, "dout"));
   golden::expect_close(f, "grad.weight", emb.weight.grad(), 1e-12);
+}
+
+TEST_CASE("Embedding: a negative padding_idx counts from the end as torch's, and out of range is an error") {
+  nn::Embedding<3, double> emb(nullptr, "emb", 5, {.padding_idx = -1});
+  CHECK(emb.padding_row() == 4);
+  for (std::size_t j = 0; j < 3; ++j) CHECK(emb.weight.value().data()[4 * 3 + j] == 0.0);
+  CHECK(emb.weight.value().data()[0] != 0.0);
+  Tape tape;
+  auto y = emb(tape, Tensor<std::int64_t>::from({3}, {4, 1, 4}));
+  tape.backward(attn::sum(tape, y));
+  for (std::size_t j = 0; j < 3; ++j) {
+    CHECK(emb.weight.grad().data()[4 * 3 + j] == 0.0);  // the padding row takes no gradient
+    CHECK(emb.weight.grad().data()[1 * 3 + j] == 1.0);
+  }
+  CHECK(nn::Embedding<3, double>(nullptr, "e", 5, {.padding_idx = -5}).padding_row() == 0);
+  CHECK(nn::Embedding<3, double>(nullptr, "e", 5).padding_row() == -1);
+  CHECK_THROWS_WITH((nn::Embedding<3, double>(nullptr, "e", 5, {.padding_idx = -6})), Catch::Contains("padding_idx -6 outside the table of 5"));
+  CHECK_THROWS_AS((nn::Embedding<3, double>(nullptr, "e", 5, {.padding_idx = 5})), attn::ArgumentError);
 }
 
 TEST_CASE("golden: cross-entropy with class weights matches torch, with and without label smoothing") {

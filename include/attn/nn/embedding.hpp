@@ -8,11 +8,14 @@
 #include "init.hpp"
 #include "module.hpp"
 
+#include <optional>
+
 namespace attn::nn {
 
 struct EmbeddingOptions {
-  /// Row whose output is a constant and which receives no gradient (-1: none).
-  long long padding_idx = -1;
+  /// Row whose output is a constant and which receives no gradient (empty: none). As in PyTorch,
+  /// a negative index counts from the end: -1 is the last row.
+  std::optional<long long> padding_idx = {};
   /// Standard deviation of the N(0, std) initialisation (PyTorch: 1).
   double init_std = 1.0;
   /// Row-sparse gradient (PyTorch's sparse=True): backward records the rows it touched, and
@@ -30,9 +33,13 @@ class Embedding : public Module {
   Embedding(Module* parent, std::string name, std::size_t num_embeddings, EmbeddingOptions opt = {})
       : Module(parent, std::move(name)), rows_(num_embeddings), opt_(opt) {
     if (num_embeddings == 0) throw ArgumentError("nn::Embedding '" + this->name() + "': num_embeddings must be positive");
-    if (opt.padding_idx >= static_cast<long long>(num_embeddings))
-      throw ArgumentError("nn::Embedding '" + this->name() + "': padding_idx " + std::to_string(opt.padding_idx) +
-                          " outside the table of " + std::to_string(num_embeddings));
+    if (opt.padding_idx) {
+      const long long p = *opt.padding_idx, rows = static_cast<long long>(num_embeddings);
+      if (p >= rows || p < -rows)
+        throw ArgumentError("nn::Embedding '" + this->name() + "': padding_idx " + std::to_string(p) + " outside the table of " +
+                            std::to_string(num_embeddings) + " rows (a negative index counts from the end)");
+      padding_ = p < 0 ? rows + p : p;
+    }
     weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
     weight.data()->sparse_rows = opt.sparse;
     if (init_on_construction()) {
@@ -43,23 +50,24 @@ class Embedding : public Module {
 
   void reset_parameters(Rng& rng) override {
     init::fill_with(weight, rng, [this](Rng& r) { return r.normal(0, opt_.init_std); });
-    if (opt_.padding_idx >= 0) {
-      weight.data()->value.fill(T(0), static_cast<std::size_t>(opt_.padding_idx) * Dim, Dim);
-    }
+    if (padding_ >= 0) weight.data()->value.fill(T(0), static_cast<std::size_t>(padding_) * Dim, Dim);
   }
 
   /// ids (...) -> (..., Dim). Ids outside the table throw ShapeError.
   template <Context C, std::integral I, class SI>
   auto operator()(C& ctx, const Tensor<I, SI, B>& ids) const {
-    return embedding(ctx, weight, ids, opt_.padding_idx);
+    return embedding(ctx, weight, ids, padding_);
   }
 
   std::size_t num_embeddings() const noexcept { return rows_; }
+  /// The padding row, a negative padding_idx resolved (-1: none).
+  long long padding_row() const noexcept { return padding_; }
   Var<T, Shape<dyn, Dim>, B> weight;
 
  private:
   std::size_t rows_;
   EmbeddingOptions opt_;
+  long long padding_ = -1;
 };
 
 }  // namespace attn::nn

@@ -44,7 +44,9 @@ struct TransformerEncoderLayerOptions {
   /// norm2(x + ff(x)) (post-norm, PyTorch's default).
   bool norm_first = false;
   double layer_norm_eps = 1e-5;
-  bool bias = true;  // every Linear's bias and the attention's biases (the norms keep theirs)
+  /// Every Linear's bias, the attention's biases and the norms' (torch's bias=False drops all of
+  /// them since 2.1; the final norm of a TransformerEncoder follows its layers).
+  bool bias = true;
   /// Passed to self_attn. Under PaddedRows::zero the rows of real tokens are the same; the padded
   /// rows still run through the residual, feed-forward and norms, and hold other values than PyTorch's.
   PaddedRows padded = PaddedRows::compute;
@@ -127,8 +129,8 @@ class TransformerEncoderLayer : public Module {
         linear1(this, "linear1", Dim, width(opt), opt.bias),
         dropout(this, "dropout", opt.dropout),
         linear2(this, "linear2", width(opt), Dim, opt.bias),
-        norm1(this, "norm1", opt.layer_norm_eps),
-        norm2(this, "norm2", opt.layer_norm_eps),
+        norm1(this, "norm1", opt.layer_norm_eps, opt.bias),
+        norm2(this, "norm2", opt.layer_norm_eps, opt.bias),
         dropout1(this, "dropout1", opt.dropout),
         dropout2(this, "dropout2", opt.dropout),
         opt_(opt) {}
@@ -330,7 +332,7 @@ struct TransformerEncoderOptions {
   std::size_t num_layers = 1;  // at run time; every layer has the same options
   TransformerEncoderLayerOptions layer = {};
   /// A LayerNorm "norm" after the last layer (PyTorch's TransformerEncoder(norm=LayerNorm(Dim))),
-  /// with the layers' layer_norm_eps. Usual with norm_first.
+  /// with the layers' layer_norm_eps and bias. Usual with norm_first.
   bool final_norm = false;
   /// Each layer's forward goes through attn::checkpoint: its intermediate values are recomputed
   /// during backward instead of kept, so a training step keeps about one layer's activations plus
@@ -352,7 +354,7 @@ class TransformerEncoder : public Module {
     if (opt.num_layers == 0) throw ArgumentError("nn::TransformerEncoder '" + this->name() + "': num_layers must be at least 1");
     layers_.reserve(opt.num_layers);
     for (std::size_t i = 0; i != opt.num_layers; ++i) layers_.push_back(std::make_unique<Layer>(&layers, std::to_string(i), opt.layer));
-    if (opt.final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", opt.layer.layer_norm_eps);
+    if (opt.final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", opt.layer.layer_norm_eps, opt.layer.bias);
   }
 
   /// x (B, T, Dim) -> (B, T, Dim), every layer with the same mask (see TransformerEncoderLayer).

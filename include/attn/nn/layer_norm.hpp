@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // nn::LayerNorm<Dim>: normalisation over the last axis with learned scale and shift (PyTorch's
-// names "weight" and "bias", initialised to ones and zeros).
+// names "weight" and "bias", initialised to ones and zeros; without the bias, torch's
+// LayerNorm(bias=False), as the encoder's norms with bias = false).
 //   attn::nn::LayerNorm<128> norm{this, "norm"};   auto y = norm(ctx, x);   // (..., 128)
 #pragma once
 #include "functional.hpp"
@@ -13,9 +14,9 @@ template <std::size_t Dim, class T = float, class B = cpu>
 class LayerNorm : public Module {
  public:
   static_assert(Dim > 0 && Dim != dyn, "nn::LayerNorm: Dim must be a static, positive extent");
-  LayerNorm(Module* parent, std::string name, double eps = 1e-5) : Module(parent, std::move(name)), eps_(eps) {
+  LayerNorm(Module* parent, std::string name, double eps = 1e-5, bool bias = true) : Module(parent, std::move(name)), eps_(eps) {
     weight = register_parameter<T, Shape<Dim>, B>("weight", {Dim});
-    bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
+    if (bias) this->bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
     if (init_on_construction()) {
       Rng rng(0);
       reset_parameters(rng);
@@ -23,7 +24,7 @@ class LayerNorm : public Module {
   }
   void reset_parameters(Rng&) override {
     init::constant(weight, T(1));
-    init::constant(bias, T(0));
+    if (bias.defined()) init::constant(bias, T(0));
   }
   template <Context C, class S>
   Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x) const {
@@ -31,7 +32,7 @@ class LayerNorm : public Module {
       static_assert(shapes::may_equal(shapes::back<S, 0>, Dim), "nn::LayerNorm: the input's last extent differs from Dim");
     return layer_norm(ctx, x, weight, bias, eps_);
   }
-  Var<T, Shape<Dim>, B> weight, bias;
+  Var<T, Shape<Dim>, B> weight, bias;  // bias undefined when constructed without it
 
  private:
   double eps_;
