@@ -49,6 +49,11 @@ TEST_CASE("pad_batch: gathers by index and rejects bad arguments") {
   const std::vector<std::size_t> bad{0, 3};
   CHECK_THROWS_WITH(pad_batch(all, bad, {.max_len = 2}), Catch::Contains("index 3 out of range"));
   CHECK_THROWS_AS(pad_batch(all, {.max_len = 0}), attn::ArgumentError);
+  // A batch that cannot be addressed, or rows longer than int32 lengths: errors, not wrapped sizes.
+  const std::vector<Ids> four{{1}, {1}, {1}, {1}};
+  CHECK_THROWS_WITH(pad_batch(four, {.max_len = std::size_t{1} << 62, .trim_to_longest = false}), Catch::Contains("do not fit"));
+  CHECK_THROWS_AS(pad_batch(four, {.max_len = std::size_t{1} << 31, .trim_to_longest = false}), attn::ArgumentError);
+  CHECK(pad_batch(four, {.max_len = std::size_t{1} << 62, .trim_to_longest = true}).time == 1);  // trimmed to the longest
 }
 
 TEST_CASE("bucketed_batches: unshuffled order is sorted by length within a chunk") {
@@ -60,6 +65,10 @@ TEST_CASE("bucketed_batches: unshuffled order is sorted by length within a chunk
   CHECK(d == Batches{{5, 1}, {3, 4}, {2, 0}});
   CHECK(sequential_batches(5, 2) == Batches{{0, 1}, {2, 3}, {4}});
   CHECK_THROWS_AS(bucketed_batches(lengths, {.batch_size = 0}, rng), attn::ArgumentError);
+  // Sizes whose product or sums would wrap: one chunk, one batch.
+  const std::size_t huge = std::size_t{1} << 32;
+  CHECK(bucketed_batches(lengths, {.batch_size = huge, .chunk_batches = huge, .shuffle = false}, rng) == Batches{{5, 1, 3, 4, 2, 0, 6}});
+  CHECK(bucketed_batches(lengths, {.batch_size = std::numeric_limits<std::size_t>::max(), .shuffle = false}, rng).size() == 1);
 }
 
 TEST_CASE("bucketed_batches: covers every index once, is seed-deterministic and cuts padding") {
@@ -176,4 +185,11 @@ TEST_CASE("stratified_split: keeps label shares, remainders go to the largest fr
 
   const std::vector<int> neg{0, -1};
   CHECK_THROWS_WITH(stratified_split(neg, 0.5, 1), Catch::Contains("index 1"));
+
+  // Any label values: sparse and huge ones split as their ranks do.
+  const std::vector<int> sparse{2000000000, 7, 2147483647, 7, 2000000000, 2147483647, 7, 2000000000};
+  const std::vector<int> ranks{1, 0, 2, 0, 1, 2, 0, 1};
+  const Split u = stratified_split(sparse, 0.5, 3);
+  CHECK(u.valid == stratified_split(ranks, 0.5, 3).valid);
+  CHECK(u.train.size() + u.valid.size() == sparse.size());
 }

@@ -127,6 +127,21 @@ TEST_CASE("clue: mistyped fields and non-object lines are FormatErrors") {
   CHECK_THROWS_WITH(read("\n\n{\"label\": \"100\", \"sentence\": \"a\",}\n"), Contains("line 3: malformed JSON"));
   CHECK(read("{\"label\": 101, \"sentence\": \"int label\"}").examples.at(0).label == 1);  // no final newline
   CHECK(read("").examples.empty());
+  // The byte of a syntax error is the file's: invalid bytes before it (U+FFFD, three bytes, once
+  // parsed) do not move it.
+  const auto message = [&](const std::string& bytes) {
+    try {
+      read(bytes);
+    } catch (const attn::FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string ascii = message("{\"label\": \"100\", \"sentence\": \"ab\" x}\n");
+  const std::string bad = message("{\"label\": \"100\", \"sentence\": \"\xFF\xFE\" x}\n");
+  const auto byte_of = [](const std::string& m) { return m.substr(m.find("at byte"), m.find(" of the line") - m.find("at byte")); };
+  CHECK(byte_of(ascii) == "at byte 35");
+  CHECK(byte_of(bad) == byte_of(ascii));
 }
 
 TEST_CASE("clue: numbers out of range are malformed lines, not crashes") {

@@ -43,6 +43,14 @@ TEST_CASE("imdb: stray non-.txt files are skipped and counted") {
   CHECK(t.stats.skipped == 2);
 }
 
+TEST_CASE("imdb: a dangling link named *.txt is an IoError naming it, not a review left out") {
+  TempDir tmp;
+  write_bytes(tmp.path() / "train/pos/1_7.txt", "fine");
+  write_bytes(tmp.path() / "train/neg/2_2.txt", "bad");
+  std::filesystem::create_symlink(tmp.path() / "nowhere.txt", tmp.path() / "train/neg/3_1.txt");
+  CHECK_THROWS_WITH(read_imdb(tmp.path(), "train"), Contains("3_1.txt") && Contains("cannot read the review file"));
+}
+
 TEST_CASE("imdb: invalid UTF-8 is replaced and counted, not fatal") {
   const ImdbSplit s = read_imdb(fixture("imdb/ok"), "train");
   CHECK(s.stats.invalid_utf8 == 3);  // FF, FE, truncated E2 82

@@ -35,6 +35,19 @@ TEST_CASE("english: numbers, symbols and white space") {
   CHECK(tok("").empty());
 }
 
+TEST_CASE("english: is_word_token tells words from punctuation, symbols and emoji of any script") {
+  using attn::data::is_word_token;
+  EnglishTokenizer tok;
+  std::size_t words = 0;
+  for (auto& t : tok("3.5/10 \u2014 meh... don\u00B4t \u00A3 5 \u2026 \u201Cok\u201D \U0001F600 caf\u00E9 \u041C\u0418\u0420 \xFF"))
+    words += is_word_token(t) ? 1 : 0;
+  CHECK(words == 11);  // 3 5 10 meh don t 5 ok café МИР U+FFFD
+  CHECK_FALSE(is_word_token(""));
+  CHECK_FALSE(is_word_token("\u2014"));
+  CHECK_FALSE(is_word_token("\U0001F600"));
+  CHECK(is_word_token("\u00C9cole"));
+}
+
 TEST_CASE("english: non-ASCII letters are word characters and keep their case") {
   EnglishTokenizer tok;
   CHECK(tok("Caf\u00E9 \u00C9COLE na\u00EFve \u041C\u0418\u0420") ==

@@ -80,6 +80,9 @@ TEST_CASE("metrics: empty inputs and bad arguments") {
   CHECK_THROWS_AS(cm.add(L{0, 1}, L{0}), attn::ArgumentError);
   CHECK_THROWS_AS(accuracy(L{0, 1}, L{0}), attn::ArgumentError);
   CHECK_THROWS_AS(ConfusionMatrix(0), attn::ArgumentError);
+  CHECK_THROWS_WITH(ConfusionMatrix(std::size_t{1} << 32), Contains("num_classes must be in [1, 2^31]"));  // C * C would wrap
+  CHECK_THROWS_WITH(cm.count(0, 2), Contains("class (0, 2) outside [0, 2)"));  // not count(1, 0)
+  CHECK_THROWS_AS(cm.count(2, 0), attn::ArgumentError);
   ConfusionMatrix other(3);
   CHECK_THROWS_AS(cm.merge(other), attn::ArgumentError);
 }

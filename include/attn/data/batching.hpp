@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <string>
@@ -56,6 +57,10 @@ PaddedBatch pad_rows(std::size_t rows, Get&& get, const PadOptions& o) {
     for (std::size_t b = 0; b < rows; ++b) longest = std::max(longest, get(b).size());
     t = std::min(t, longest);
   }
+  // Lengths are int32 (attn::Lengths), and the batch must be addressable.
+  if (t > std::size_t(std::numeric_limits<std::int32_t>::max()) || (rows != 0 && t > std::numeric_limits<std::size_t>::max() / rows))
+    throw ArgumentError("pad_batch: " + std::to_string(rows) + " rows of " + std::to_string(t) +
+                        " positions do not fit (at most 2^31 - 1 positions a row)");
   PaddedBatch out;
   out.batch = rows;
   out.time = t;
@@ -114,15 +119,20 @@ inline std::vector<std::vector<std::size_t>> bucketed_batches(std::span<const st
   std::vector<std::size_t> order(lengths.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   if (options.shuffle) rng.shuffle(std::span<std::size_t>(order));
-  const std::size_t chunk = options.batch_size * options.chunk_batches;
-  for (std::size_t lo = 0; lo < order.size(); lo += chunk) {
-    const auto first = order.begin() + static_cast<std::ptrdiff_t>(lo);
-    const auto last = order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), lo + chunk));
-    std::stable_sort(first, last, [&](std::size_t a, std::size_t b) { return lengths[a] < lengths[b]; });
+  const std::size_t n = order.size();
+  // batch_size * chunk_batches, saturated; every step below is cut at n without overflowing.
+  const std::size_t chunk = options.chunk_batches > std::numeric_limits<std::size_t>::max() / options.batch_size
+                                ? std::numeric_limits<std::size_t>::max()
+                                : options.batch_size * options.chunk_batches;
+  for (std::size_t lo = 0; lo < n;) {
+    const std::size_t hi = lo + std::min(chunk, n - lo);
+    std::stable_sort(order.begin() + static_cast<std::ptrdiff_t>(lo), order.begin() + static_cast<std::ptrdiff_t>(hi),
+                     [&](std::size_t a, std::size_t b) { return lengths[a] < lengths[b]; });
+    lo = hi;
   }
   std::vector<std::vector<std::size_t>> batches;
-  for (std::size_t lo = 0; lo < order.size(); lo += options.batch_size) {
-    const std::size_t hi = std::min(order.size(), lo + options.batch_size);
+  for (std::size_t lo = 0, hi = 0; lo < n; lo = hi) {
+    hi = lo + std::min(options.batch_size, n - lo);
     if (hi - lo < options.batch_size && options.drop_last) break;
     batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(lo), order.begin() + static_cast<std::ptrdiff_t>(hi));
   }

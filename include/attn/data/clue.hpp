@@ -87,8 +87,9 @@ struct ClueLineError {
   std::string what;
 };
 
-/// Parses one line (already valid UTF-8) as a JSON object.
-inline nlohmann::json parse_json_object(std::string_view line) {
+/// Parses one line (already valid UTF-8: sanitize_utf8(raw)) as a JSON object; a syntax error's
+/// byte is counted in `raw`, the file's own bytes.
+inline nlohmann::json parse_json_object(std::string_view line, std::string_view raw) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -98,7 +99,8 @@ inline nlohmann::json parse_json_object(std::string_view line) {
     std::string reason = e.what();
     if (const auto col = reason.find("column "); col != std::string::npos)
       if (const auto colon = reason.find(": ", col); colon != std::string::npos) reason = reason.substr(colon + 2);
-    throw ClueLineError{"malformed JSON at byte " + std::to_string(e.byte) + " of the line: " + reason};
+    const std::size_t byte = e.byte == 0 ? 0 : unsanitized_offset(raw, e.byte - 1) + 1;  // e.byte counts from 1
+    throw ClueLineError{"malformed JSON at byte " + std::to_string(byte) + " of the line: " + reason};
   } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range for a number like 1e999
     std::string reason = e.what();
     if (const auto end = reason.find("] "); end != std::string::npos) reason = reason.substr(end + 2);
@@ -143,7 +145,7 @@ inline ClueLabels read_clue_labels(const std::filesystem::path& path, std::uintm
     if (raw.find_first_not_of(" \t") == std::string_view::npos) return;
     try {
       const std::string line = sanitize_utf8(raw);
-      const nlohmann::json j = detail::parse_json_object(line);
+      const nlohmann::json j = detail::parse_json_object(line, raw);
       const auto name = detail::label_field(j);
       if (!name) throw detail::ClueLineError{"missing field 'label'"};
       std::string desc = detail::string_field(j, "label_desc", false);
@@ -183,7 +185,7 @@ inline ClueDataset read_clue(const std::filesystem::path& path, const ClueLabels
     ex.line = line_no;
     std::optional<std::string> label;
     try {
-      const nlohmann::json j = detail::parse_json_object(line);
+      const nlohmann::json j = detail::parse_json_object(line, raw);
       ex.sentence = detail::string_field(j, "sentence", true);
       ex.keywords = detail::string_field(j, "keywords", false);
       label = detail::label_field(j);

@@ -43,9 +43,10 @@ struct ImdbSplit {
 /// Reads SPLIT_DIR/neg/*.txt and SPLIT_DIR/pos/*.txt.
 ///
 /// Errors (all name the path): IoError if SPLIT_DIR, neg/ or pos/ is missing or not a
-/// directory, a file cannot be read, or a file is larger than max_file_bytes; FormatError if a
-/// review file is empty. Invalid UTF-8 is not an error: it is replaced and counted in stats.
-/// Anything else in neg/ and pos/ (README, .DS_Store, sub-directories) is skipped and counted.
+/// directory, a file (a *.txt entry, a dangling link included) cannot be read, or a file is
+/// larger than max_file_bytes; FormatError if a review file is empty. Invalid UTF-8 is not an
+/// error: it is replaced and counted in stats. Anything else in neg/ and pos/ (README, .DS_Store,
+/// sub-directories) is skipped and counted.
 inline ImdbSplit read_imdb_dir(const std::filesystem::path& split_dir, const ImdbOptions& options = {}) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -63,7 +64,15 @@ inline ImdbSplit read_imdb_dir(const std::filesystem::path& split_dir, const Imd
     if (ec) throw IoError(dir.string(), "cannot list directory: " + ec.message());
     for (; it != fs::directory_iterator(); it.increment(ec)) {
       const fs::path& p = it->path();
-      if (p.extension() == ".txt" && it->is_regular_file(ec))
+      if (p.extension() != ".txt") {
+        ++out.stats.skipped;
+        continue;
+      }
+      // A review file that cannot be looked at (a dangling or looping link) is an error, not a review
+      // silently left out.
+      const bool regular = it->is_regular_file(ec);
+      if (ec) throw IoError(p.string(), "cannot read the review file: " + ec.message());
+      if (regular)
         files.push_back(p);
       else
         ++out.stats.skipped;

@@ -55,16 +55,18 @@ inline Split random_split(std::size_t n, double valid_fraction, std::uint64_t se
 /// (ties to the smaller label), then drawn at random within each label. Labels must be >= 0.
 inline Split stratified_split(std::span<const int> labels, double valid_fraction, std::uint64_t seed) {
   detail::check_fraction(valid_fraction, "stratified_split");
-  int max_label = -1;
-  for (std::size_t i = 0; i < labels.size(); ++i) {
+  for (std::size_t i = 0; i < labels.size(); ++i)
     if (labels[i] < 0)
       throw ArgumentError("stratified_split: label " + std::to_string(labels[i]) + " at index " + std::to_string(i) +
                           " is negative");
-    max_label = std::max(max_label, labels[i]);
-  }
-  const std::size_t classes = static_cast<std::size_t>(max_label + 1);
+  // The labels present, ascending: any values (INT_MAX too), one group each.
+  std::vector<int> present(labels.begin(), labels.end());
+  std::sort(present.begin(), present.end());
+  present.erase(std::unique(present.begin(), present.end()), present.end());
+  const std::size_t classes = present.size();
   std::vector<std::vector<std::size_t>> by_class(classes);
-  for (std::size_t i = 0; i < labels.size(); ++i) by_class[static_cast<std::size_t>(labels[i])].push_back(i);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    by_class[static_cast<std::size_t>(std::lower_bound(present.begin(), present.end(), labels[i]) - present.begin())].push_back(i);
 
   const std::size_t total = static_cast<std::size_t>(std::llround(static_cast<double>(labels.size()) * valid_fraction));
   std::vector<std::size_t> take(classes);

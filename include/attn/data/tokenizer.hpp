@@ -54,6 +54,12 @@ constexpr bool is_punct_or_symbol(char32_t c) noexcept {
          (c >= 0xFF5B && c <= 0xFF65) || (c >= 0x1F000 && c <= 0x1FAFF);
 }
 
+/// Word characters: ASCII letters and digits, and every other code point that is not white space,
+/// a control, punctuation or a symbol (letters of any script; U+FFFD from invalid bytes).
+constexpr bool is_word_char(char32_t c) noexcept {
+  return is_ascii_alnum(c) || (c >= 0x80 && !is_space(c) && !is_control(c) && !is_punct_or_symbol(c));
+}
+
 constexpr bool is_regional_indicator(char32_t c) noexcept { return c >= 0x1F1E6 && c <= 0x1F1FF; }
 /// Invisible emoji continuations: variation selectors and tag characters (subdivision flags).
 constexpr bool is_invisible_modifier(char32_t c) noexcept {
@@ -105,10 +111,7 @@ class EnglishTokenizer {
       const auto b = static_cast<unsigned char>(text[pos]);
       return b < 0x80 ? Utf8Step{b, 1, true} : decode_step(text, pos);
     };
-    const auto is_word = [](char32_t c) {
-      return detail::is_ascii_alnum(c) ||
-             (c >= 0x80 && !detail::is_space(c) && !detail::is_control(c) && !detail::is_punct_or_symbol(c));
-    };
+    const auto is_word = [](char32_t c) { return detail::is_word_char(c); };
     const auto is_apostrophe = [](char32_t c) { return c == U'\'' || c == 0x2019; };
     const auto append = [&](std::string& tok, std::size_t pos, const Utf8Step& st) {
       if (st.code_point < 0x80)
@@ -158,6 +161,14 @@ class EnglishTokenizer {
  private:
   Options options_{};
 };
+
+/// Whether a token of EnglishTokenizer is a word (it begins with a word character: a letter or a
+/// digit of any script) rather than punctuation, a symbol or an emoji ("—", "…", "´", "£").
+inline bool is_word_token(std::string_view token) noexcept {
+  if (token.empty()) return false;
+  const auto b = static_cast<unsigned char>(token[0]);
+  return detail::is_word_char(b < 0x80 ? char32_t{b} : decode_step(token, 0).code_point);
+}
 
 /// Chinese character-level tokenizer (the usual CLUE baseline without a word segmenter).
 ///

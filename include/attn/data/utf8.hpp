@@ -95,4 +95,19 @@ inline std::string sanitize_utf8(std::string_view s, std::size_t* invalid = null
   return out;
 }
 
+/// The byte offset in `s` of byte offset `pos` of sanitize_utf8(s): each replaced sequence is
+/// three bytes there (U+FFFD), its own length here. An offset inside a replacement maps to the
+/// start of the sequence it replaced; one past the end maps past the end of `s`.
+inline std::size_t unsanitized_offset(std::string_view s, std::size_t pos) {
+  std::size_t i = 0, o = 0;
+  while (i < s.size()) {
+    const Utf8Step st = decode_step(s, i);
+    const std::size_t out = st.valid ? st.length : 3;
+    if (pos < o + out) return st.valid ? i + (pos - o) : i;
+    o += out;
+    i += st.length;
+  }
+  return s.size() + (pos - o);
+}
+
 }  // namespace attn::data

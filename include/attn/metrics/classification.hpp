@@ -27,9 +27,7 @@ struct ClassScores {
 /// counts(t, p): examples of true class t predicted as p, for C classes.
 class ConfusionMatrix {
  public:
-  explicit ConfusionMatrix(std::size_t num_classes) : classes_(num_classes), counts_(num_classes * num_classes, 0) {
-    if (num_classes == 0) throw ArgumentError("ConfusionMatrix: num_classes must be >= 1");
-  }
+  explicit ConfusionMatrix(std::size_t num_classes) : classes_(checked_classes(num_classes)), counts_(num_classes * num_classes, 0) {}
 
   /// Records one prediction; ArgumentError when a class is outside [0, C).
   void add(int truth, int pred) {
@@ -51,7 +49,13 @@ class ConfusionMatrix {
   void clear() { std::fill(counts_.begin(), counts_.end(), 0); }
 
   std::size_t num_classes() const noexcept { return classes_; }
-  std::uint64_t count(std::size_t truth, std::size_t pred) const { return counts_.at(truth * classes_ + pred); }
+  /// ArgumentError when a class is outside [0, C).
+  std::uint64_t count(std::size_t truth, std::size_t pred) const {
+    if (truth >= classes_ || pred >= classes_)
+      throw ArgumentError(text::cat("ConfusionMatrix::count: class (", std::to_string(truth), ", ", std::to_string(pred), ") outside [0, ",
+                                    std::to_string(classes_), ")"));
+    return counts_[truth * classes_ + pred];
+  }
   std::uint64_t total() const noexcept {
     std::uint64_t n = 0;
     for (auto c : counts_) n += c;
@@ -102,6 +106,12 @@ class ConfusionMatrix {
   }
 
  private:
+  /// Classes are int labels: at most 2^31 of them (so that C * C cannot overflow either).
+  static std::size_t checked_classes(std::size_t n) {
+    if (n == 0 || n > std::size_t{1} << 31)
+      throw ArgumentError(text::cat("ConfusionMatrix: num_classes must be in [1, 2^31], got ", std::to_string(n)));
+    return n;
+  }
   static double ratio(std::uint64_t a, std::uint64_t b) noexcept {
     return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
   }
