@@ -3,8 +3,9 @@
 # Sets up, builds and runs the main job: the IMDb attention classifier.
 #   scripts/run-imdb.sh                 # the bundled 2,500-review sample, 8 heads (a few minutes)
 #   scripts/run-imdb.sh --full [ARGS]   # the full train split from ../shared/data, if present
-# Extra arguments go to the program (see `build/examples/imdb/imdb --help`). Each run replaces the
-# last one in runs/imdb, unless --resume continues it.
+# Extra arguments go to the program (see `build/examples/imdb/imdb --help`); --epochs, --data and
+# --out replace the script's own. Each run replaces the last one in runs/imdb, unless --resume
+# continues it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -22,14 +23,21 @@ if [ "${1:-}" = "--full" ]; then
   data=build/data/aclImdb
   args=()
 fi
-# The sample run's default of 8 epochs gives way to the user's --epochs.
-case " $* " in
-  *" --epochs "*) args=() ;;
-esac
-# runs/imdb is this script's own directory: a new run replaces the last one (--overwrite), unless
-# the arguments continue it (--resume).
-case " $* " in
-  *" --resume "*) ;;
-  *) args+=(--overwrite) ;;
-esac
-exec build/examples/imdb/imdb --data "$data" --out runs/imdb "${args[@]}" "$@"
+# The user's --epochs, --data and --out (or --name=value) replace the script's own; runs/imdb is
+# this script's own directory: a new run replaces the last one (--overwrite), unless the arguments
+# continue it (--resume) or name another directory.
+own_out=1 own_data=1 resume=0
+for a in "$@"; do
+  case "$a" in
+    --epochs|--epochs=*) args=() ;;
+    --out|--out=*) own_out=0 ;;
+    --data|--data=*) own_data=0 ;;
+    --resume) resume=1 ;;
+  esac
+done
+[ "$own_data" = 1 ] && args=(--data "$data" "${args[@]}")
+if [ "$own_out" = 1 ]; then
+  args+=(--out runs/imdb)
+  [ "$resume" = 1 ] || args+=(--overwrite)
+fi
+exec build/examples/imdb/imdb "${args[@]}" "$@"

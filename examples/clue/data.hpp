@@ -126,8 +126,14 @@ inline Prepared prepare(const DataOptions& o, const data::Vocab* fixed = nullptr
     std::error_code ec;
     // Optional: absent is fine; a directory, a FIFO or a device there is an error (read_file's).
     if (!fs::exists(fs::symlink_status(dir / name, ec))) continue;
-    auto ds = read_split(dir / name, p.labels, o.skip_bad_lines, labeled);
-    for (auto& x : ds.examples) add(*enc, tokens_of(tok, x.sentence, x.keywords, o.keywords), x);
+    // test.json's predictions (tnews_predict.json) are matched by "id", one per line: a line is
+    // never skipped there, and one without an id is an error.
+    auto ds = read_split(dir / name, p.labels, labeled && o.skip_bad_lines, labeled);
+    for (auto& x : ds.examples) {
+      if (!labeled && x.id < 0)
+        throw attn::FormatError((dir / name).string(), x.line, "missing field 'id' (tnews_predict.json names each prediction by it)");
+      add(*enc, tokens_of(tok, x.sentence, x.keywords, o.keywords), x);
+    }
   }
   std::vector<std::string> names;  // label_desc, or the label when there is none
   for (std::size_t c = 0; c < p.labels.size(); ++c) names.push_back(p.labels.descriptions[c].empty() ? p.labels.names[c] : p.labels.descriptions[c]);

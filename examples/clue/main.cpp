@@ -65,7 +65,9 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
     loss.push_back(tl), loss.push_back(vl), acc.push_back(va), acc.push_back(vf);
   }
   rep.heading("Loss and accuracy curves");
-  rep.raw(examples::svg_line_chart("cross-entropy loss", "epoch", loss) +
+  // The training curve is the objective (label smoothing, class weights, adversarial term), the
+  // validation curve plain cross-entropy.
+  rep.raw(examples::svg_line_chart("loss: training objective (train) and validation cross-entropy (valid)", "epoch", loss) +
           examples::svg_line_chart("validation accuracy and macro-F1 (%)", "epoch", acc));
   const auto names = class_names(p.labels);
   for (auto& r : runs) {
@@ -130,6 +132,8 @@ int main(int argc, char** argv) {
     if (o.bench && !o.model_dir.empty()) heads = load_trained(o.model_dir).heads;
     if (!o.sweep) dispatch_heads(heads, "--heads", []<std::size_t>() {});  // validate before loading data
     if (!o.ablation && !o.sweep) throw attn::ArgumentError("--no-ablation: only with --sweep (a single run trains --heads)");
+    if (!o.explain.empty() && heads == 0 && !o.sweep)
+      throw attn::ArgumentError("--explain: the model of --heads 0 has no attention to draw");
     if (o.train.precision == "int8" && !o.bench)
       throw attn::ArgumentError("--precision int8 is for inference (--bench, predict --precision int8); training takes fp32 or bf16");
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
@@ -194,7 +198,8 @@ int main(int argc, char** argv) {
     json sj = json::array();
     for (auto& r : runs)
       sj.push_back({{"heads", r.heads}, {"valid_accuracy", r.valid_acc}, {"valid_macro_f1", r.valid_f1},
-                    {"valid_accuracy_int8", r.valid_acc_int8}, {"valid_macro_f1_int8", r.valid_f1_int8},
+                    {"valid_accuracy_int8", r.valid_acc_int8 < 0 ? json(nullptr) : json(r.valid_acc_int8)},
+                    {"valid_macro_f1_int8", r.valid_f1_int8 < 0 ? json(nullptr) : json(r.valid_f1_int8)},
                     {"dev_accuracy", r.dev_acc < 0 ? json(nullptr) : json(r.dev_acc)},
                     {"dev_macro_f1", r.dev_f1 < 0 ? json(nullptr) : json(r.dev_f1)}, {"train_seconds", r.train_seconds},
                     {"inference_samples_per_s", r.speed.samples_per_s}, {"parameters", r.params}});

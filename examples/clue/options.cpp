@@ -11,11 +11,12 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   CLI::App app{"CLUE TNEWS news-title classification with a BiLSTM and single- or multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data.dir, "tnews_public directory: labels.json, train.json (dev.json, test.json when present)");
-  app.add_option("--heads", o.heads,
+  auto* heads = app.add_option("--heads", o.heads,
                  "attention heads, one of 1, 2, 4, 8, or 0 for the ablation: the same model without its attention (default: "
                  "nn::recommended_heads(256))")
       ->check(examples::count(0, 8));
-  app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and the ablation (no attention), and print the table");
+  auto* sweep = app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and the ablation (no attention), and print the table")
+                    ->excludes(heads);
   app.add_flag("!--no-ablation", o.ablation, "with --sweep: skip the ablation run (the model without its attention)");
   examples::add_training_flags(app, o.train);
   examples::add_device_option(app, o.device);
@@ -32,21 +33,30 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       ->check(examples::real(0, 100));
   app.add_flag("!--no-residual", o.residual, "pool the attention output itself (the plain R2 model), no residual + LayerNorm");
   app.add_option("--max-len", o.data.max_len, "characters kept per title (keywords included)")->check(examples::count(1, kMaxLen));
-  app.add_option("--min-freq", o.data.min_freq, "minimum character count for the vocabulary")->check(examples::count(0, kMaxCount));
+  app.add_option("--min-freq", o.data.min_freq, "minimum character count for the vocabulary")->check(examples::count(1, kMaxCount));
   app.add_option("--max-vocab", o.data.max_vocab, "maximum vocabulary size, <pad> and <unk> included (0: no limit)")
       ->check(examples::count(0, kMaxVocab) & examples::except(1, "a vocabulary holds <pad> and <unk> (0: no limit, else at least 2)"));
   app.add_flag("--keywords", o.data.keywords, "append each title's keywords after a <sep> token");
-  app.add_flag("--skip-bad-lines", o.data.skip_bad_lines, "skip and count malformed JSON lines instead of stopping at the first");
+  app.add_flag("--skip-bad-lines", o.data.skip_bad_lines,
+               "skip and count malformed JSON lines of train.json and dev.json instead of stopping at the first (test.json's are errors)");
   app.add_option("--valid-fraction", o.data.valid_fraction, "fraction of train.json held out for validation (fixed seed)")
       ->check(examples::real(0.01, 0.9));
   app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)")->check(examples::count(0, examples::kMaxThreads));
   app.add_option("--explain", o.explain, "extra title(s) whose attention heatmaps go into the report");
-  app.add_option("--limit", o.data.limit, "use only the first N lines of train.json (quick runs; 0: all)")->check(examples::count(0));
-  app.add_flag("--bench", o.bench, "measure inference: samples/s at batch 64 and batch-1 latency on the validation titles");
-  app.add_option("--model", o.model_dir, "with --bench: a trained run directory, e.g. runs/clue/h4 (default: an untrained model)");
-  app.add_option("--bench-seconds", o.bench_seconds, "with --bench: seconds of batch-64 passes")->check(examples::real(0, 1e6, true));
-  app.add_option("--bench-latency", o.bench_latency, "with --bench: titles timed one at a time (0: skip)")->check(examples::count(0, 10000000));
-  app.add_flag("!--no-fold", o.fold, "with --bench: run the embedding and the BiLSTM's input projection as two layers, not folded into one table");
+  app.add_option("--limit", o.data.limit, "use only the first N titles of train.json, blank and skipped lines not counted (quick runs; 0: all)")->check(examples::count(0));
+  // --bench measures one model (--heads, or --model's own head count); its options need it.
+  auto* bench = app.add_flag("--bench", o.bench, "measure inference: samples/s at batch 64 and batch-1 latency on the validation titles")
+                    ->excludes(sweep);
+  app.add_option("--model", o.model_dir, "with --bench: a trained run directory, e.g. runs/clue/h4 (default: an untrained model)")
+      ->needs(bench)
+      ->excludes(heads);
+  app.add_option("--bench-seconds", o.bench_seconds, "seconds of batch-64 passes (--bench; after training, at most 3)")
+      ->check(examples::real(0, 1e6, true));
+  app.add_option("--bench-latency", o.bench_latency, "with --bench: titles timed one at a time (0: skip)")
+      ->check(examples::count(0, 10000000))
+      ->needs(bench);
+  app.add_flag("!--no-fold", o.fold, "with --bench: run the embedding and the BiLSTM's input projection as two layers, not folded into one table")
+      ->needs(bench);
   PredictOptions& pr = cmd.prediction;
   auto* pred = app.add_subcommand("predict", "classify titles with a trained model");
   pred->add_option("--model", pr.model_dir, "a run directory, e.g. runs/clue/h4")->required();

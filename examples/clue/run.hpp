@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct Trained {
   data::Vocab vocab;
   data::ClueLabels labels;
   std::size_t heads = 0;
+  /// The data options of its training ("options"), for --bench --model's validation split; empty
+  /// where a run recorded before them lacks one (the split seed is then "seed").
+  std::optional<std::uint64_t> split_seed, limit;
+  std::optional<bool> skip_bad_lines;
 };
 
 /// A run directory's config.json (already parsed), checked: every field in range, 15 distinct labels.
@@ -79,6 +84,12 @@ inline Trained trained_config(const fs::path& dir, json config) {
     if (j.contains("keywords")) (void)examples::json_bool(j, "keywords");
     if (j.contains("seed")) (void)examples::json_count(j, "seed", 0, std::numeric_limits<std::uint64_t>::max());
     if (j.contains("valid_fraction")) (void)examples::json_real(j, "valid_fraction", 0.01, 0.9);
+    if (const auto op = j.find("options"); op != j.end() && op->is_object()) {
+      constexpr auto kMax = std::numeric_limits<std::uint64_t>::max();
+      if (op->contains("--split-seed")) t.split_seed = examples::json_count(*op, "--split-seed", 0, kMax, "options.");
+      if (op->contains("--limit")) t.limit = examples::json_count(*op, "--limit", 0, kMax, "options.");
+      if (op->contains("--skip-bad-lines")) t.skip_bad_lines = examples::json_bool(*op, "--skip-bad-lines", "options.");
+    }
   });
   return t;
 }

@@ -33,6 +33,8 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
   model.eval();
   if constexpr (B::host_accessible) model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
   const bool use_kw = tr.config.value("keywords", false);
+  if (!use_kw && !keywords.empty())
+    fmt::print(stderr, "note: --keywords ignored: {} was trained without --keywords (titles alone)\n", dir.string());
   const data::ChineseCharTokenizer tok;
   const auto names = class_names(tr.labels);
   for (auto& text : texts) {
@@ -95,8 +97,10 @@ void run_bench(std::size_t heads, const Options& o) {
   if (tr) {  // the model's own preprocessing and validation split
     d.keywords = tr->config.value("keywords", false);
     d.max_len = tr->cfg.max_len;
-    d.seed = tr->config.value("seed", d.seed);
+    d.seed = tr->split_seed.value_or(tr->config.value("seed", d.seed));
     d.valid_fraction = tr->config.value("valid_fraction", d.valid_fraction);
+    d.limit = tr->limit.value_or(d.limit);
+    d.skip_bad_lines = tr->skip_bad_lines.value_or(d.skip_bad_lines);
   }
   auto p = prepare(d, tr ? &tr->vocab : nullptr);
   ModelConfig cfg = tr ? tr->cfg

@@ -34,9 +34,11 @@ struct Series {
   std::vector<double> x, y;
 };
 
-/// A line chart of several series sharing axes.
+/// A line chart of several series sharing axes. Seven colours, then the same colours dashed (four
+/// line styles: 28 series apart); the chart grows to hold its legend.
 inline std::string svg_line_chart(const std::string& title, const std::string& xlabel, const std::vector<Series>& series) {
-  const double W = 560, H = 300, L = 56, R = 150, T = 30, Bm = 40;
+  const double W = 560, L = 56, R = 150, T = 30, Bm = 40;
+  const double H = std::max(300.0, T + 16.0 * double(series.size()) + 20);
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (auto& s : series)
     for (std::size_t i = 0; i < s.x.size(); ++i) {
@@ -65,12 +67,14 @@ inline std::string svg_line_chart(const std::string& title, const std::string& x
   for (std::size_t k = 0; k < series.size(); ++k) {
     const auto& sr = series[k];
     const char* c = colors[k % 7];
+    static const char* dashes[] = {"", " stroke-dasharray='6,3'", " stroke-dasharray='2,2'", " stroke-dasharray='8,3,2,3'"};
+    const char* dash = dashes[(k / 7) % 4];
     std::string pts;
     for (std::size_t i = 0; i < sr.x.size(); ++i)
       if (std::isfinite(sr.y[i])) pts += fmt::format("{:.1f},{:.1f} ", px(sr.x[i]), py(sr.y[i]));
-    s += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.6' points='{}'/>", c, pts);
-    s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='{}' stroke-width='3'/>", W - R + 10, W - R + 26, T + 10 + 16 * k,
-                     T + 10 + 16 * k, c);
+    s += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.6'{} points='{}'/>", c, dash, pts);
+    s += fmt::format("<line x1='{}' x2='{}' y1='{}' y2='{}' stroke='{}' stroke-width='3'{}/>", W - R + 10, W - R + 26, T + 10 + 16 * k,
+                     T + 10 + 16 * k, c, dash);
     s += fmt::format("<text x='{}' y='{}'>{}</text>", W - R + 30, T + 14 + 16 * k, html_escape(sr.name));
   }
   return s + "</svg>";

@@ -72,6 +72,19 @@ inline void fit_nblr_scores(const Options& o, Prepared& p) {
              c.order, c.buckets, c.c, 100 * p.nblr_valid_acc, c.folds, p.nblr_scale.a, p.nblr_scale.b, secs);
 }
 
+/// --limit N: keeps N of the reviews. The reader returns the negative reviews, then the positive
+/// ones: the N kept are spread evenly over both (review floor(i * size / N) for i < N), so that the
+/// classes keep their proportions.
+inline void limit_reviews(std::vector<data::Review>& reviews, std::size_t limit) {
+  const std::size_t found = reviews.size();
+  if (!limit || found <= limit) return;
+  std::vector<data::Review> kept;
+  kept.reserve(limit);
+  const std::size_t q = found / limit, r = found % limit;  // i * r < limit² < found²: no overflow
+  for (std::size_t i = 0; i < limit; ++i) kept.push_back(std::move(reviews[i * q + i * r / limit]));
+  reviews = std::move(kept);
+}
+
 /// Reads and encodes the reviews; the vocabulary is built from the training portion unless
 /// `fixed` is given (a resumed run's own). An empty training or validation portion is an error; one
 /// holding a single class gets a warning. With --pretrain-epochs and new_runs (a run that starts
@@ -83,13 +96,7 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bo
   auto train_split = data::read_imdb(o.data, "train");
   auto& reviews = train_split.reviews;
   const std::size_t found = reviews.size();
-  if (o.limit && reviews.size() > o.limit) {
-    // Keep both classes: take every k-th review.
-    std::vector<data::Review> kept;
-    const std::size_t step = reviews.size() / o.limit;
-    for (std::size_t i = 0; i < reviews.size() && kept.size() < o.limit; i += std::max<std::size_t>(step, 1)) kept.push_back(reviews[i]);
-    reviews = std::move(kept);
-  }
+  limit_reviews(reviews, o.limit);
   const std::string train_dir = (fs::path(o.data) / "train").string();
   const auto too_few = [&](const std::string& why) {
     return attn::ArgumentError(fmt::format("{}: {} review{} found{}: {}", train_dir, found, found == 1 ? "" : "s",
@@ -123,6 +130,7 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bo
   std::error_code ec;
   if (fs::is_directory(fs::path(o.data) / "test", ec)) {
     auto test = data::read_imdb(o.data, "test");
+    limit_reviews(test.reviews, o.limit);  // a quick run scores a test portion of the same size
     for (auto& r : test.reviews) {
       auto t = tok(r.text);
       p.test.push_back(encode(p.vocab, t));
@@ -136,11 +144,15 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bo
   examples::warn_one_class(p.train_y, {"negative", "positive"}, "training");
   examples::warn_one_class(p.valid_y, {"negative", "positive"}, "validation");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("data: {} train / {} validation reviews (fixed-seed {:.0f}% split of {}/train, seed {}){}; vocabulary {} (min freq {}); "
+  const auto positive = [](const std::vector<int>& y) { return std::count(y.begin(), y.end(), 1); };
+  fmt::print("data: {} train ({} positive) / {} validation reviews (fixed-seed {:.0f}% split of {}/train, seed {}){}; vocabulary {} (min freq {}); "
              "n-gram buckets {}; {:.1f}s\n",
-             p.train.size(), p.valid.size(), 100 * o.valid_fraction, o.data, o.train.split(),
+             p.train.size(), positive(p.train_y), p.valid.size(), 100 * o.valid_fraction, o.data, o.train.split(),
              p.test.empty() ? "" : fmt::format(", {} test reviews", p.test.size()), p.vocab.size(), o.min_freq, p.ngram_buckets, secs);
   if (train_split.stats.invalid_utf8) fmt::print("data: {} invalid UTF-8 sequences replaced\n", train_split.stats.invalid_utf8);
+  if (train_split.stats.skipped)
+    fmt::print("data: {} entr{} of {}/{{pos,neg}} not *.txt review files, skipped\n", train_split.stats.skipped,
+               train_split.stats.skipped == 1 ? "y" : "ies", train_dir);
   if (o.nblr_buckets) fit_nblr_scores(o, p);
   if (o.pretrain.epochs && new_runs) {  // resumed runs continue from their checkpoints
     auto opt = o.pretrain;
@@ -232,17 +244,18 @@ inline std::string seeds_table(const std::vector<RunResult>& runs) {
   return t;
 }
 
-/// Validation accuracy by review length, one column per run.
-inline std::string buckets_table(const std::vector<RunResult>& runs) {
-  if (runs.empty() || runs[0].bucket_labels.empty()) return {};
+/// Validation (or, with test, aclImdb/test) accuracy by review length, one column per run.
+inline std::string buckets_table(const std::vector<RunResult>& runs, bool test = false) {
+  if (runs.empty() || runs[0].bucket_labels.empty() || (test && runs[0].test_bucket_counts.empty())) return {};
+  const auto& counts = test ? runs[0].test_bucket_counts : runs[0].bucket_counts;
   std::string bt = fmt::format("{:>10}", "words");
   for (auto& r : runs) bt += fmt::format(" {:>12}", r.spec.name());
   bt += fmt::format(" {:>8}\n", "reviews");
   for (std::size_t k = 0; k < runs[0].bucket_labels.size(); ++k) {
     bt += fmt::format("{:>10}", runs[0].bucket_labels[k]);
     for (auto& r : runs)
-      bt += runs[0].bucket_counts[k] ? fmt::format(" {:>11.2f}%", 100 * r.bucket_acc[k]) : fmt::format(" {:>12}", "-");
-    bt += fmt::format(" {:>8}\n", runs[0].bucket_counts[k]);
+      bt += counts[k] ? fmt::format(" {:>11.2f}%", 100 * (test ? r.test_bucket_acc[k] : r.bucket_acc[k])) : fmt::format(" {:>12}", "-");
+    bt += fmt::format(" {:>8}\n", counts[k]);
   }
   return bt;
 }
@@ -299,9 +312,16 @@ inline void write_report(const Options& o, const Prepared& p, const std::vector<
     loss.push_back(tl), loss.push_back(vl), acc.push_back(va);
   }
   rep.heading("Loss and accuracy curves");
-  rep.raw(examples::svg_line_chart("cross-entropy loss", "epoch", loss) + examples::svg_line_chart("validation accuracy (%)", "epoch", acc));
+  // The training curve is the objective (label smoothing, adversarial and entropy terms included),
+  // the validation curve plain cross-entropy: the two are not on one scale.
+  rep.raw(examples::svg_line_chart("loss: training objective (train) and validation cross-entropy (valid)", "epoch", loss) +
+          examples::svg_line_chart("validation accuracy (%)", "epoch", acc));
   if (const auto bt = buckets_table(runs); !bt.empty()) {
     rep.heading("Validation accuracy by review length (words)");
+    rep.preformatted(bt);
+  }
+  if (const auto bt = buckets_table(runs, true); !bt.empty()) {
+    rep.heading("Test accuracy by review length (words; aclImdb/test)");
     rep.preformatted(bt);
   }
   if (const auto et = entropy_table(runs); !et.empty()) {
@@ -325,6 +345,7 @@ inline void print_summary(const Prepared& p, const std::vector<RunResult>& runs)
   if (const auto st = seeds_table(runs); !st.empty()) fmt::print("\n{}", st);
   if (runs.size() > 1) {
     if (const auto bt = buckets_table(runs); !bt.empty()) fmt::print("\nvalidation accuracy by review length\n{}", bt);
+    if (const auto bt = buckets_table(runs, true); !bt.empty()) fmt::print("\ntest accuracy by review length\n{}", bt);
   }
   if (const auto et = entropy_table(runs); !et.empty()) {
     fmt::print("\nattention entropy on validation (fraction of uniform{})\n{}",
@@ -373,6 +394,10 @@ int main(int argc, char** argv) {
       return predict(heads, pr.model_dir, pr.texts, pr.dump);
     }
     if (!o.sweep) attn::dispatch<1, 2, 4, 8, 16>(o.heads, "--heads", []<std::size_t>() {});  // validate before loading data
+    if (o.window && o.layers == 1 && o.pool == "cls")
+      throw attn::ArgumentError(fmt::format("--window {}: with one layer and --pool cls the classifier reads only the [CLS] row, which sees every "
+                                            "token whatever the window; give --layers 2 or more, or --pool mean+max",
+                                            o.window));
     if (o.train.precision == "int8")
       throw attn::ArgumentError("--precision int8 is for inference (predict --precision int8); training takes fp32 or bf16");
     // Training and evaluation run their linear and LSTM products in --precision (this thread's scope).
@@ -422,14 +447,18 @@ int main(int argc, char** argv) {
     if (!par->main()) return 0;
     print_summary(p, runs);
     fs::create_directories(o.train.out);
+    const auto measured = [](double v) { return v < 0 ? json(nullptr) : json(v); };  // -1: not measured (no test split, ...)
     json sj = json::array();
     for (auto& r : runs)
       sj.push_back({{"run", r.spec.name()}, {"model", r.spec.model_label()}, {"seed", run_options_of(o, r.spec).train.seed}, {"heads", r.heads}, {"valid_accuracy", r.best_valid},
-                    {"valid_accuracy_int8", r.valid_int8}, {"test_accuracy", r.test_acc}, {"train_seconds", r.train_seconds}, {"parameters", r.params},
-                    {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc}, {"attention_entropy", r.entropy.per_head}});
+                    {"valid_accuracy_int8", measured(r.valid_int8)}, {"test_accuracy", measured(r.test_acc)}, {"train_seconds", r.train_seconds}, {"parameters", r.params},
+                    {"length_buckets", r.bucket_labels}, {"bucket_accuracy", r.bucket_acc},
+                    {"test_bucket_accuracy", r.test_bucket_counts.empty() ? json(nullptr) : json(r.test_bucket_acc)},
+                    {"attention_entropy", r.entropy.per_head},
+                    {"cls_entropy", r.entropy.cls.empty() ? json(nullptr) : json(r.entropy.cls)}});
     if (p.nblr_valid_acc >= 0)
       sj.push_back({{"run", "nblr"}, {"model", "NB-LR alone (baseline)"}, {"valid_accuracy", p.nblr_valid_acc},
-                    {"test_accuracy", p.nblr_test_acc}});
+                    {"test_accuracy", measured(p.nblr_test_acc)}});
     data::write_file_atomic(fs::path(o.train.out) / "summary.json", sj.dump(2) + "\n");
     write_report(o, p, runs);
   } catch (const std::exception& e) {

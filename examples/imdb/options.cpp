@@ -11,11 +11,12 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   CLI::App app{"IMDb sentiment classification with single- and multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data, "aclImdb root holding train/{pos,neg} (and optionally test/)");
-  app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16")->check(examples::count(1, 16));
-  app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8, 16 and print the comparison tables");
+  auto* heads = app.add_option("--heads", o.heads, "attention heads, one of 1, 2, 4, 8, 16")->check(examples::count(1, 16));
+  app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8, 16 and print the comparison tables")->excludes(heads);
   app.add_option("--seeds", o.seeds,
                  "train every run once per seed (initialisation, data order, dropout; comma-separated, distinct) on one validation split "
-                 "(--split-seed, default --seed), and report each head count's mean and the per-seed differences between head counts")
+                 "(--split-seed, default --seed), and report each head count's mean and the per-seed differences between head counts; "
+                 "the NB-LR scores and --pretrain-epochs tables are computed once, from --seed, and shared")
       ->delimiter(',')
       ->check(examples::count(0));
   app.add_option("--layers", o.layers, "Transformer encoder layers (attention + feed-forward)")->check(examples::count(1, kMaxLayers));
@@ -54,7 +55,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--max-len", o.max_len, "tokens kept per review (the default keeps whole reviews: aclImdb's longest has 2,803)")->check(examples::count(1, kMaxLen));
   app.add_option("--truncate", o.truncate, "tokens of a longer review the attention sees: head, tail or head+tail (half of each)")
       ->check(CLI::IsMember({"head", "tail", "head+tail"}));
-  app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary")->check(examples::count(0, kMaxCount));
+  app.add_option("--min-freq", o.min_freq, "minimum token count for the vocabulary")->check(examples::count(1, kMaxCount));
   app.add_option("--max-vocab", o.max_vocab, "maximum vocabulary size (PAD and UNK included; 0: no limit)")
       ->check(examples::count(0, kMaxVocab) & examples::except(1, "a vocabulary holds <pad> and <unk> (0: no limit, else at least 2)"));
   app.add_option("--ngram-buckets", o.ngram_buckets,
@@ -74,7 +75,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--valid-fraction", o.valid_fraction, "fraction of train held out for validation (fixed seed)")->check(examples::real(0.01, 0.9));
   app.add_option("--threads", o.threads, "threads (0: ATTN_NUM_THREADS, OMP_NUM_THREADS or all cores)")->check(examples::count(0, examples::kMaxThreads));
   app.add_option("--explain", o.explain, "extra text(s) whose attention heatmaps go into the report");
-  app.add_option("--limit", o.limit, "use only N training reviews (quick runs; 0: all)")->check(examples::count(0));
+  app.add_option("--limit", o.limit, "use only N training reviews, and at most N test reviews, both classes in proportion (quick runs; 0: all)")->check(examples::count(0));
   PredictOptions& pr = cmd.prediction;
   auto* pred = app.add_subcommand("predict", "classify text with a trained model");
   pred->add_option("--model", pr.model_dir, "a run directory, e.g. runs/imdb/h8")->required();

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -45,16 +46,10 @@ struct Prepared {
   Pretrained pretrained;  // --pretrain-epochs: the initial word and n-gram tables of every new run
 };
 
-/// Words of a review: tokens holding a letter or digit (punctuation is not a word).
+/// Words of a review: tokens that begin with a letter or a digit (punctuation, symbols and emoji
+/// are not words), as the length buckets count them.
 inline std::size_t word_count(const std::vector<std::string>& toks) {
-  std::size_t n = 0;
-  for (auto& t : toks)
-    for (unsigned char c : t)
-      if (std::isalnum(c) || c >= 0x80) {
-        ++n;
-        break;
-      }
-  return n;
+  return static_cast<std::size_t>(std::count_if(toks.begin(), toks.end(), [](const std::string& t) { return data::is_word_token(t); }));
 }
 
 /// The whole review as ids (make_batch picks what the attention and the bag see).
@@ -130,12 +125,14 @@ struct AttentionEntropy {
 struct RunResult {
   RunSpec spec;
   std::size_t heads = 0, params = 0;
-  double best_valid = 0, test_acc = -1, train_seconds = 0;
-  double valid_int8 = -1;  // validation accuracy of the best model under dynamic int8 quantization
+  double best_valid = 0, test_acc = -1, train_seconds = 0;  // test_acc -1: no test split
+  double valid_int8 = -1;  // validation accuracy of the best model under dynamic int8 quantization (-1: not measured)
   std::vector<examples::EpochRecord> history;
   std::vector<double> bucket_acc;
   std::vector<std::string> bucket_labels;
   std::vector<std::size_t> bucket_counts;
+  std::vector<double> test_bucket_acc;  // the same buckets on the test split (aclImdb/test), when present
+  std::vector<std::size_t> test_bucket_counts;
   std::string html_heatmaps;
   AttentionEntropy entropy;
 };

@@ -81,6 +81,13 @@ std::string heatmaps_html(const Model& model, const data::Vocab& vocab, const st
   std::string html = fmt::format("<p><b>{}</b> &rarr; positive with probability {:.3f}", examples::html_escape(text), pr(0, 1));
   if (w.empty()) return html + "</p>";
   if (w.size() > 1) html += fmt::format(" (layer {} of {})", w.size(), w.size());
+  // At most the first 64 positions are drawn (64 x 64 cells a head): a long --explain text keeps
+  // the report a few MB. The bars are over the rows drawn.
+  constexpr std::size_t kShown = 64;
+  if (shown.size() > kShown) {
+    html += fmt::format(" (the first {} of {} positions drawn)", kShown, shown.size());
+    shown.resize(kShown);
+  }
   if (!model.cfg.offset()) return html + "</p><div>" + examples::head_heatmaps(examples::to_host(w.back()), shown, H) + "</div>";
   // A [CLS] model reads the [CLS] row of its last layer alone: the first bars show that row; the
   // other rows of that layer, which training never computes, are drawn for comparison only.
@@ -262,7 +269,11 @@ RunResult train_variant(const RunSpec& r, const Options& o, const Prepared& p, e
   if (!p.test.empty()) {
     auto te = evaluate(model, p.test, p.test_y, nb_of(p.test_nb), p.test_words, 64);
     res.test_acc = te.accuracy;
-    fmt::print("test accuracy {:.2f}% ({} reviews)\n", 100 * te.accuracy, p.test.size());
+    for (std::size_t k = 0; k < te.buckets.num_buckets(); ++k) {
+      res.test_bucket_acc.push_back(te.buckets.accuracy(k));
+      res.test_bucket_counts.push_back(te.buckets.count(k));
+    }
+    fmt::print("test accuracy {:.2f}% ({} reviews)\n{}", 100 * te.accuracy, p.test.size(), te.buckets.table());
   }
   if (cfg.layers) {
     res.entropy = attention_entropy(model, p.valid);

@@ -66,7 +66,9 @@ smoke_html_file("${out}/report.html")
 
 # Adversarial training: the header says so, the run directory binds it, and resuming it with
 # another eps is refused.
-smoke_run(adv 0 "${PROGRAM}" --data "${DATA}" --epochs 2 --batch 8 --threads 1 --bench-seconds 0.05 --adversarial 0.5 --out "${WORK}/adv")
+smoke_run(adv 0 "${PROGRAM}" --data "${DATA}" --epochs 2 --batch 8 --threads 1 --bench-seconds 0.05 --adversarial 0.5 --split-seed 3
+          --out "${WORK}/adv")
+smoke_expect_match("${adv_output}" "train.json, seed 3\\)" "the run's validation split")
 smoke_expect_match("${adv_output}" "== 4 heads \\(BiLSTM<128, 128> -> Attention<4, 256>; adversarial training eps 0.5\\)" "clue --adversarial")
 file(READ "${WORK}/adv/h4/config.json" adv_config)
 string(JSON eps GET "${adv_config}" options --adversarial)
@@ -75,6 +77,9 @@ if(NOT eps EQUAL 0.5)
 endif()
 smoke_run(advres fail "${PROGRAM}" --data "${DATA}" --epochs 3 --batch 8 --threads 1 --adversarial 0.2 --resume --out "${WORK}/adv")
 smoke_expect_match("${advres_output}" "--adversarial: 0.2 differs from the run's 0.5" "resuming with another --adversarial")
+# --bench --model rebuilds the model's own validation split: --split-seed's, not --seed's.
+smoke_run(advbench 0 "${PROGRAM}" --bench --model "${WORK}/adv/h4" --data "${DATA}" --threads 1 --bench-seconds 0.05 --bench-latency 3)
+smoke_expect_match("${advbench_output}" "train.json, seed 3\\)" "--bench --model's validation split")
 
 # Class weights: the header gives their range over the classes present (the fixture's training
 # split: n / (15 n_c) from 0.257 to 0.277, their square roots for sqrt) and config.json binds the
@@ -127,6 +132,20 @@ string(JSON sps GET "${CMAKE_MATCH_1}" batch64_samples_per_s)
 string(JSON p99 GET "${CMAKE_MATCH_1}" batch1_p99_ms)
 if(NOT sps GREATER 0 OR NOT p99 GREATER 0)
   message(FATAL_ERROR "BENCH: implausible figures ${CMAKE_MATCH_1}")
+endif()
+
+# --bench's options without --bench, and --bench with what it does not measure, are refused
+# before anything is read or written.
+smoke_run(model_alone fail "${PROGRAM}" --model "${run}" --data "${DATA}" --out "${WORK}/model_alone")
+smoke_expect_match("${model_alone_output}" "--model requires --bench" "--model without --bench")
+smoke_run(bench_sweep fail "${PROGRAM}" --bench --sweep --data "${DATA}")
+smoke_expect_match("${bench_sweep_output}" "(--bench excludes --sweep|--sweep excludes --bench)" "--bench --sweep")
+smoke_run(sweep_heads fail "${PROGRAM}" --sweep --heads 2 --data "${DATA}")
+smoke_expect_match("${sweep_heads_output}" "(--sweep excludes --heads|--heads excludes --sweep)" "--sweep --heads")
+smoke_run(bench_heads fail "${PROGRAM}" --bench --model "${run}" --heads 8 --data "${DATA}")
+smoke_expect_match("${bench_heads_output}" "(--model excludes --heads|--heads excludes --model)" "--bench --model --heads")
+if(EXISTS "${WORK}/model_alone")
+  message(FATAL_ERROR "clue --model without --bench wrote ${WORK}/model_alone")
 endif()
 
 # --bench in int8: the record names the precision; training in int8 is refused before anything is written.

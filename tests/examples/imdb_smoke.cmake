@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-# IMDb example smoke test: a 300-review, 2-epoch run (bigram and trigram embeddings, windowed
-# attention) lowers the training loss and writes every output file, and they parse; the ablation
+# IMDb example smoke test: a 300-review, 2-epoch run (bigram and trigram embeddings) lowers the
+# training loss and writes every output file, and they parse; the ablation
 # run and the NB-LR baseline are reported beside the attention model, with the attention's entropy;
 # an unsupported --heads fails and lists the supported values; --ensemble nblr without NB-LR fails.
 #   cmake -DPROGRAM=<imdb> -DDATA=<aclImdb> -DWORK=<dir> -P imdb_smoke.cmake
@@ -9,9 +9,12 @@ file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 set(out "${WORK}/run")
 
+string(REPEAT "a long review " 40 long_text)  # 120 tokens, 64 kept (--max-len): 65 positions with [CLS]
 smoke_run(train 0 "${PROGRAM}" --data "${DATA}" --limit 300 --epochs 2 --batch 16 --max-len 64 --out "${out}" --ngram-buckets 1024
-          --ngram-order 3 --window 16 --nblr-buckets 4096)
+          --ngram-order 3 --nblr-buckets 4096 --explain "${long_text}")
 smoke_expect_match("${train_output}" "epoch 1: train loss" "imdb training")
+# --limit keeps both classes in proportion: 150 of each, 135 of each in the training portion (90%).
+smoke_expect_match("${train_output}" "data: 270 train \\(135 positive\\)" "imdb --limit 300")
 smoke_expect_match("${train_output}" "attention entropy on validation \\(fraction of uniform\\):( [01]\\.[0-9][0-9])+" "imdb entropy")
 smoke_expect_match("${train_output}" "fraction of uniform; a layer's line averages every row, the classifier reads only the \\[CLS\\] row of the last layer\\)"
                    "imdb summary: which entropy the classifier reads")
@@ -21,7 +24,8 @@ if(NOT IS_DIRECTORY "${out}/ablation")
   message(FATAL_ERROR "the ablation run's directory ${out}/ablation is missing")
 endif()
 file(READ "${out}/report.html" report)
-foreach(part "attention weight" "weight of the [CLS] row (what the classifier reads)" "mean attention received per token (every row)"
+foreach(part "attention weight" "weight of the [CLS] row (what the classifier reads)" "training objective (train) and validation cross-entropy"
+        "(the first 64 of 65 positions drawn)" "mean attention received per token (every row)"
         "Attention entropy on validation" "NB-LR alone")
   string(FIND "${report}" "${part}" at)
   if(at LESS 0)
@@ -103,6 +107,47 @@ smoke_run(train8 fail "${PROGRAM}" --data "${DATA}" --epochs 1 --precision int8 
 smoke_expect_match("${train8_output}" "--precision int8 is for inference" "imdb training with --precision int8")
 if(EXISTS "${WORK}/int8_run")
   message(FATAL_ERROR "training with --precision int8 wrote ${WORK}/int8_run")
+endif()
+# --limit above half the reviews: still both classes in proportion (650 of each of 1,300, 585 in training).
+smoke_run(limit_half 0 "${PROGRAM}" --data "${DATA}" --limit 1300 --epochs 1 --batch 64 --max-len 16 --no-ablation --nblr-buckets 0
+          --ngram-buckets 512 --threads 1 --out "${WORK}/limit_half")
+smoke_expect_match("${limit_half_output}" "data: 1170 train \\(585 positive\\)" "imdb --limit 1300")
+# With a test split (aclImdb/test: here 30 reviews of each class copied from train): its accuracy,
+# by length too, is printed and in summary.json.
+file(MAKE_DIRECTORY "${WORK}/with_test/aclImdb/test/pos" "${WORK}/with_test/aclImdb/test/neg")
+file(COPY "${DATA}/train" DESTINATION "${WORK}/with_test/aclImdb")
+foreach(cls pos neg)
+  file(GLOB reviews "${DATA}/train/${cls}/*.txt")
+  list(SUBLIST reviews 0 30 reviews)
+  file(COPY ${reviews} DESTINATION "${WORK}/with_test/aclImdb/test/${cls}")
+endforeach()
+smoke_run(with_test 0 "${PROGRAM}" --data "${WORK}/with_test/aclImdb" --limit 120 --epochs 1 --batch 16 --max-len 48 --no-ablation
+          --nblr-buckets 0 --ngram-buckets 512 --threads 1 --out "${WORK}/with_test/run")
+smoke_expect_match("${with_test_output}" "60 test reviews" "imdb data line with a test split")
+smoke_expect_match("${with_test_output}" "test accuracy [0-9.]+% \\(60 reviews\\)\n[^\n]*length" "imdb test accuracy and its length table")
+file(READ "${WORK}/with_test/run/summary.json" summary)
+string(JSON test_buckets GET "${summary}" 0 test_bucket_accuracy)
+string(JSON nbuckets LENGTH "${summary}" 0 length_buckets)
+string(JSON ntest LENGTH "${test_buckets}")
+if(NOT ntest EQUAL nbuckets)
+  message(FATAL_ERROR "summary.json: test_bucket_accuracy ${test_buckets} has not one value per length bucket (${nbuckets})")
+endif()
+file(READ "${WORK}/limit_half/summary.json" summary)
+foreach(field test_bucket_accuracy test_accuracy)
+  string(JSON no_test TYPE "${summary}" 0 ${field})
+  if(NOT no_test STREQUAL "NULL")
+    message(FATAL_ERROR "summary.json without a test split: ${field} is ${no_test}, expected null")
+  endif()
+endforeach()
+string(JSON cls_entropy TYPE "${summary}" 0 cls_entropy)
+if(NOT cls_entropy STREQUAL "ARRAY")
+  message(FATAL_ERROR "summary.json: cls_entropy of a [CLS] model is ${cls_entropy}, expected an array")
+endif()
+# A window that the classifier never sees (one layer, the [CLS] row global): refused, nothing written.
+smoke_run(window1 fail "${PROGRAM}" --data "${DATA}" --epochs 1 --window 16 --out "${WORK}/window1")
+smoke_expect_match("${window1_output}" "--window 16: with one layer and --pool cls" "imdb --window with one layer")
+if(EXISTS "${WORK}/window1")
+  message(FATAL_ERROR "imdb --window with one layer wrote ${WORK}/window1")
 endif()
 
 # --seeds: each model once per seed, all on one validation split; the per-seed table and the

@@ -57,12 +57,18 @@ endfunction()
 set(training
     --epochs:r,r,r,r,r --batch:r,r,r,r,r --lr:r,r,r,r,a --weight-decay:r,r,r,a,r --warmup:r,r,r,a,r
     --patience:r,r,r,r,r --clip:r,r,r,a,a --seed:r,r,r,a,r --split-seed:r,r,r,a,r --stop-after:r,r,r,a,r --dropout:r,r,r,a,r
-    --attn-dropout:r,r,r,a,r --max-len:r,r,r,r,r --min-freq:r,r,r,a,r --max-vocab:r,r,r,a,r
+    --attn-dropout:r,r,r,a,r --max-len:r,r,r,r,r --min-freq:r,r,r,r,r --max-vocab:r,r,r,a,r
     --valid-fraction:r,r,r,r,r --threads:r,r,r,a,r --limit:r,r,r,a,r)
 run_table("${IMDB}" ${training} --heads:r,r,r,r,r --layers:r,r,r,r,r --window:r,r,r,a,r --ngram-buckets:r,r,r,a,r --ngram-order:r,r,r,r,r --ngram-dropout:r,r,r,a,r
           --attn-entropy:r,r,r,a,r --attn-entropy-target:r,r,r,a,r --adversarial:r,r,r,a,r --seeds:r,r,r,a,r --nblr-buckets:r,r,r,a,r --nblr-order:r,r,r,r,r --nblr-c:r,r,r,r,r --nblr-folds:r,r,r,r,r)
-run_table("${CLUE}" ${training} --heads:r,r,r,a,r --label-smoothing:r,r,r,a,r --adversarial:r,r,r,a,r --bench-seconds:r,r,r,r,r
-          --bench-latency:r,r,r,a,r)
+run_table("${CLUE}" ${training} --heads:r,r,r,a,r --label-smoothing:r,r,r,a,r --adversarial:r,r,r,a,r --bench-seconds:r,r,r,r,r)
+# --bench's own option, with --bench.
+set(latency_expect r r r a r)
+foreach(i RANGE 4)
+  list(GET values ${i} v)
+  list(GET latency_expect ${i} x)
+  check_value("${CLUE}" --bench-latency "${v}" "${x}" --bench --data "${missing}")
+endforeach()
 set(top_expect r r r a r)
 foreach(i RANGE 4)
   list(GET values ${i} v)

@@ -12,6 +12,25 @@ namespace {
 
 using Catch::Matchers::Contains;
 
+TEST_CASE("report svg_line_chart: a legend of 24 series fits the chart, and series past 7 differ in line style") {
+  std::vector<examples::Series> series;
+  for (int k = 0; k < 24; ++k) series.push_back({"run " + std::to_string(k), {1, 2}, {1.0 * k, 2.0 * k}});
+  const std::string svg = examples::svg_line_chart("loss", "epoch", series);
+  const auto attr = [&](const std::string& name, std::size_t from) {
+    const auto at = svg.find(name + "='", from);
+    REQUIRE(at != std::string::npos);
+    return std::stod(svg.substr(at + name.size() + 2));
+  };
+  const double height = attr("height", 0);
+  const auto last = svg.find(">run 23<");
+  REQUIRE(last != std::string::npos);
+  const double last_y = attr("y", svg.rfind("<text", last));
+  CHECK(last_y + 4 <= height);
+  // Series 0 and 7 share a colour: the second is dashed.
+  CHECK(svg.find("stroke-dasharray='6,3' points=") != std::string::npos);
+  CHECK(examples::svg_line_chart("loss", "epoch", {series[0]}).find("height='300'") != std::string::npos);
+}
+
 TEST_CASE("report svg_heatmap: bars of the column means, of one row, or both") {
   const std::vector<std::string> labels{"a", "b"};
   const std::vector<float> w{0.9f, 0.1f, 0.5f, 0.5f};  // rows a, b
