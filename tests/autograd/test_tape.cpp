@@ -129,3 +129,24 @@ TEST_CASE("tape: backward_once_from_grads drops each step, and what it kept, as 
   tape.clear();
   CHECK(held_seen.expired());
 }
+
+TEST_CASE("sum and mean of floats add in double: a running float total stops at 2^24") {
+  std::vector<float> v(1001, 1.0f);
+  v[0] = 16777216.0f;  // 2^24: + 1 rounds back to it in float
+  attn::NoGrad ng;
+  attn::Var<float> x(Tensor<float>::from({1001}, v));
+  CHECK(attn::sum(ng, x).value().data()[0] == 16778216.0f);
+  CHECK(attn::mean(ng, x).value().data()[0] == Approx(16778216.0 / 1001).epsilon(1e-7));
+}
+
+TEST_CASE("slice and matmul refuse extents that would wrap instead of reading outside the operand") {
+  Tape tape;
+  attn::Var<float> x(Tensor<float>::full({2, 4}, 1.0f));
+  const std::size_t t = 2, w = 3;
+  CHECK_THROWS_AS(attn::slice(tape, x, 0, t - w, w), attn::ShapeError);  // start wrapped below 0: start + len == 2
+  CHECK_THROWS_AS(attn::slice(tape, x, 1, 2, 3), attn::ShapeError);
+  CHECK(attn::slice(tape, x, 1, 1, 3).dims() == Dims{2, 3});
+  CHECK_THROWS_WITH((attn::detail::matmul_geometry<float, attn::cpu>("matmul", Dims{std::size_t{1} << 16, std::size_t{1} << 16, 8}, Dims{8, 4},
+                                                                      false)),
+                    Catch::Contains("above 2^31 - 1"));
+}

@@ -90,6 +90,22 @@ TEST_CASE("expressions: a dynamic broadcast mismatch throws ShapeError naming th
   CHECK_THROWS_WITH(out = a + b, Catch::Contains("(2, 3)") && Catch::Contains("(4)"));
 }
 
+TEST_CASE("expressions: an operand with more elements than the destination, or an unallocated destination, throws") {
+  using attn::Tensor;
+  auto y = Tensor<float>::zeros({4});
+  const auto x = Tensor<float>::full({3, 4}, 1.0f);
+  CHECK_THROWS_AS(y += x, attn::ShapeError);  // read its row 0 alone before
+  CHECK_THROWS_WITH(y = x * 2.0f, Catch::Contains("operand has more axes than the destination"));
+  CHECK(y(0) == 0.0f);
+  y += Tensor<float>::full({1, 4}, 1.0f);  // leading extents of 1 broadcast away
+  CHECK(y(3) == 1.0f);
+  Tensor<float> unallocated;
+  CHECK_THROWS_AS(unallocated += x, attn::ShapeError);
+  auto none = Tensor<float>::zeros({0});
+  none += Tensor<float>::zeros({0});  // a zero-size tensor is allocated enough
+  CHECK(none.numel() == 0);
+}
+
 TEST_CASE("views: transpose without copying") {
   auto a = attn::Tensor<float, Shape<2, 3>>::from({2, 3}, {1, 2, 3, 4, 5, 6});
   auto v = a.view().transpose(0, 1);

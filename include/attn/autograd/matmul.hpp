@@ -5,6 +5,8 @@
 #pragma once
 #include "elementwise.hpp"
 
+#include <limits>
+
 namespace attn {
 
 namespace detail {
@@ -49,6 +51,10 @@ MatmulGeometry<T, B> matmul_geometry(const char* op, const Dims& a, const Dims& 
     for (std::size_t i = 0; i + 2 < a.n; ++i)
       if (a.v[i] != b.v[i]) shape_mismatch(op, "batch axes differ", a, b);
   }
+  // The GEMMs take int extents (the batch folded into M when B is shared).
+  constexpr std::size_t kMax = std::size_t(std::numeric_limits<int>::max());
+  if (g.m > kMax || g.n > kMax || g.k > kMax || g.batch > kMax || (!g.rhs_batched && g.m != 0 && g.batch > kMax / g.m))
+    shape_mismatch(op, "an extent (or batch x rows) above 2^31 - 1, the GEMM's int", a, b);
   return g;
 }
 

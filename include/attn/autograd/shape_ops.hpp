@@ -114,7 +114,7 @@ auto transpose(C& ctx, const Var<T, S, B>& x) {
 template <Context C, class T, class S, class B>
 Var<T, AnyShape, B> slice(C& ctx, const Var<T, S, B>& x, std::size_t axis, std::size_t start, std::size_t len) {
   const Dims& d = x.dims();
-  if (axis >= d.n || start + len > d.v[axis])
+  if (axis >= d.n || start > d.v[axis] || len > d.v[axis] - start)  // no start + len: it could wrap
     throw ShapeError("slice: [" + std::to_string(start) + ", " + std::to_string(start + len) + ") on axis " + std::to_string(axis) +
                      " is outside shape " + d.str());
   Dims od = d;

@@ -88,6 +88,9 @@ struct Leaf : Node {
   };
   Bound bind(const Dims& out) const {
     Bound b{p, Dims::of_rank(out.n), out.n};
+    // An operand of higher rank: its extra leading axes must be 1 (they would be read at index 0).
+    for (std::size_t k = 0; k + out.n < d.n; ++k)
+      if (d.v[k] != 1) shape_mismatch("element-wise expression", "operand has more axes than the destination", d, out);
     for (std::size_t i = 0; i < out.n; ++i) {
       if (i + d.n < out.n) continue;  // absent leading axis: broadcast
       std::size_t k = i + d.n - out.n;
@@ -364,6 +367,7 @@ Tensor<T, S, B>& Tensor<T, S, B>::operator=(const E& e) {
   template <class T, class S, class B, class R>                                                \
     requires(expr::Operand<R> || std::is_arithmetic_v<R>)                                      \
   Tensor<T, S, B>& operator sym(Tensor<T, S, B>& dst, const R& r) {                            \
+    if (dst.empty() && dst.dims().numel() != 0) throw ShapeError("compound assignment " #sym " into an unallocated tensor"); \
     auto v = dst.view();                                                                       \
     if constexpr (std::is_arithmetic_v<R>) {                                                   \
       expr::assign(v, expr::Binary<expr::Op, decltype(expr::as_expr(dst)), expr::Scalar<T>>{   \

@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include "../../core/instantiate.hpp"
 #include "../../core/shape.hpp"
@@ -14,9 +15,19 @@
 namespace attn::kernels {
 
 /// dst (dst_dims) (+)= src (src_dims) summed over the axes where dst is broadcast (extent 1 or absent).
+/// A sum to one value (sum, mean) is accumulated in double: a float running total stops growing at
+/// 2^24 (a sum of 2^25 ones gave 16,777,216).
 template <class T>
 void sum_to(cpu, const T* src, const Dims& src_dims, T* dst, const Dims& dst_dims, bool accumulate) {
   const std::size_t r = src_dims.n;
+  if (dst_dims.numel() == 1) {  // every extent of dst is 1: the whole of src into one value
+    using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+    Acc total = 0;
+    const std::size_t n = src_dims.numel();
+    for (std::size_t i = 0; i < n; ++i) total += Acc(src[i]);
+    dst[0] = T((accumulate ? Acc(dst[0]) : Acc(0)) + total);
+    return;
+  }
   Dims ds = Dims::of_rank(r);  // dst strides aligned to src axes, 0 where broadcast
   {
     Dims cs = contiguous_strides(dst_dims);
