@@ -29,6 +29,15 @@ void fc_backward(const Small& m, float x) {
   attn::Var<float> in(attn::Tensor<float>::full({4, 3}, x));
   tape.backward(attn::cross_entropy(tape, m.fc(tape, in), attn::Tensor<std::int64_t>::from({4}, {0, 1, 1, 0})));
 }
+/// n optimizer steps of `opt` on m, step s on a batch of value 0.1 (s + 1).
+template <class Optimizer>
+void train_steps(Small& m, Optimizer& opt, int n) {
+  for (int s = 0; s < n; ++s) {
+    fc_backward(m, 0.1f * float(s + 1));
+    opt.step();
+    opt.zero_grad();
+  }
+}
 }  // namespace
 
 TEST_CASE("checkpoint: save then load restores every parameter exactly") {
@@ -74,13 +83,6 @@ TEST_CASE("checkpoint: a file that does not fit is refused with every difference
 TEST_CASE("checkpoint: Adam state round trip resumes identically") {
   TempDir tmp;
   const auto& dir = tmp.path();
-  auto train_steps = [](Small& m, attn::optim::Adam<float>& opt, int n) {
-    for (int s = 0; s < n; ++s) {
-      fc_backward(m, 0.1f * float(s + 1));
-      opt.step();
-      opt.zero_grad();
-    }
-  };
   Small a;
   a.init(3);
   attn::optim::Adam<float> oa(a, {.lr = 0.05});
@@ -101,13 +103,6 @@ TEST_CASE("checkpoint: Adam state round trip resumes identically") {
 TEST_CASE("checkpoint: SGD momentum buffers round trip and resume identically, and a file that does not fit changes nothing") {
   TempDir tmp;
   const auto& dir = tmp.path();
-  auto train_steps = [](Small& m, attn::optim::Sgd<float>& opt, int n) {
-    for (int s = 0; s < n; ++s) {
-      fc_backward(m, 0.1f * float(s + 1));
-      opt.step();
-      opt.zero_grad();
-    }
-  };
   const attn::optim::SgdOptions o{.lr = 0.1, .momentum = 0.9, .nesterov = true};
   Small a;
   a.init(3);
