@@ -81,6 +81,17 @@ TEST_CASE("isa: ATTN_ISA sets the level", "[.][attn_isa_env]") {
 TEST_CASE("isa: an unknown ATTN_ISA is an error naming the variable", "[.][attn_isa_bad]") {
   CHECK_THROWS_WITH(attn::cpu::isa(), Catch::Contains("ATTN_ISA") && Catch::Contains("unknown level"));
 }
+// The kernels read the level inside their OpenMP teams, where an exception ends the process: the
+// first tensor reports the bad value instead, before any kernel runs.
+TEST_CASE("isa: an unknown ATTN_ISA throws from the first tensor, not from a kernel's threads", "[.][attn_isa_bad]") {
+  const auto big_layer_norm = [] {  // 2^18 elements: a team of threads (one per core)
+    attn::Tape tape;
+    const attn::Var<float> x(attn::Tensor<float>::zeros({512, 512}), false);
+    const attn::Var<float> g(attn::Tensor<float>::full({512}, 1.0f), false), b(attn::Tensor<float>::zeros({512}), false);
+    return attn::layer_norm(tape, x, g, b, 1e-5).value().to_vector();
+  };
+  CHECK_THROWS_WITH(big_layer_norm(), Catch::Contains("ATTN_ISA") && Catch::Contains("unknown level"));
+}
 
 TEST_CASE("exp_shift_sum at every level: within 3 ulp of std::exp, exact zeros below -87 and for -inf, every tail length") {
   namespace mha = attn::kernels::mha;

@@ -39,8 +39,12 @@ struct cpu {
   static constexpr bool host_accessible = true;
   static constexpr std::size_t alignment = 64;
 
+  /// Reads ATTN_ISA here, on the thread that makes a tensor, before any kernel can: a bad value
+  /// throws ArgumentError from the first tensor, where a caller can catch it, and never from a
+  /// kernel's OpenMP team, where an exception would end the process.
   template <class T>
   static T* allocate(std::size_t n) {
+    (void)detail::isa();
     if (n == 0) n = 1;
     if (n > (std::size_t(1) << 40) / sizeof(T)) throw Error("cpu::allocate: request of " + std::to_string(n) + " elements is too large");
     void* p = detail::HostPool::get().allocate(n * sizeof(T));
