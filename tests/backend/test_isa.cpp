@@ -163,3 +163,34 @@ TEST_CASE("row_max at every level: the maximum for every tail length, -inf for a
     }
   }
 }
+
+// attn::compiled's start-up check (src/compiled_guard.cpp): the extensions its units were compiled
+// for against the CPU's, by the functions its constructor calls.
+extern "C" const unsigned attn_compiled_march;
+extern "C" unsigned attn_compiled_cpu_features();
+extern "C" int attn_compiled_missing_features(unsigned required, unsigned have, char* buf, std::size_t size);
+
+TEST_CASE("isa: attn::compiled's start-up check names the extensions a CPU lacks") {
+  char buf[160];
+  // This program started, so the check passed here; it agrees with attn's own probe.
+  const unsigned have = attn_compiled_cpu_features();
+  CHECK(attn_compiled_missing_features(attn_compiled_march, have, buf, sizeof buf) == 0);
+  CHECK(std::string(buf).empty());
+  const auto& f = attn::cpu::features();
+  CHECK(bool(have & 2u) == f.avx2_fma);
+  CHECK(bool(have & 4u) == f.avx512);
+  CHECK(bool(have & 8u) == f.avx512_bf16);
+  CHECK(bool(have & 16u) == f.avx512_vnni);
+#if defined(__AVX2__) && defined(__FMA__)
+  CHECK((attn_compiled_march & 2u) != 0);  // the library's units have this unit's flags (attn's own)
+#endif
+  // A library built on an AVX-512 machine, a CPU with AVX2 only; then one with AVX alone.
+  CHECK(attn_compiled_missing_features(1u | 2u | 4u, 1u | 2u, buf, sizeof buf) == 1);
+  CHECK(std::string(buf) == "AVX-512 (F/CD/BW/DQ/VL)");
+  CHECK(attn_compiled_missing_features(1u | 2u | 4u | 8u, 1u, buf, sizeof buf) == 1);
+  CHECK(std::string(buf) == "AVX2/FMA, AVX-512 (F/CD/BW/DQ/VL), AVX512-BF16");
+  CHECK(attn_compiled_missing_features(1u | 2u, 1u | 2u | 4u, buf, sizeof buf) == 0);
+  char small[8];  // truncated, never overrun
+  CHECK(attn_compiled_missing_features(2u | 4u, 0u, small, sizeof small) == 1);
+  CHECK(std::string(small) == "AVX2/FM");
+}
