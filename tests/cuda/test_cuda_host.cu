@@ -185,3 +185,14 @@ TEST_CASE("the cuda backend satisfies the Backend concept", "[cuda]") {
   STATIC_REQUIRE(!attn::cuda::host_accessible);
   CHECK(std::string(attn::cuda::name) == "cuda");
 }
+
+// nvcc's units detect the CPU as g++'s do: attn's probe is one inline function for the whole program,
+// and this program's only copy of it is this nvcc unit's.
+TEST_CASE("nvcc units detect the CPU's kernel level as g++ units do", "[cuda][isa]") {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  CHECK((attn::cpu::isa_supported() >= attn::Isa::avx2) == avx2);
+  CHECK(attn::cpu::features().avx2_fma == avx2);
+#endif
+}

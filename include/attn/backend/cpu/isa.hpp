@@ -15,9 +15,15 @@
 
 #include "../../core/error.hpp"
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__CUDACC__)
+// cpuid and xgetbv in every unit, nvcc's host code too: probe_features() is an inline function, and
+// the linker keeps one of its copies for the whole program, so a copy that saw no CPU would lower
+// every unit's kernels to generic. ATTN_CPU_X86 (the kernels' intrinsics) stays out of nvcc's units.
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <cpuid.h>
+#define ATTN_CPU_X86_CPUID 1
+#if !defined(__CUDACC__)
 #define ATTN_CPU_X86 1
+#endif
 #endif
 
 namespace attn {
@@ -50,7 +56,7 @@ struct CpuFeatures {
 
 namespace detail {
 
-#if defined(ATTN_CPU_X86)
+#if defined(ATTN_CPU_X86_CPUID)
 inline std::uint64_t xgetbv0() {
   std::uint32_t lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -60,7 +66,7 @@ inline std::uint64_t xgetbv0() {
 
 inline CpuFeatures probe_features() {
   CpuFeatures f;
-#if defined(ATTN_CPU_X86)
+#if defined(ATTN_CPU_X86_CPUID)
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
   const unsigned max_leaf = a;
