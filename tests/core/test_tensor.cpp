@@ -106,6 +106,33 @@ TEST_CASE("expressions: an operand with more elements than the destination, or a
   CHECK(none.numel() == 0);
 }
 
+TEST_CASE("expressions: an operand that overlaps the destination other than element by element is read before any write") {
+  using attn::Tensor;
+  using CView = attn::TensorView<const float, attn::AnyShape, attn::cpu>;
+  // In place, one pass would read a(1, 0) after writing it from a(0, 1).
+  auto a = Tensor<float>::from({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  a = a.view().transpose(0, 1) * 1.0f;
+  CHECK(a.to_vector() == std::vector<float>{1, 4, 7, 2, 5, 8, 3, 6, 9});
+  // Each row less the first: the broadcast row is the destination's own.
+  auto b = Tensor<float>::from({3, 2}, {1, 2, 3, 4, 5, 6});
+  b -= CView(b.data(), Dims{1, 2});
+  CHECK(b.to_vector() == std::vector<float>{0, 0, 2, 2, 4, 4});
+  // A shift within one buffer: x[1:] = x[:-1].
+  auto x = Tensor<float>::from({4}, {1, 2, 3, 4});
+  attn::expr::assign(attn::TensorView<float, attn::AnyShape, attn::cpu>(x.data() + 1, Dims{3}),
+                     attn::expr::as_expr(CView(x.data(), Dims{3})));
+  CHECK(x.to_vector() == std::vector<float>{1, 1, 2, 3});
+  // Element by element in place, or another part of the same buffer: one pass, no new tensor.
+  auto c = Tensor<float>::from({2, 2}, {1, 2, 3, 4});
+  const auto before = attn::cpu::allocations();
+  c = c * 2.0f + c;
+  c += c;
+  attn::expr::assign(attn::TensorView<float, attn::AnyShape, attn::cpu>(c.data() + 2, Dims{2}),
+                     attn::expr::as_expr(CView(c.data(), Dims{2})) + 1.0f);
+  CHECK(attn::cpu::allocations() == before);
+  CHECK(c.to_vector() == std::vector<float>{6, 12, 7, 13});
+}
+
 TEST_CASE("views: transpose without copying") {
   auto a = attn::Tensor<float, Shape<2, 3>>::from({2, 3}, {1, 2, 3, 4, 5, 6});
   auto v = a.view().transpose(0, 1);

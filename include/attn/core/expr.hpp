@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 
 #include "host_device.hpp"
 #include "tensor.hpp"
@@ -54,6 +55,35 @@ struct Node {
   using is_expression = void;
 };
 
+/// An assignment's destination, for the aliasing check: its first element, its extents and strides,
+/// the element size, and the bytes [lo, hi) its elements span.
+struct Written {
+  const void* p;
+  const Dims* d;
+  const Dims* st;
+  std::size_t elem;
+  const char* lo;
+  const char* hi;
+};
+
+/// The bytes [lo, hi) that a strided view of extents d spans (lo == hi when it is empty).
+inline std::pair<const char*, const char*> span_of(const void* p, const Dims& d, const Dims& st, std::size_t elem) {
+  const char* lo = static_cast<const char*>(p);
+  if (d.numel() == 0) return {lo, lo};
+  std::size_t last = 0;
+  for (std::size_t a = 0; a < d.n; ++a) last += (d.v[a] - 1) * st.v[a];
+  return {lo, lo + (last + 1) * elem};
+}
+
+/// Whether evaluating e element by element into w could read an element after writing it: e reads
+/// memory that w covers other than each output element's own (a transposed, shifted or broadcast
+/// view of the destination). Nodes of other kinds (a user's own) are taken as reading nothing of it.
+template <class E>
+bool reads_written(const E& e, const Written& w) {
+  if constexpr (requires { e.reads_written(w); }) return e.reads_written(w);
+  else return false;
+}
+
 /// The backend of an expression with operands on backends L and R (void: a scalar, any backend).
 template <class L, class R>
 struct common_backend {
@@ -100,6 +130,17 @@ struct Leaf : Node {
     }
     return b;
   }
+  /// Reads only the output element itself wherever it overlaps w: the same first element and, on
+  /// every axis the output runs along, the destination's stride.
+  bool reads_written(const Written& w) const {
+    const auto [lo, hi] = span_of(p, d, st, sizeof(value_type));
+    if (lo == hi || w.lo == w.hi || hi <= w.lo || w.hi <= lo) return false;
+    if (static_cast<const void*>(p) != w.p || sizeof(value_type) != w.elem) return true;
+    const Bound b = bind(*w.d);
+    for (std::size_t i = 0; i < w.d->n; ++i)
+      if (w.d->v[i] > 1 && b.st.v[i] != w.st->v[i]) return true;
+    return false;
+  }
 };
 
 template <class T>
@@ -141,6 +182,7 @@ struct Unary : Node {
     ATTN_HD auto row(const std::size_t* idx) const { return Row<decltype(e.row(idx))>{e.row(idx), op}; }
   };
   auto bind(const Dims& out) const { return Bound<decltype(e.bind(out))>{e.bind(out), op}; }
+  bool reads_written(const Written& w) const { return expr::reads_written(e, w); }
 };
 
 template <class SL, class SR>
@@ -179,6 +221,7 @@ struct Binary : Node {
     ATTN_HD auto row(const std::size_t* idx) const { return Row<decltype(a.row(idx)), decltype(b.row(idx))>{a.row(idx), b.row(idx), op}; }
   };
   auto bind(const Dims& out) const { return Bound<decltype(l.bind(out)), decltype(r.bind(out))>{l.bind(out), r.bind(out), op}; }
+  bool reads_written(const Written& w) const { return expr::reads_written(l, w) || expr::reads_written(r, w); }
 };
 
 template <class X>
@@ -243,18 +286,31 @@ void assign_host(T* base, const Dims& d, const Dims& st, const Bound& bound) {
 
 /// Evaluates e into the strided destination dst in one pass: threaded when large on the CPU;
 /// a backend whose memory the host cannot read evaluates the bound expression itself
-/// (B::assign(out, dims, strides, bound), one kernel).
+/// (B::assign(out, dims, strides, bound), one kernel). Where e reads the destination other than
+/// element by element (`a = a.transpose(0, 1) * 2`, `a -= a's first row`), e is evaluated into a
+/// new tensor first and then copied, as if every operand were read before anything was written.
 template <class T, class S, class B, class E>
 void assign(TensorView<T, S, B> dst, const E& e) {
   static_assert(std::is_void_v<typename E::backend_type> || std::is_same_v<typename E::backend_type, B>,
                 "attn element-wise assignment: the expression's tensors live on another backend than the destination");
   const Dims& d = dst.dims();
   auto bound = e.bind(d);
-  if constexpr (!B::host_accessible) {
-    B::assign(dst.data(), d, dst.strides(), bound);
-  } else {
-    assign_host(dst.data(), d, dst.strides(), bound);
+  const auto run = [&d](T* out, const Dims& st, const auto& b) {
+    if constexpr (!B::host_accessible) {
+      B::assign(out, d, st, b);
+    } else {
+      assign_host(out, d, st, b);
+    }
+  };
+  const auto [lo, hi] = span_of(dst.data(), d, dst.strides(), sizeof(T));
+  if (expr::reads_written(e, Written{dst.data(), &d, &dst.strides(), sizeof(T), lo, hi})) {
+    Tensor<std::remove_const_t<T>, AnyShape, B> tmp(d);
+    run(tmp.data(), contiguous_strides(d), bound);
+    const Leaf<const std::remove_const_t<T>, AnyShape, B> copy{{}, tmp.data(), d, contiguous_strides(d)};
+    run(dst.data(), dst.strides(), copy.bind(d));
+    return;
   }
+  run(dst.data(), dst.strides(), bound);
 }
 
 }  // namespace expr
