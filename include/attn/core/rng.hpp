@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // A seeded, portable random generator (xoshiro256**): the same seed gives the same numbers on
-// every platform and compiler, unlike std::normal_distribution.
+// every platform and compiler, unlike std::normal_distribution, whatever -march and FP contraction
+// the build uses (the scaled forms round once, through std::fma). normal() also goes through the C
+// library's log, sin and cos, which can differ in the last bit between C libraries.
 //   attn::Rng rng(42); float u = rng.uniform(); std::size_t k = rng.below(10);
 #pragma once
 #include <cmath>
@@ -33,7 +35,7 @@ class Rng {
   }
   /// Uniform in [0, 1) with 53 random bits.
   double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  double uniform(double lo, double hi) noexcept { return lo + (hi - lo) * uniform(); }
+  double uniform(double lo, double hi) noexcept { return std::fma(hi - lo, uniform(), lo); }
   /// Uniform integer in [0, n), unbiased.
   std::uint64_t below(std::uint64_t n) noexcept {
     if (n <= 1) return 0;
@@ -57,7 +59,7 @@ class Rng {
     has_spare_ = true;
     return r * std::cos(2 * std::numbers::pi * u2);
   }
-  double normal(double mean, double stddev) noexcept { return mean + stddev * normal(); }
+  double normal(double mean, double stddev) noexcept { return std::fma(stddev, normal(), mean); }
   /// True with probability p.
   bool bernoulli(double p) noexcept { return uniform() < p; }
   /// Fisher-Yates shuffle.
