@@ -368,3 +368,110 @@ TEST_CASE("checkpoint: each parameter's own Adam step count round trips, and is 
   attn::io::load_optimizer(od, dir / "q.safetensors");
   CHECK(od.param_steps() == std::vector<long long>{3, 3, 3});
 }
+
+TEST_CASE("checkpoint: an in-memory record whose bytes do not hold its shape is refused, model untouched") {
+  Small m;
+  m.init(1);
+  const std::vector<float> before = m.fc.weight.raw().to_vector();
+  auto sd = attn::io::state_dict(m);
+  for (const std::size_t size : {std::size_t(0), std::size_t(4), std::size_t(6 * 4 + 4)}) {
+    auto broken = sd;
+    broken.at("fc.weight").bytes.resize(size);
+    INFO(size);
+    CHECK_THROWS_WITH(attn::io::load_state_dict(m, attn::io::SafetensorsFile{"mem", broken, {}}),
+                      Catch::Contains("'fc.weight': " + std::to_string(size) + " bytes") && Catch::Contains("needs 24"));
+    CHECK(m.fc.weight.raw().to_vector() == before);
+  }
+}
+
+TEST_CASE("checkpoint: an Adam file with a negative second moment is refused, the optimizer unchanged") {
+  TempDir tmp;
+  const auto& dir = tmp.path();
+  Small a;
+  a.init(1);
+  attn::optim::Adam<float> oa(a, {.lr = 0.01f});
+  fc_backward(a, 0.1f);
+  oa.step();
+  attn::io::save_optimizer(oa, dir / "o.safetensors");
+  auto file = attn::io::read_safetensors(dir / "o.safetensors");
+  const float minus_one = -1.0f, minus_zero = -0.0f;
+  std::memcpy(file.tensors.at("fc.weight.exp_avg_sq").bytes.data() + 2 * sizeof(float), &minus_one, sizeof(float));
+  attn::io::write_safetensors(dir / "neg.safetensors", file.tensors, file.metadata);
+  attn::optim::Adam<float> ob(a, {.lr = 0.01f});
+  CHECK_THROWS_WITH(attn::io::load_optimizer(ob, dir / "neg.safetensors"),
+                    Catch::Contains("'fc.weight.exp_avg_sq': negative value at element 2"));
+  CHECK(ob.steps() == 0);
+  // -0.0 is a second moment of zero.
+  std::memcpy(file.tensors.at("fc.weight.exp_avg_sq").bytes.data() + 2 * sizeof(float), &minus_zero, sizeof(float));
+  attn::io::write_safetensors(dir / "zero.safetensors", file.tensors, file.metadata);
+  attn::io::load_optimizer(ob, dir / "zero.safetensors");
+  CHECK(ob.steps() == 1);
+}
+
+TEST_CASE("checkpoint: save_optimizer drops a caller's stale 'param_steps' when every count is 'step'") {
+  TempDir tmp;
+  const auto& dir = tmp.path();
+  Small a;
+  a.init(1);
+  attn::optim::Adam<float> oa(a, {.lr = 0.01f});
+  attn::io::MetadataMap md{{"param_steps", "3,1,0"}, {"note", "kept"}};
+  fc_backward(a, 0.1f);
+  a.emb.weight.data()->grad = attn::Tensor<float>::zeros({5, 3});  // every parameter has a gradient
+  oa.step();
+  attn::io::save_optimizer(oa, dir / "o.safetensors", md);
+  const auto file = attn::io::read_safetensors(dir / "o.safetensors");
+  CHECK(file.metadata.count("param_steps") == 0);
+  CHECK(file.metadata.at("note") == "kept");
+  attn::optim::Adam<float> ob(a, {.lr = 0.01f});
+  attn::io::load_optimizer(ob, dir / "o.safetensors");
+  CHECK(ob.param_steps() == std::vector<long long>{1, 1, 1});
+}
+
+TEST_CASE("checkpoint: momentum buffers for an SGD without momentum are a FormatError naming the file") {
+  TempDir tmp;
+  const auto& dir = tmp.path();
+  Small a;
+  a.init(1);
+  attn::optim::Sgd<float> with(a, {.lr = 0.1, .momentum = 0.9});
+  train_steps(a, with, 1);
+  attn::io::save_optimizer(with, dir / "m.safetensors");
+  auto file = attn::io::read_safetensors(dir / "m.safetensors");
+  file.metadata["momentum"] = "0";
+  attn::io::write_safetensors(dir / "m0.safetensors", file.tensors, file.metadata);
+  attn::optim::Sgd<float> without(a, {.lr = 0.1});
+  CHECK_THROWS_AS(attn::io::load_optimizer(without, dir / "m0.safetensors"), attn::FormatError);
+  CHECK_THROWS_WITH(attn::io::load_optimizer(without, dir / "m0.safetensors"),
+                    Catch::Contains("m0.safetensors") && Catch::Contains("momentum 0 and keeps none"));
+  CHECK(without.state().empty());
+}
+
+TEST_CASE("checkpoint: SGD and EMA metadata read back under a locale with a decimal comma") {
+  TempDir tmp;
+  const auto& dir = tmp.path();
+  Small a;
+  a.init(1);
+  attn::optim::Sgd<float> sgd(a, {.lr = 0.1, .momentum = 0.9});
+  train_steps(a, sgd, 1);
+  attn::optim::Ema<float> ema(a, {.decay = 0.999});
+  ema.update();
+  attn::io::save_optimizer(sgd, dir / "sgd.safetensors");
+  attn::io::save_ema(ema, dir / "ema.safetensors");
+  const std::string old = std::setlocale(LC_NUMERIC, nullptr);
+  bool comma = false;
+  for (const char* name : {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8"})
+    if (std::setlocale(LC_NUMERIC, name)) {
+      comma = true;
+      break;
+    }
+  if (!comma) {
+    SUCCEED("no locale with a decimal comma installed");
+    return;
+  }
+  attn::optim::Sgd<float> sgd2(a, {.lr = 0.1, .momentum = 0.9});
+  attn::optim::Ema<float> ema2(a, {.decay = 0.999});
+  CHECK_NOTHROW(attn::io::load_optimizer(sgd2, dir / "sgd.safetensors"));
+  CHECK_NOTHROW(attn::io::load_ema(ema2, dir / "ema.safetensors"));
+  std::setlocale(LC_NUMERIC, old.c_str());
+  CHECK(sgd2.state().size() == 2);
+  CHECK(ema2.updates() == 1);
+}

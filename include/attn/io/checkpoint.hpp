@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <stdexcept>
@@ -130,6 +132,41 @@ void read_checked(const SafetensorsReader& f, const std::string& name, T* dst, s
   }
 }
 
+/// `s` as a double when the whole of it is one (std::from_chars: the C locale's form whatever the
+/// program's LC_NUMERIC, the form detail::shortest writes).
+inline std::optional<double> parse_double(const std::string& s) {
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+/// The first negative value (below -0.0) of an F32 or F64 tensor of an open file, or npos: an
+/// Adam second moment never is one, and a negative one makes the next step's square root NaN.
+inline std::size_t first_negative(const SafetensorsReader& f, const SafetensorsReader::Entry& e) {
+  if (e.dtype != DType::F32 && e.dtype != DType::F64) return std::string::npos;
+  std::size_t found = std::string::npos;
+  const std::size_t width = dtype_size(e.dtype);
+  f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
+    for (std::size_t i = 0; i < n / width; ++i) {
+      double v;
+      if (e.dtype == DType::F32) {
+        float x;
+        std::memcpy(&x, b + i * width, sizeof x);
+        v = x;
+      } else {
+        std::memcpy(&v, b + i * width, sizeof v);
+      }
+      if (v < 0) {
+        found = static_cast<std::size_t>(offset / width) + i;
+        return false;
+      }
+    }
+    return true;
+  });
+  return found;
+}
+
 /// The largest step count an optimizer file may hold: far beyond any real run, and small enough
 /// that the step and the bias corrections derived from it stay exact.
 inline constexpr long long kMaxOptimizerStep = 1LL << 53;
@@ -217,6 +254,16 @@ class FileMatch {
       problems.push_back("'" + name + "': dtype " + std::string(dtype_name(it->second.dtype)) + " in the file, model has " +
                          std::string(dtype_name(dtype)));
       ok = false;
+    }
+    if constexpr (requires { it->second.bytes; }) {  // a record built in memory: its bytes must hold its shape
+      const auto n = checked_numel(it->second.shape);
+      const std::size_t width = dtype_size(it->second.dtype);
+      if (ok && (!n || *n > std::numeric_limits<std::size_t>::max() / width || it->second.bytes.size() != *n * width)) {
+        problems.push_back("'" + name + "': " + std::to_string(it->second.bytes.size()) + " bytes, shape " +
+                           shape_str(it->second.shape) + " of " + std::string(dtype_name(it->second.dtype)) + " needs " +
+                           (n && *n <= std::numeric_limits<std::size_t>::max() / width ? std::to_string(*n * width) : std::string("more")));
+        ok = false;
+      }
     }
     const std::size_t before = problems.size();
     if (ok) non_finite_problem(problems, name, file_, it->second);
@@ -393,6 +440,8 @@ void save_optimizer(const optim::Adam<T, B>& opt, const std::filesystem::path& p
       list += std::to_string(counts[k]);
     }
     metadata["param_steps"] = list;
+  } else {
+    metadata.erase("param_steps");  // a caller's (from an earlier load_optimizer) would contradict 'step'
   }
   metadata["lr"] = detail::shortest(opt.lr());
   write_safetensors(path, m, metadata);
@@ -408,6 +457,14 @@ MetadataMap load_optimizer(optim::Adam<T, B>& opt, const std::filesystem::path& 
   std::vector<std::string> problems;
   auto state = opt.state();
   detail::check_state_tensors<T>(f, state, "the optimizer's", "the optimizer " + std::to_string(state.size()), problems);
+  for (auto& [name, t] : state) {
+    const std::string_view suffix = ".exp_avg_sq";
+    const auto it = f.tensors().find(name);
+    if (it == f.tensors().end() || name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    if (const std::size_t i = detail::first_negative(f, it->second); i != std::string::npos)
+      problems.push_back("'" + name + "': negative value at element " + std::to_string(i) + " (a second moment is never negative)");
+  }
   const long long step = detail::metadata_count(f.metadata(), "step", problems);
   const auto counts = detail::metadata_param_steps(f.metadata(), opt.params().size(), step, problems);
   detail::throw_problems(f, "does not fit the optimizer:", problems);
@@ -446,9 +503,8 @@ MetadataMap load_optimizer(optim::Sgd<T, B>& opt, const std::filesystem::path& p
   if (const auto mo = md.find("momentum"); mo == md.end()) {
     problems.push_back("metadata has no 'momentum'");
   } else {
-    char* end = nullptr;
-    const double mu = std::strtod(mo->second.c_str(), &end);
-    if (end != mo->second.c_str() + mo->second.size() || mu != opt.options().momentum)
+    const auto mu = detail::parse_double(mo->second);
+    if (!mu || *mu != opt.options().momentum)
       problems.push_back("metadata 'momentum' is '" + mo->second + "', the optimizer's momentum is " + detail::shortest(opt.options().momentum));
   }
   // The buffers the file holds, each of its parameter's shape.
@@ -464,6 +520,8 @@ MetadataMap load_optimizer(optim::Sgd<T, B>& opt, const std::filesystem::path& p
   }
   detail::check_state_tensors<T>(f, state, "the parameter's",
                                  std::to_string(state.size()) + " of them momentum buffers of the optimizer's parameters", problems);
+  if (opt.options().momentum == 0 && !state.empty())
+    problems.push_back("the file holds " + std::to_string(state.size()) + " momentum buffers; the optimizer has momentum 0 and keeps none");
   detail::throw_problems(f, "does not fit the optimizer:", problems);
   detail::copy_state<T, B>(f, state, "the optimizer");
   std::vector<Tensor<T, AnyShape, B>> buffers(named.vars.size());
@@ -507,9 +565,8 @@ MetadataMap load_ema(optim::Ema<T, B>& ema, const std::filesystem::path& path) {
     problems.push_back("metadata 'ema_every' is " + std::to_string(every) + ", the Ema folds every " + std::to_string(ema.options().every) + " steps");
   // The decay (written with 6 decimals by earlier versions, so compared to within their rounding).
   if (const auto d = md.find("ema_decay"); d != md.end()) {
-    char* end = nullptr;
-    const double decay = std::strtod(d->second.c_str(), &end);
-    if (end != d->second.c_str() + d->second.size() || !(std::abs(decay - ema.options().decay) <= 5e-7))
+    const auto decay = detail::parse_double(d->second);
+    if (!decay || !(std::abs(*decay - ema.options().decay) <= 5e-7))
       problems.push_back("metadata 'ema_decay' is '" + d->second + "', the Ema's decay is " + detail::shortest(ema.options().decay));
   }
   if (md.count("ema_steps") && md.count("ema_updates") && every == ema.options().every && updates != steps / every)
