@@ -501,3 +501,38 @@ TEST_CASE("safetensors: writes are atomic and failures leave the old file and no
   CHECK(slurp(path) == before);
   CHECK(listing(dir) == std::vector<std::string>{"m.safetensors"});
 }
+
+TEST_CASE("safetensors: replacing a file keeps its permissions, writes through a symbolic link, and takes a long name") {
+  const fs::path dir = scratch("replace");
+  TensorMap t;
+  t["w"] = TensorRecord::from_values(DType::F32, {4}, std::vector<float>{1, 2, 3, 4});
+  const mode_t old_mask = ::umask(022);
+  const fs::path p = dir / "private.safetensors";
+  attn::io::write_safetensors(p, t);
+  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
+  attn::io::write_safetensors(p, t);
+  CHECK((fs::status(p).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read |
+                         fs::perms::group_write);
+  attn::io::write_safetensors(p, t);
+  CHECK((fs::status(p).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::group_write | fs::perms::others_read));
+  ::umask(old_mask);
+
+  // latest -> epoch3.safetensors: the link stays, the file it names gets the new content.
+  attn::io::write_safetensors(dir / "epoch3.safetensors", t);
+  fs::create_symlink("epoch3.safetensors", dir / "latest.safetensors");
+  TensorMap t2;
+  t2["w"] = TensorRecord::from_values(DType::F32, {2}, std::vector<float>{5, 6});
+  attn::io::write_safetensors(dir / "latest.safetensors", t2);
+  CHECK(fs::is_symlink(dir / "latest.safetensors"));
+  CHECK(attn::io::read_safetensors(dir / "epoch3.safetensors").tensors.at("w").shape == std::vector<std::size_t>{2});
+
+  // A name of 240 bytes (NAME_MAX is 255): the temporary's name must fit too.
+  const fs::path longp = dir / (std::string(225, 'a') + ".safetensors");
+  attn::io::write_safetensors(longp, t);
+  CHECK(attn::io::read_safetensors(longp).tensors.at("w").shape == std::vector<std::size_t>{4});
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.path().filename().string().rfind(".", 0) == 0 ? 100 : 1;
+  CHECK(files == 4);  // private, epoch3, latest, the long one; no temporary left
+}

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,17 +27,36 @@ namespace attn {
 
 /// A temporary file next to `target` that replaces `target` on commit(). Until commit() succeeds the
 /// target is untouched; a failed write, a failed commit or destruction without commit removes the
-/// temporary. Not copyable; one writer per object.
+/// temporary. A target that is a symbolic link keeps it: the file it points to is replaced (the
+/// temporary lives beside that file). A target that exists keeps its permission bits (and, where
+/// the process may, its owner and group). Not copyable; one writer per object.
 class AtomicFile {
  public:
   explicit AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
     if (target_.filename().empty()) throw IoError(target_.string(), "not a file path");
-    const std::filesystem::path dir = target_.parent_path();
+    dest_ = target_;
+    std::error_code ec;
+    if (std::filesystem::is_symlink(std::filesystem::symlink_status(target_, ec))) {
+      dest_ = std::filesystem::weakly_canonical(target_, ec);
+      if (ec || dest_.filename().empty()) throw IoError(target_.string(), "cannot resolve the symbolic link: " + ec.message());
+    }
+    struct stat existing {};
+    const bool exists = ::stat(dest_.c_str(), &existing) == 0 && S_ISREG(existing.st_mode);
+    const std::filesystem::path dir = dest_.parent_path();
     const auto stamp = static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
+    // The name is hidden and starts with the target's so that strays are recognisable; a long one
+    // is cut to 100 bytes plus a hash of the whole, so that the temporary's name stays within
+    // NAME_MAX (255) wherever the target's does.
+    std::string base = dest_.filename().string();
+    if (base.size() > 100) {
+      char hash[17];
+      std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(std::hash<std::string>{}(base)));
+      base = base.substr(0, 100) + "~" + hash;
+    }
     // O_EXCL makes the name ours; the pid and clock only make collisions (and retries) unlikely.
     for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-      std::string leaf = ".";  // hidden, and named after the target so that strays are recognisable
-      leaf += target_.filename().string();
+      std::string leaf = ".";
+      leaf += base;
       leaf += ".tmp-";
       leaf += std::to_string(::getpid());
       leaf += '-';
@@ -46,6 +66,17 @@ class AtomicFile {
       if (fd_ < 0 && errno != EEXIST) fail("cannot create temporary file " + temp_.string());
     }
     if (fd_ < 0) fail("cannot create a unique temporary file in " + dir.string());
+    if (exists) {
+      // Best effort for the owner (only a privileged process may give a file away); the mode bits
+      // are the existing file's, not the umask's.
+      (void)!::fchown(fd_, existing.st_uid, existing.st_gid);
+      if (::fchmod(fd_, existing.st_mode & 07777) != 0) {
+        const int err = errno;
+        discard();
+        errno = err;
+        fail("cannot give the temporary file the permissions of " + dest_.string());
+      }
+    }
     file_ = ::fdopen(fd_, "wb");
     if (file_ == nullptr) {
       const int err = errno;
@@ -87,7 +118,7 @@ class AtomicFile {
     file_ = nullptr;
     fd_ = -1;
     fault_point();  // the temporary is complete, the target not yet replaced
-    if (close_rc != 0 || std::rename(temp_.c_str(), target_.c_str()) != 0) {
+    if (close_rc != 0 || std::rename(temp_.c_str(), dest_.c_str()) != 0) {
       const int err = errno;
       discard();
       errno = err;
@@ -95,7 +126,7 @@ class AtomicFile {
     }
     temp_.clear();
     fault_point();  // the target replaced
-    const std::filesystem::path dir = target_.parent_path().empty() ? "." : target_.parent_path();
+    const std::filesystem::path dir = dest_.parent_path().empty() ? "." : dest_.parent_path();
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
       (void)::fsync(dfd);
@@ -127,7 +158,8 @@ class AtomicFile {
     }
   }
 
-  std::filesystem::path target_;
+  std::filesystem::path target_;  // as the caller named it (messages)
+  std::filesystem::path dest_;    // the file replaced: the target, or the file its symbolic link names
   std::filesystem::path temp_;
   int fd_ = -1;
   std::FILE* file_ = nullptr;
