@@ -168,3 +168,22 @@ TEST_CASE("Ema: save_ema and load_ema restore the average and the counters, and 
   attn::io::save(m, dir / "model.safetensors");
   CHECK_THROWS_WITH(attn::io::load_ema(ema3, dir / "model.safetensors"), Catch::Contains("model.safetensors") && Catch::Contains("ema_steps"));
 }
+
+TEST_CASE("Ema in float: the fold's weight 1 - decay is rounded once, from double") {
+  attn::nn::Linear<1, 1, float> m(nullptr, "m");
+  auto params = optim::NamedParams<float, attn::cpu>::of(m);
+  for (auto& v : params.vars) {
+    auto& d = *v.data();
+    std::fill_n(d.value.data(), d.value.numel(), 0.0f);
+    d.mark_value_written();
+  }
+  optim::Ema<float> ema(m, {.decay = 0.99999, .warmup = false});
+  for (auto& v : params.vars) {
+    auto& d = *v.data();
+    std::fill_n(d.value.data(), d.value.numel(), 1.0f);
+    d.mark_value_written();
+  }
+  ema.update();
+  // avg = 0.99999 * 0 + (1 - 0.99999) * 1; 1 - float(0.99999) would give 1.00136e-5.
+  CHECK(ema.other(0).data()[0] == float(1 - 0.99999));
+}

@@ -509,3 +509,29 @@ TEST_CASE("SGD: a row-sparse table that no lookup reaches in a step does not mov
   CHECK(emb.weight.value().to_vector() == after_first);
   opt.zero_grad();
 }
+
+TEST_CASE("Adam counts a sparse table's step only when a lookup reached it, in the kept whole-table form too") {
+  attn::nn::Embedding<2, double> emb(nullptr, "e", 5, {.padding_idx = 0, .sparse = true});
+  auto& d = *emb.weight.data();
+  d.grad = Tensor<double>::zeros({5, 2});  // a kept whole-table buffer, as on a device backend
+  optim::Adam<double> opt(emb, {.lr = 0.1});
+  const auto lookup = [&](std::initializer_list<std::int32_t> ids) {
+    attn::Tape tape;
+    tape.backward(attn::sum(tape, emb(tape, Tensor<std::int32_t>::from({ids.size()}, ids))));
+  };
+  lookup({1, 3});
+  REQUIRE(d.grad_is_row_sparse());
+  REQUIRE_FALSE(d.grad_compact);
+  opt.step();
+  opt.zero_grad();
+  CHECK(opt.param_steps()[0] == 1);
+  opt.step();  // no lookup: torch's grad is None, the count stays
+  CHECK(opt.param_steps()[0] == 1);
+  lookup({0, 0});  // padding rows only: an empty sparse gradient in torch, which counts
+  opt.step();
+  opt.zero_grad();
+  CHECK(opt.param_steps()[0] == 2);
+  lookup({3});
+  opt.step();
+  CHECK(opt.param_steps()[0] == 3);
+}

@@ -133,6 +133,8 @@ class Adam {
       v_.push_back(Tensor<T, AnyShape, B>::zeros(v.dims()));
     }
     pt_.assign(p_.vars.size(), 0);
+    writes_seen_.resize(p_.vars.size());
+    for (std::size_t k = 0; k < p_.vars.size(); ++k) writes_seen_[k] = p_.vars[k].data()->grad_writes;
   }
 
   /// torch.optim.Adam's checks: lr, eps and weight_decay >= 0 (and finite), betas in [0, 1).
@@ -156,6 +158,12 @@ class Adam {
     for (std::size_t k = 0; k < p_.vars.size(); ++k) {
       auto& d = *p_.vars[k].data();
       if (!d.has_grad()) continue;
+      // A row-sparse table's kept whole-table buffer (a device backend, DataParallel) that nothing
+      // wrote since the last step is no gradient, as in torch (grad None): its count stays. A lookup
+      // of padding rows only is one (torch's empty sparse gradient), and counts.
+      const bool written = d.grad_writes != writes_seen_[k];
+      writes_seen_[k] = d.grad_writes;
+      if (d.grad_is_row_sparse() && !d.grad_compact && d.grad_rows.empty() && !written) continue;
       const long long n = ++pt_[k];  // this parameter's steps, for its bias correction
       const double bc1 = 1 - std::pow(opt_.beta1, double(n));
       const double bc2 = 1 - std::pow(opt_.beta2, double(n));
@@ -229,6 +237,7 @@ class Adam {
   std::vector<Tensor<T, AnyShape, B>> m_, v_;
   long long t_ = 0;
   std::vector<long long> pt_;  // per parameter: the steps in which it had a gradient
+  std::vector<std::uint64_t> writes_seen_;  // per parameter: its grad_writes at the last step
 };
 
 struct SgdOptions {
