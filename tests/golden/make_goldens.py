@@ -591,7 +591,7 @@ def case_pooling(out_dir: Path, written: list[Path], seed: int) -> None:
     x = x0.double().clone().requires_grad_(True)
     k = keep.unsqueeze(-1).to(torch.float64)
     mean = (x * k).sum(1) / k.sum(1)
-    mx = x.masked_fill(~keep.unsqueeze(-1), float("-inf")).amax(1)
+    mx = x.masked_fill(~keep.unsqueeze(-1), float("-inf")).max(1).values
     ((mean * up_mean.double()).sum() + (mx * up_max.double()).sum()).backward()
     t = {"x": f32(x0), "lengths": i64(torch.tensor(lengths)), "upstream_mean": f32(up_mean), "upstream_max": f32(up_max),
          "mean": f64(mean.detach()), "max": f64(mx.detach()), "grad.x": f64(x.grad)}

@@ -58,6 +58,17 @@ TEST_CASE("masked pooling: a fully padded sample pools to zeros") {
   }
 }
 
+TEST_CASE("masked_max: ties send the gradient to the first arg-max, and a NaN is the maximum (torch.max over a dimension)") {
+  attn::Tape tape;
+  attn::Var<double> x(Tensor<double>::from({1, 4, 2}, {2, 1, 2, std::nan(""), 1, 3, 5, 0}), true);
+  auto m = nn::masked_max(tape, x, attn::Lengths{3});  // position 3 is padding
+  const auto v = m.value();
+  CHECK(v(0, 0) == 2.0);
+  CHECK(std::isnan(v(0, 1)));
+  tape.backward(attn::sum(tape, m));
+  CHECK(x.grad().to_vector() == std::vector<double>{1, 0, 0, 1, 0, 0, 0, 0});
+}
+
 TEST_CASE("dropout: identity in eval mode, zeroes about p of the elements in training") {
   attn::NoGrad ng(5);
   attn::Var<float> x(Tensor<float>::full({100, 100}, 1.0f));
@@ -71,6 +82,16 @@ TEST_CASE("dropout: identity in eval mode, zeroes about p of the elements in tra
   }
   CHECK(zeros > 2300);
   CHECK(zeros < 2700);
+  // p = 1 zeroes everything, gradient 0 (torch accepts it); p outside [0, 1] is refused.
+  attn::Tape tape;
+  attn::Var<float> w(Tensor<float>::full({3, 4}, 2.0f), true);
+  auto all = nn::dropout(tape, w, 1.0, true);
+  for (float v : all.value().to_vector()) CHECK(v == 0.0f);
+  tape.backward(attn::sum(tape, all));
+  for (float g : w.grad().to_vector()) CHECK(g == 0.0f);
+  CHECK_NOTHROW(nn::Dropout(nullptr, "d", 1.0));
+  CHECK_THROWS_AS(nn::dropout(ng, x, 1.5, true), attn::ArgumentError);
+  CHECK_THROWS_AS(nn::Dropout(nullptr, "d", -0.1), attn::ArgumentError);
 }
 
 TEST_CASE("module: named parameters use PyTorch names, parameter count") {
@@ -303,7 +324,7 @@ TEST_CASE("golden: cross-entropy with ignore_index and label smoothing matches t
   }
 }
 
-TEST_CASE("golden: masked_mean and masked_max match torch's mean and amax over the real positions, values and gradients") {
+TEST_CASE("golden: masked_mean and masked_max match torch's mean and max(1).values over the real positions, values and gradients") {
   auto f = golden::load("pooling");
   const auto len = golden::tensor<std::int64_t>(f, "lengths");
   std::vector<int> lengths;

@@ -12,13 +12,14 @@
 namespace attn {
 
 /// Inverted dropout: zeroes each element with probability p and scales survivors by 1/(1-p).
-/// Identity when !training or p == 0. The mask comes from the context's random stream.
+/// Identity when !training or p == 0; p == 1 zeroes everything (x * 0, as torch), gradient 0. The
+/// mask comes from the context's random stream.
 template <Context C, class T, class S, class B>
 Var<T, S, B> dropout(C& ctx, const Var<T, S, B>& x, double p, bool training) {
-  if (p < 0 || p >= 1) throw ArgumentError("dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!(p >= 0 && p <= 1)) throw ArgumentError("dropout: p must be in [0, 1], got " + std::to_string(p));
   if (!training || p == 0) return x;
   Tensor<T, AnyShape, B> mask(x.dims());
-  const T keep = T(1) / T(1 - p);
+  const T keep = p < 1 ? T(1) / T(1 - p) : T(0);
   Rng& rng = ctx.rng();
   if constexpr (B::host_accessible) {
     for (std::size_t i = 0; i < mask.numel(); ++i) mask[i] = rng.uniform() < p ? T(0) : keep;

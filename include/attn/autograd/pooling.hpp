@@ -40,8 +40,10 @@ auto masked_mean(C& ctx, const Var<T, S, B>& x, const M& key_mask) {
   return o;
 }
 
-/// Maximum over the time axis of the real positions: x (B, T, D) -> (B, D).
-/// The gradient goes to the (first) arg-max; a sample with no unmasked position pools to zeros.
+/// Maximum over the time axis of the real positions: x (B, T, D) -> (B, D), torch's
+/// x.masked_fill(padding, -inf).max(1).values: the gradient goes to the first arg-max (all of it,
+/// where torch.amax would share it between ties), a NaN is the maximum, and a sample with no
+/// unmasked position pools to zeros.
 template <Context C, class T, class S, class B, TokenMask M>
 auto masked_max(C& ctx, const Var<T, S, B>& x, const M& key_mask) {
   using R = shapes::drop_t<S, 1>;

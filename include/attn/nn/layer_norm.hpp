@@ -42,7 +42,7 @@ class LayerNorm : public Module {
 class Dropout : public Module {
  public:
   Dropout(Module* parent, std::string name, double p) : Module(parent, std::move(name)), p_(p) {
-    if (p < 0 || p >= 1) throw ArgumentError("nn::Dropout '" + this->name() + "': p must be in [0, 1)");
+    if (!(p >= 0 && p <= 1)) throw ArgumentError("nn::Dropout '" + this->name() + "': p must be in [0, 1]");
   }
   template <Context C, class T, class S, class B>
   Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x) const {

@@ -110,7 +110,8 @@ void masked_mean_backward(cpu, const T* g, const T* mask, const T* inv, std::siz
 }
 
 /// Masked max over time: out (b, d) = max over unmasked s of x[i, s, :], arg (b, d) the first
-/// arg-max s (-1, out 0, when no position is unmasked). out zero and arg -1 on entry.
+/// arg-max s (-1, out 0, when no position is unmasked), a NaN counting as the maximum (torch.max
+/// over a dimension). out zero and arg -1 on entry.
 template <class T>
 void masked_max_forward(cpu, const T* x, const T* mask, std::size_t b, std::size_t t, std::size_t d, T* out, std::int64_t* arg) {
   for (std::size_t i = 0; i < b; ++i)
@@ -118,7 +119,7 @@ void masked_max_forward(cpu, const T* x, const T* mask, std::size_t b, std::size
       if (mask[i * t + s] == T(0)) continue;
       const T* xr = x + (i * t + s) * d;
       for (std::size_t j = 0; j < d; ++j)
-        if (arg[i * d + j] < 0 || xr[j] > out[i * d + j]) {
+        if (arg[i * d + j] < 0 || xr[j] > out[i * d + j] || (xr[j] != xr[j] && out[i * d + j] == out[i * d + j])) {
           out[i * d + j] = xr[j];
           arg[i * d + j] = static_cast<std::int64_t>(s);
         }

@@ -162,7 +162,8 @@ __global__ void masked_mean_backward_kernel(const T* g, const T* mask, const T* 
   }
 }
 
-// out (b, d), arg (b, d): one thread per (i, j), the first maximum over unmasked s.
+// out (b, d), arg (b, d): one thread per (i, j), the first maximum over unmasked s (a NaN is the
+// maximum, as in torch.max over a dimension).
 template <class T>
 __global__ void masked_max_forward_kernel(const T* x, const T* mask, std::size_t b, std::size_t t, std::size_t d, T* out,
                                           std::int64_t* arg) {
@@ -174,7 +175,7 @@ __global__ void masked_max_forward_kernel(const T* x, const T* mask, std::size_t
     for (std::size_t s = 0; s < t; ++s) {
       if (mask[i * t + s] == T(0)) continue;
       const T v = x[(i * t + s) * d + j];
-      if (a < 0 || v > best) {
+      if (a < 0 || v > best || (v != v && best == best)) {
         best = v;
         a = static_cast<std::int64_t>(s);
       }
