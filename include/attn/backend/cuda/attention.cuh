@@ -92,12 +92,17 @@ inline constexpr int mha_rows = 4;                       // own rows per warp
 inline constexpr int mha_own = mha_warps * mha_rows;     // own rows per block
 inline constexpr int mha_tile = 32;                      // other rows per tile (one per lane)
 
-/// Shared memory of a flash block: two tiles (32 x (hd+1)), four own-row buffers (16 x hd) and
-/// two per-warp vectors of 32.
+/// Shared memory of a flash block: two tiles (32 x (hd+1)), `own` own-row buffers (16 x hd) and
+/// `vectors` per-warp vectors of 32. Each kernel asks for what it uses: the forward 2 buffers
+/// (Q, O) and 1 vector, the dQ pass 3 (Q, dO, dQ) and 1, the dK/dV pass 4 (K, V, dK, dV) and 2;
+/// so a forward at head_dim 128 in float (49,920 bytes) runs on a device whose opt-in limit is 64 KiB.
 template <class T>
-std::size_t mha_smem_bytes(int hd) {
-  return (std::size_t(2) * mha_tile * (hd + 1) + std::size_t(4) * mha_own * hd + std::size_t(2) * mha_warps * mha_tile) * sizeof(T);
+std::size_t mha_smem_bytes(int hd, int own, int vectors) {
+  return (std::size_t(2) * mha_tile * (hd + 1) + std::size_t(own) * mha_own * hd + std::size_t(vectors) * mha_warps * mha_tile) * sizeof(T);
 }
+inline constexpr int mha_forward_own = 2, mha_forward_vectors = 1;
+inline constexpr int mha_dq_own = 3, mha_dq_vectors = 1;
+inline constexpr int mha_dkv_own = 4, mha_dkv_vectors = 2;
 
 extern __shared__ __align__(16) unsigned char mha_smem[];
 
@@ -135,7 +140,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_forward_kernel(MhaAr
   T* Vs = Ks + mha_tile * (hd + 1);
   T* Qs = Vs + mha_tile * (hd + 1);
   T* Os = Qs + mha_own * hd;
-  T* Ps = Os + 3 * mha_own * hd + w * mha_tile;  // this warp's weights of the current tile
+  T* Ps = Os + mha_own * hd + w * mha_tile;  // this warp's weights of the current tile
   const T* base = a.qkv + std::size_t(b) * n * ld + std::size_t(h) * hd;
   mha_load(Qs, hd, base, ld, i0, mha_own, n, hd);
   for (int e = threadIdx.x; e < mha_own * hd; e += blockDim.x) Os[e] = T(0);
@@ -216,7 +221,7 @@ __global__ void __launch_bounds__(mha_warps * 32) mha_flash_dq_kernel(MhaArgs<T>
   T* Qs = Vs + mha_tile * (hd + 1);
   T* dOs = Qs + mha_own * hd;
   T* Gs = dOs + mha_own * hd;
-  T* Ps = Gs + 2 * mha_own * hd + w * mha_tile;
+  T* Ps = Gs + mha_own * hd + w * mha_tile;
   const T* base = a.qkv + std::size_t(b) * n * ld + std::size_t(h) * hd;
   mha_load(Qs, hd, base, ld, i0, mha_own, n, hd);
   mha_load(dOs, hd, dout + std::size_t(b) * n * D + std::size_t(h) * hd, D, i0, mha_own, n, hd);
@@ -381,9 +386,8 @@ __global__ void mha_softmax_jacobian_kernel(const T* P, T* dp, std::size_t rows,
 /// Launches a flash kernel on grid (ceil(T/16), H, B), opting into more than 48 KiB of shared
 /// memory when the head dimension needs it.
 template <class T, class Kernel, class... Args>
-void mha_launch(const char* what, Kernel kernel, const MhaArgs<T>& a, Args... args) {
+void mha_launch(const char* what, Kernel kernel, std::size_t smem, const MhaArgs<T>& a, Args... args) {
   const DeviceState& dev = current_device();
-  const std::size_t smem = mha_smem_bytes<T>(a.head_dim);
   if (smem > 48 * 1024) {
     int most = 0;
     check(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev.device), "cuda attention: cudaDeviceGetAttribute");
@@ -418,8 +422,9 @@ void mha_flash_forward(cuda, const MhaProblem<T>& p, T* out, T* lse, AttentionSt
   using namespace cuda_detail;
   if (p.batch == 0 || p.time == 0 || p.heads == 0 || p.head_dim == 0) return;
   const MhaArgs<T> a = mha_args<T>(p);
-  if (stats) stats->note(mha_smem_bytes<T>(a.head_dim));
-  mha_launch<T>("cuda attention: mha_flash_forward_kernel launch", mha_flash_forward_kernel<T>, a, out, lse);
+  const std::size_t smem = mha_smem_bytes<T>(a.head_dim, mha_forward_own, mha_forward_vectors);
+  if (stats) stats->note(smem);
+  mha_launch<T>("cuda attention: mha_flash_forward_kernel launch", mha_flash_forward_kernel<T>, smem, a, out, lse);
 }
 
 /// Flash backward, as mha_flash_backward(cpu, ...): accumulates into dqkv (B, T, 3D). Two passes
@@ -433,13 +438,15 @@ void mha_flash_backward(cuda, const MhaProblem<T>& p, const T* out, const T* dou
   MhaScratch<T> Dd(rows);
   if (stats) {
     stats->note(rows * sizeof(T));
-    stats->note(mha_smem_bytes<T>(a.head_dim));
+    stats->note(mha_smem_bytes<T>(a.head_dim, mha_dkv_own, mha_dkv_vectors));  // the larger of the two passes
   }
   const DeviceState& dev = current_device();
   mha_rowdot_kernel<T><<<row_blocks(rows), rows_per_block * warp_size, 0, dev.stream>>>(a, out, dout, Dd.p);
   check_launch("cuda attention: mha_rowdot_kernel launch");
-  mha_launch<T>("cuda attention: mha_flash_dq_kernel launch", mha_flash_dq_kernel<T>, a, dout, lse, static_cast<const T*>(Dd.p), dqkv);
-  mha_launch<T>("cuda attention: mha_flash_dkv_kernel launch", mha_flash_dkv_kernel<T>, a, dout, lse, static_cast<const T*>(Dd.p), dqkv);
+  mha_launch<T>("cuda attention: mha_flash_dq_kernel launch", mha_flash_dq_kernel<T>, mha_smem_bytes<T>(a.head_dim, mha_dq_own, mha_dq_vectors),
+                a, dout, lse, static_cast<const T*>(Dd.p), dqkv);
+  mha_launch<T>("cuda attention: mha_flash_dkv_kernel launch", mha_flash_dkv_kernel<T>,
+                mha_smem_bytes<T>(a.head_dim, mha_dkv_own, mha_dkv_vectors), a, dout, lse, static_cast<const T*>(Dd.p), dqkv);
 }
 
 /// Naive forward, as mha_naive_forward(cpu, ...): weights (B, H, T, T) = softmax(scale Q K^T +
