@@ -463,6 +463,38 @@ TEST_CASE("Attention: NoGrad and Tape agree, eval mode disables dropout, weights
       }
 }
 
+TEST_CASE("Attention: in training, forward_with_weights returns the weights after dropout, those that make the output (torch's need_weights)") {
+  constexpr std::size_t H = 2, E = 8, hd = E / H, n = 5;
+  nn::Attention<H, E, double> a(nullptr, "attn", {.dropout = 0.5, .bias = false});
+  const auto x = random<double>({1, n, E});
+  attn::NoGrad ng(11);
+  a.train();
+  auto r = a.forward_with_weights(ng, attn::Var<double>(x));
+  const auto w_in = a.in_proj_weight.value();
+  const auto w_out = a.out_proj.weight.value();
+  bool dropped = false;
+  std::vector<double> o(n * E, 0.0);  // concat over heads of weights_h V_h
+  for (std::size_t h = 0; h < H; ++h)
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        const double wij = r.weights(0, h, i, j);
+        dropped = dropped || wij == 0.0;
+        for (std::size_t c = 0; c < hd; ++c) {
+          double v = 0;  // V[j, h hd + c] = x[j] . w_in[2E + h hd + c]
+          for (std::size_t k = 0; k < E; ++k) v += x(0, j, k) * w_in(2 * E + h * hd + c, k);
+          o[i * E + h * hd + c] += wij * v;
+        }
+      }
+  CHECK(dropped);
+  const auto out = r.out.value();
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t e = 0; e < E; ++e) {
+      double y = 0;
+      for (std::size_t k = 0; k < E; ++k) y += o[i * E + k] * w_out(e, k);
+      CHECK(out(0, i, e) == Approx(y).epsilon(1e-12));
+    }
+}
+
 TEST_CASE("Attention, PaddedRows::zero: the real rows and every gradient match PaddedRows::compute, padded rows are zero") {
   const std::size_t n = 11;
   // Ragged lengths with a fully padded sample; the same with holes (padding before real tokens: the

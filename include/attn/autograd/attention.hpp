@@ -12,13 +12,40 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "../backend/attention_problem.hpp"
+#include "../backend/element_math.hpp"
 #include "../backend/kernels.hpp"
 #include "../core/precision.hpp"
 #include "var.hpp"
 
 namespace attn {
+
+namespace detail {
+/// The weights after attention dropout, as torch's need_weights returns them in training: w (B, H,
+/// T, T) times the kernels' own mask (elem::dropout_factor of ((b H + h) T + i) T + j), in a new
+/// tensor (w itself is kept for backward). Through the host on a device backend: only a caller
+/// that asks for the weights of a training step with dropout pays it.
+template <class T, class B>
+Tensor<T, AnyShape, B> dropped_weights(const Tensor<T, AnyShape, B>& w, const kernels::MhaProblem<T>& p) {
+  const auto threshold = static_cast<std::uint32_t>(p.dropout * double(1u << 24));
+  const T keep = T(1.0 / (1.0 - p.dropout));
+  const std::size_t n = w.numel();
+  Tensor<T, AnyShape, B> out(w.dims());
+  if constexpr (B::host_accessible) {
+    const T* src = w.data();
+    T* dst = out.data();
+    for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] * elem::dropout_factor(p.seed, i, threshold, keep);
+  } else {
+    std::vector<T> h(n);
+    B::template to_host<T>(h.data(), w.data(), n);
+    for (std::size_t i = 0; i < n; ++i) h[i] *= elem::dropout_factor(p.seed, i, threshold, keep);
+    B::template from_host<T>(out.data(), h.data(), n);
+  }
+  return out;
+}
+}  // namespace detail
 
 /// Which kernel self_attention runs. `automatic`: flash unless the weights are requested.
 enum class AttentionKernel { automatic, flash, naive };
@@ -120,7 +147,7 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   if (naive) {
     saved = Tensor<T, AnyShape, B>(Dims{nb, a.heads, n, n});
     kernels::mha_naive_forward(B{}, p, out.data(), saved.data(), a.stats);
-    if (a.weights) *a.weights = saved;
+    if (a.weights) *a.weights = p.dropout > 0 ? detail::dropped_weights(saved, p) : saved;
   } else {
     saved = Tensor<T, AnyShape, B>(Dims{nb, a.heads, n});
     kernels::mha_flash_forward(B{}, p, out.data(), saved.data(), a.stats);

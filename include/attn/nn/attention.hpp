@@ -57,7 +57,9 @@ struct AttentionExtras {
 };
 
 /// forward_with_weights' result: the output and the per-head softmax weights (B, Heads, T, T),
-/// before attention dropout. The weights are saved for backward: treat them as read-only.
+/// after attention dropout in training (zeros and weights / (1 - p), as torch's need_weights
+/// returns them: the weights that made the output). Without dropout they are the ones saved for
+/// backward: treat them as read-only.
 template <class T, class S, std::size_t Heads, class B>
 struct AttentionOutput {
   Var<T, S, B> out;
