@@ -72,15 +72,24 @@ struct cuda {
     cuda_detail::allocation_counter().fetch_add(1, std::memory_order_relaxed);
     return static_cast<T*>(p);
   }
-  /// Returns p to the pool, ordered after the work already enqueued. Errors are dropped: this runs
-  /// in destructors, also while the CUDA runtime is shutting down at exit.
+  /// Returns p to the pool of the device it came from, ordered after the work already enqueued
+  /// there (with several devices in use, that device is made current for the call). Errors are
+  /// dropped: this runs in destructors, also while the CUDA runtime is shutting down at exit.
   template <class T>
   static void deallocate(T* p, std::size_t) noexcept {
     if (!p) return;
     try {
-      const cuda_detail::DeviceState& dev = cuda_detail::current_device();
-      cudaError_t e = dev.pooled ? cudaFreeAsync(p, dev.stream) : cudaFree(p);
+      const cuda_detail::DeviceState& current = cuda_detail::current_device();
+      const cuda_detail::DeviceState* dev = cuda_detail::owner_device(p);
+      if (!dev) return;  // no device of attn's: leave it
+      const bool other = dev->device != current.device;
+      if (other && cudaSetDevice(dev->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+      }
+      cudaError_t e = dev->pooled ? cudaFreeAsync(p, dev->stream) : cudaFree(p);
       if (e != cudaSuccess) (void)cudaGetLastError();
+      if (other) (void)cudaSetDevice(current.device);
     } catch (...) {
     }
   }

@@ -134,6 +134,7 @@ struct DeviceState {
 struct Registry {
   std::mutex mutex;
   std::atomic<DeviceState*> states[max_devices] = {};
+  std::atomic<int> count{0};  // states made: above 1, a free must find the device that owns its pointer
 };
 inline Registry& registry() {
   static Registry* r = new Registry();
@@ -179,8 +180,24 @@ inline DeviceState& current_device() {
   if (!s) {
     s = make_device_state(d);
     r.states[d].store(s, std::memory_order_release);
+    r.count.fetch_add(1, std::memory_order_release);
   }
   return *s;
+}
+
+/// The device state that owns device pointer p where this process uses several devices (the
+/// pointer's own device, from cudaPointerGetAttributes), else the current one; nullptr when p's
+/// device has no state (not attn's memory).
+inline DeviceState* owner_device(const void* p) {
+  DeviceState& current = current_device();
+  if (registry().count.load(std::memory_order_acquire) <= 1) return &current;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return &current;
+  }
+  if (attr.device < 0 || attr.device >= max_devices || attr.device == current.device) return &current;
+  return registry().states[attr.device].load(std::memory_order_acquire);
 }
 
 /// cuBLAS handles are not safe to share between threads, so each thread owns one per device,
