@@ -67,15 +67,11 @@ class AtomicFile {
     }
     if (fd_ < 0) fail("cannot create a unique temporary file in " + dir.string());
     if (exists) {
-      // Best effort for the owner (only a privileged process may give a file away); the mode bits
-      // are the existing file's, not the umask's.
+      // The mode bits are the existing file's, not the umask's; the owner too where the process
+      // may give a file away. Both best effort: a file system without POSIX permissions refuses
+      // them, and they mean nothing there.
       (void)!::fchown(fd_, existing.st_uid, existing.st_gid);
-      if (::fchmod(fd_, existing.st_mode & 07777) != 0) {
-        const int err = errno;
-        discard();
-        errno = err;
-        fail("cannot give the temporary file the permissions of " + dest_.string());
-      }
+      (void)!::fchmod(fd_, existing.st_mode & 07777);
     }
     file_ = ::fdopen(fd_, "wb");
     if (file_ == nullptr) {
