@@ -147,7 +147,10 @@ struct TnewsClassifier : nn::Module {
     const bool tr = training();
     attn::Var<float, Shape<dyn, dyn, kDim>, B> h;                       // (B, T, 256), zero at padding
     if constexpr (std::is_same_v<C, attn::NoGrad> && B::host_accessible) {
-      if (folded && !tr && !delta) h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, b.lengths).out;
+      // The tables hold the input projections in the precision they were folded in; under another
+      // one (an int8 evaluation of a model folded in fp32) the two layers run as they are.
+      if (folded && !tr && !delta && folded->precision == attn::precision())
+        h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, b.lengths).out;
     }
     if (!h.defined()) {
       auto x = tokens(ctx, b.ids);  // (B, T, kEmbed)
@@ -169,9 +172,10 @@ struct TnewsClassifier : nn::Module {
     return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, 15)
   }
 
-  /// Inference: folds the embedding into the BiLSTM's input projections (nn::embedded_lstm), which
-  /// forward() then uses in eval mode without a tape. Call it once the weights are final (after
-  /// training or loading): tables whose weights have changed since make forward() throw.
+  /// Inference: folds the embedding into the BiLSTM's input projections (nn::embedded_lstm), in the
+  /// current precision, which forward() then uses in eval mode without a tape under that precision.
+  /// Call it once the weights are final (after training or loading, and after quantize_dynamic):
+  /// tables whose weights have changed since make forward() throw.
   void fold_embedding() {
     static_assert(B::host_accessible, "TnewsClassifier::fold_embedding: the inference-time embedding fold runs on the CPU backend only");
     folded = nn::lstm_input_tables(tokens, lstm);

@@ -113,12 +113,12 @@ void run_bench(std::size_t heads, const Options& o) {
   std::string quantized;
   double ceiling = 0;  // the CPU's FP32 GEMM rate: the bound of a CPU run
   if constexpr (B::host_accessible) {
-    if (o.fold) model.fold_embedding();  // the embedding folded into the BiLSTM's input projections
     if (attn::precision() == attn::Precision::int8) {  // quantized once, before the timed passes
       const auto q = attn::nn::quantize_dynamic(model);
       quantized = fmt::format(", {} weights in int8 ({:.0f} KB, {:.0f} KB in float)", q.weights, double(q.int8_bytes) / 1024,
                               double(q.float_bytes) / 1024);
     }
+    if (o.fold) model.fold_embedding();  // the embedding folded into the BiLSTM's input projections, in this precision
     ceiling = attn::cpu_gemm_ceiling_gflops(2048, 5, 3.0);
   }
   const bool folded = model.folded.has_value();

@@ -301,6 +301,20 @@ TEST_CASE("embedded_lstm: an Embedding + LSTM/BiLSTM from input-projection table
   nn::Embedding<6, float> emb_f(nullptr, "embed", 13, {.padding_idx = 0, .init_std = 0.5});
   nn::BiLSTM<6, 4, float> bi_f(nullptr, "lstm");
   check_embedded<float>(bi_f, emb_f, 1e-6);
+  // Under bf16 and int8 the tables hold the input projections lstm() computes in that precision
+  // (int8: W_ih's pack, each embedding row quantized on its own, as each token's row is).
+  for (const auto prec : {attn::Precision::bf16, attn::Precision::int8}) {
+    INFO(attn::precision_name(prec));
+    const attn::PrecisionScope scope(prec);
+    check_embedded<float>(bi_f, emb_f, 1e-6);
+  }
+  // Tables built under one precision refuse to run under another.
+  const auto tables = nn::lstm_input_tables(emb_f, bi_f);
+  attn::NoGrad ng;
+  const attn::PrecisionScope int8(attn::Precision::int8);
+  auto ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({1, 2});
+  CHECK_THROWS_WITH(nn::embedded_lstm(ng, bi_f, tables, ids, std::vector<int>{2}),
+                    Catch::Contains("built under Precision::fp32") && Catch::Contains("runs under int8"));
 }
 
 namespace {

@@ -426,7 +426,10 @@ LstmResult<T, B> bilstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> len
 }
 
 /// The input-projection table of one LSTM direction for lstm_from_table: (V, 4H) = E W_ih^T, the
-/// projection of every row of the embedding table E (V, In). Build it again after E or W_ih change.
+/// projection of every row of the embedding table E (V, In), in the precision lstm() would use now
+/// (under int8 W_ih's kept int8 pack and each row quantized on its own, under bf16 its kept bf16
+/// pack: the rows lstm() computes for those tokens). Build it again after E or W_ih change, or under
+/// another precision.
 template <class T>
 Tensor<T, AnyShape, cpu> lstm_input_table(const Var<T, AnyShape, cpu>& embedding, const Var<T, AnyShape, cpu>& w_ih) {
   if (!embedding.defined() || embedding.rank() != 2) throw ShapeError("lstm_input_table: the embedding table must be (rows, dim)");
@@ -436,8 +439,8 @@ Tensor<T, AnyShape, cpu> lstm_input_table(const Var<T, AnyShape, cpu>& embedding
                      " is not (4H, " + std::to_string(in) + ") for an embedding table " + embedding.dims().str());
   const std::size_t g = w_ih.size(0);
   Tensor<T, AnyShape, cpu> t({v, g});
-  cpu::gemm<T>(Trans::no, Trans::yes, int(v), int(g), int(in), T(1), embedding.raw().data(), int(in), w_ih.raw().data(), int(in), T(0),
-               t.data(), int(g));
+  const auto op = detail::LstmOperand<T, cpu>::weight(detail::lstm_precision<T, cpu>(), true, *w_ih.data());
+  op.gemm(Trans::no, int(v), int(g), int(in), embedding.raw().data(), int(in), T(0), t.data(), int(g));
   return t;
 }
 

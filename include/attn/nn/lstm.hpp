@@ -185,6 +185,7 @@ class BiLSTM : public Module {
 template <class T>
 struct LstmInputTables {
   std::vector<Tensor<T, AnyShape, cpu>> dirs;  // (V, 4H) per direction
+  Precision precision = Precision::fp32;        // the products' precision when they were built
   /// The weights the tables were computed from, with their write counts then: the embedding's
   /// table first, then each direction's weight_ih.
   struct Source {
@@ -213,6 +214,7 @@ void check_tables_current(const LstmInputTables<T>& tables, std::span<const Lstm
 template <std::size_t In, class T, class Lstm>
 LstmInputTables<T> lstm_input_tables(const Embedding<In, T, cpu>& embedding, const Lstm& lstm) {
   LstmInputTables<T> t;
+  t.precision = ::attn::detail::lstm_precision<T, cpu>();
   t.sources.push_back({embedding.weight.data(), embedding.weight.data()->value_writes});
   for (const auto& w : lstm.weights()) {
     t.dirs.push_back(lstm_input_table<T>(embedding.weight.erased(), w.w_ih));
@@ -229,6 +231,10 @@ typename Lstm::Output embedded_lstm(NoGrad& ctx, const Lstm& lstm, const LstmInp
                                     std::span<const int> lengths) {
   const auto w = lstm.weights();
   lstm_detail::check_tables_current(tables, std::span<const LstmWeights<T, cpu>>(w));
+  if (tables.precision != ::attn::detail::lstm_precision<T, cpu>())
+    throw ArgumentError(std::string("nn::embedded_lstm: the input tables were built under Precision::") + precision_name(tables.precision) +
+                        ", this call runs under " + precision_name(::attn::detail::lstm_precision<T, cpu>()) +
+                        " (build them again under this precision)");
   auto r = lstm_from_table<T>(ctx, std::span<const Tensor<T, AnyShape, cpu>>(tables.dirs), ids, lengths,
                               std::span<const LstmWeights<T, cpu>>(w));
   return {r.out, r.h_n, r.c_n};
