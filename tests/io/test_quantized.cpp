@@ -121,6 +121,30 @@ TEST_CASE("quantize_dynamic: the product weights, int8 inference within a quanti
   }
 }
 
+TEST_CASE("int8 after load_quantized: an encoder layer's forward_rows takes the file's int8 in_proj, as forward does") {
+  nn::TransformerEncoderLayer<2, 32> a(nullptr, "layer"), b(nullptr, "layer");
+  a.init(3);
+  b.init(8);
+  a.eval();
+  b.eval();
+  nn::quantize_dynamic(a);
+  TempDir tmp;
+  attn::io::save_quantized(a, tmp.path() / "q.safetensors");
+  attn::io::load_quantized(b, tmp.path() / "q.safetensors");
+  attn::Rng rng(4);
+  auto x = attn::Tensor<float>::zeros({2, 6, 32});
+  for (std::size_t i = 0; i < x.numel(); ++i) x.data()[i] = float(rng.uniform(-1, 1));
+  attn::NoGrad ng;
+  const attn::PrecisionScope scope(Precision::int8);
+  const auto full = b(ng, attn::Var<float>(x), attn::Lengths{6, 4}).value();
+  const auto rows = b.forward_rows(ng, attn::Var<float>(x), attn::Lengths{6, 4}, 1).value();
+  double d = 0;
+  for (std::size_t s = 0; s < 2; ++s)
+    for (std::size_t j = 0; j < 32; ++j) d = std::max(d, double(std::abs(rows(s, 0, j) - full(s, 0, j))));
+  INFO("forward_rows vs forward, row 0: " << d);
+  CHECK(d < 1e-5);
+}
+
 TEST_CASE("load_quantized: a float file, a bad scale, a missing or extra tensor are refused, naming them, with the model unchanged") {
   Net a, b;
   a.init(1);

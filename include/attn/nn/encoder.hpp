@@ -271,8 +271,18 @@ class TransformerEncoderLayer : public Module {
     // Self-attention of the first rows' queries over every key: (B, T, Dim) -> (B, rows, Dim).
     const auto sa = [&](const Var<T, AnyShape, B>& h) {
       const auto& a = self_attn;
-      auto q = linear(ctx, first(h), part(a.in_proj_weight, 0), part(a.in_proj_bias, 0));  // (B, rows, Dim)
-      auto kv = linear(ctx, h, part(a.in_proj_weight, 1), part(a.in_proj_bias, 1));      // (B, T, 2 Dim)
+      Var<T, AnyShape, B> q, kv;  // (B, rows, Dim), (B, T, 2 Dim)
+      if (precision() != Precision::fp32) {
+        // In bf16 or int8 the product takes in_proj_weight's own pack (the one quantize_dynamic or
+        // load_quantized made): a slice of it would be a new weight, packed, or quantized afresh
+        // from the dequantized values, on every call. So every row's Q, K and V, then the slices.
+        const Var<T, AnyShape, B> qkv = linear(ctx, h, a.in_proj_weight, a.in_proj_bias);  // (B, T, 3 Dim)
+        q = slice(ctx, first(qkv), 2, 0, Dim);
+        kv = slice(ctx, qkv, 2, Dim, 2 * Dim);
+      } else {
+        q = linear(ctx, first(h), part(a.in_proj_weight, 0), part(a.in_proj_bias, 0));
+        kv = linear(ctx, h, part(a.in_proj_weight, 1), part(a.in_proj_bias, 1));
+      }
       const auto split = [&](const Var<T, AnyShape, B>& v, std::size_t n) {              // (B, n, Dim) -> (B, H, n, hd)
         return permute(ctx, reshape(ctx, v, Dims{batch, n, Heads, hd}), {0, 2, 1, 3});
       };
