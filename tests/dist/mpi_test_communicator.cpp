@@ -3,6 +3,7 @@
 // are split into several MPI calls, bad arguments and MPI failures become attn errors.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -45,6 +46,17 @@ TEST_CASE("communicator: sum and mean all-reduce in place, float and double") {
     CHECK(f[i] == Approx(rank_sum * (i + 1)));
     CHECK(d[i] == Approx(0.5 * rank_sum / n - i));
   }
+}
+
+TEST_CASE("communicator: the mean of integers is truncated, not zero") {
+  dist::Communicator comm;
+  const int n = comm.size(), r = comm.rank();
+  std::vector<std::int64_t> v(3, 2 * (r + 1));
+  std::vector<std::int32_t> w(2, 7 + r);
+  comm.all_reduce(std::span<std::int64_t>(v), dist::ReduceOp::mean);
+  comm.all_reduce(std::span<std::int32_t>(w), dist::ReduceOp::mean);
+  for (auto x : v) CHECK(x == std::int64_t(n + 1));          // sum 2 (1 + ... + n) = n (n + 1)
+  for (auto x : w) CHECK(x == std::int32_t((7 * n + n * (n - 1) / 2) / n));
 }
 
 TEST_CASE("communicator: buffers longer than max_message_elements go in several calls") {

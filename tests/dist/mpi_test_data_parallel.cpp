@@ -367,6 +367,16 @@ TEST_CASE("data parallel: frozen parameters are not reduced, and bad options are
   CHECK_THROWS_AS(dist::DataParallel<double>(model, comm), attn::ArgumentError);  // float model
 }
 
+TEST_CASE("data parallel: frozen parameters are broadcast from the root too, as torch's DDP does") {
+  dist::Communicator comm;
+  TinyClassifier<> model, reference;  // both default-initialised: rank 0's values everywhere
+  if (comm.rank() != 0) model.init(77 + std::uint64_t(comm.rank()));
+  model.tokens.weight.data()->requires_grad = false;  // frozen, different on every rank but 0
+  if (comm.size() > 1 && comm.rank() != 0) REQUIRE(dist_test::max_param_diff(model, reference) > 0.1);
+  dist::DataParallel<float> ddp(model, comm);
+  CHECK(dist_test::max_param_diff(model, reference) == 0.0);
+}
+
 TEST_CASE("data parallel: a backward step that does not list the Var it writes is caught") {
   dist::Communicator comm;
   TinyClassifier<> model;

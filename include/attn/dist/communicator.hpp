@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -155,10 +156,16 @@ class Communicator {
     }
     into.bytes_ += n * sizeof(T);
     if (op == ReduceOp::mean && size_ > 1) {
-      const T scale = T(1) / T(size_);
-      into.after_.push_back([data, n, scale] {
-        for (std::size_t i = 0; i < n; ++i) data[i] *= scale;
-      });
+      if constexpr (std::is_integral_v<T>) {  // truncated, as NCCL's average of integers (1 / size would be 0)
+        into.after_.push_back([data, n, size = T(size_)] {
+          for (std::size_t i = 0; i < n; ++i) data[i] /= size;
+        });
+      } else {
+        const T scale = T(1) / T(size_);
+        into.after_.push_back([data, n, scale] {
+          for (std::size_t i = 0; i < n; ++i) data[i] *= scale;
+        });
+      }
     }
   }
   /// Starts a broadcast of data[0, n) from rank root to every rank.

@@ -80,7 +80,8 @@ struct ReduceStats {
 };
 
 /// Wraps a model's parameters of element type T on backend B (all of the model's parameters must
-/// be of that type; frozen ones, requires_grad == false, are left out). Every rank builds the same
+/// be of that type; frozen ones, requires_grad == false, are left out of the gradient buckets, but
+/// broadcast and checked with the others, as torch's DDP does). Every rank builds the same
 /// model and calls the same methods in the same order. The communicator must outlive the wrapper.
 ///
 /// A training step:
@@ -134,9 +135,15 @@ class DataParallel {
     auto vars = model.parameters<T, B>();  // throws ArgumentError on another element type or backend
     std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>> list, bucketed;
     std::unordered_set<const void*> seen;  // a tied parameter is reduced once
+    std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>> frozen;
     for (std::size_t k = 0; k < vars.size(); ++k) {
       const auto& d = vars[k].data();
-      if (!d->requires_grad || !seen.insert(d.get()).second) continue;
+      if (!seen.insert(d.get()).second) continue;
+      if (!d->requires_grad) {  // no gradient to reduce, but the same values on every rank
+        frozen.push_back({named[k].first, d});
+        frozen_.push_back(vars[k]);
+        continue;
+      }
       const bool gather = gathers_rows && opt_.gather_sparse && d->sparse_rows && d->value.rank() == 2;
       gathered_.push_back(gather ? 1 : 0);
       list.push_back({named[k].first, d});
@@ -147,7 +154,7 @@ class DataParallel {
       index_.push_back({d.get(), params_.size() - 1});
     }
     std::sort(index_.begin(), index_.end());
-    check_same_model(list);
+    check_same_model(list, frozen);
     if (opt_.broadcast_parameters) broadcast_parameters(opt_.root);
     buckets_ = GradBuckets<T, B>(bucketed, opt_.bucket_cap_bytes, opt_.first_bucket_cap_bytes);
     gathers_.resize(params_.size());
@@ -216,12 +223,14 @@ class DataParallel {
   /// DataParallelOptions::rebuild_buckets).
   bool buckets_rebuilt() const noexcept { return rebuilt_; }
 
-  /// Overwrites every rank's parameter values with the root's.
+  /// Overwrites every rank's parameter values with the root's, the frozen ones' too.
   void broadcast_parameters(int root = 0) {
     auto pending = comm_->pending("parameter broadcast from rank " + std::to_string(root));
-    for (auto& v : params_) comm_->start_broadcast(const_cast<T*>(v.raw().data()), v.numel(), root, pending);
+    for (auto* group : {&params_, &frozen_})
+      for (auto& v : *group) comm_->start_broadcast(const_cast<T*>(v.raw().data()), v.numel(), root, pending);
     pending.wait();
-    for (auto& v : params_) v.data()->mark_value_written();
+    for (auto* group : {&params_, &frozen_})
+      for (auto& v : *group) v.data()->mark_value_written();
   }
 
   const std::vector<Var<T, AnyShape, B>>& params() const noexcept { return params_; }
@@ -236,7 +245,8 @@ class DataParallel {
   /// Every rank must hold the same parameters (names, order, shapes), or the buckets would not line
   /// up and the all-reduces would mix unrelated numbers. Compared by a hash gathered from all ranks;
   /// every rank sees all hashes, so all of them throw together.
-  void check_same_model(const std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>>& list) const {
+  void check_same_model(const std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>>& list,
+                        const std::vector<std::pair<std::string, std::shared_ptr<VarData<T, B>>>>& frozen) const {
     std::uint64_t h = 1469598103934665603ULL;
     auto mix = [&h](std::uint64_t x) {
       for (int i = 0; i < 8; ++i) h = (h ^ ((x >> (8 * i)) & 0xff)) * 1099511628211ULL;
@@ -248,6 +258,12 @@ class DataParallel {
       // A table gathered or row-sparse on one rank and not on another would misalign the collectives.
       mix(gathered_[k]);
       mix(d->sparse_rows ? 1 : 0);
+      mix(nn::name_seed(name));
+      mix(d->value.dims().n);
+      for (std::size_t a = 0; a < d->value.dims().n; ++a) mix(d->value.dims().v[a]);
+    }
+    mix(frozen.size());
+    for (const auto& [name, d] : frozen) {
       mix(nn::name_seed(name));
       mix(d->value.dims().n);
       for (std::size_t a = 0; a < d->value.dims().n; ++a) mix(d->value.dims().v[a]);
@@ -493,6 +509,7 @@ class DataParallel {
   const Comm* comm_;
   DataParallelOptions opt_;
   std::vector<Var<T, AnyShape, B>> params_;
+  std::vector<Var<T, AnyShape, B>> frozen_;  // requires_grad == false: broadcast, never reduced
   std::vector<std::string> names_;
   std::vector<const void*> leaves_;                         // params_' VarData, for the tape
   std::vector<std::pair<const void*, std::size_t>> index_;  // VarData -> index in params_, sorted
