@@ -239,6 +239,29 @@ TEST_CASE("checkpoint: the step lists the parameters the function uses, for back
   }
 }
 
+TEST_CASE("checkpoint: a parameter returned as it is, read by no op inside, is listed and takes its gradient as a leaf") {
+  using V = attn::Var<double>;
+  attn::nn::Embedding<3, double> table(nullptr, "table", 4, {.sparse = true});
+  V x(Tensor<double>::from({4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}), true);
+  Tape t;
+  const V s = table.weight;
+  auto [a, b] = attn::checkpoint(t, [&](auto& c, const V& v) { return std::make_tuple(attn::tanh(c, v), s); }, x);
+  auto loss = attn::sum(t, attn::mul(t, a, b));
+  struct Observer final : attn::BackwardObserver {
+    std::vector<std::size_t> steps;
+    std::size_t at = 99;
+    void leaf_ready(std::size_t) override { at = steps.empty() ? 98 : steps.back(); }
+    void step_done(std::size_t i) override { steps.push_back(i); }
+  } obs;
+  const void* ptr = s.data().get();
+  t.backward(loss, std::span<const void* const>(&ptr, 1), obs);
+  CHECK(obs.at != 98);  // reported after a step (the checkpoint's), not before any
+  const auto& d = *table.weight.data();
+  CHECK_FALSE(d.grad_is_row_sparse());  // a dense gradient: the optimizer will not skip it
+  const auto g = table.weight.grad().to_vector();
+  for (std::size_t i = 0; i < 12; ++i) CHECK(g[i] == Approx(std::tanh(double(i + 1))));
+}
+
 TEST_CASE("checkpoint: a tracing tape records nothing and names what was read from outside") {
   using T = double;
   using V = attn::Var<T>;

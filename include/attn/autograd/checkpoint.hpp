@@ -166,6 +166,11 @@ auto checkpoint_on_tape(Tape& tape, F&& fn_in, const Args&... args) {
       const auto& v = std::get<k>(r);
       using V = std::remove_cvref_t<decltype(v)>;
       if (!v.defined()) throw ArgumentError(std::string("checkpoint: the function returned an undefined Var (output ") + std::to_string(k) + ")");
+      // An outside Var returned as it is (a parameter no op inside reads): the step writes its
+      // gradient, so it is listed with the others (observers, DataParallel's buckets) and takes
+      // that gradient as a leaf does.
+      const void* vd = v.data().get();
+      if (v.tape() != &trace && !listed(copy_data, vd) && !listed(outside, vd)) outside.push_back(vd);
       std::get<k>(outs) = make_out<typename V::shape_type>(&tape, v.raw(), v.requires_grad());
     });
   }
