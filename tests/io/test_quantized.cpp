@@ -119,6 +119,22 @@ TEST_CASE("quantize_dynamic: the product weights, int8 inference within a quanti
     const attn::PrecisionScope scope(Precision::int8);
     CHECK(max_diff(b.forward(ids, lengths), int8) == 0);
   }
+  // A write that changes no value (a broadcast, a pair of Ema swaps) keeps them too: quantizing the
+  // dequantized values afresh would move each channel's scale.
+  for (auto& p : b.parameters<float>()) p.data()->mark_value_written();
+  {
+    const attn::PrecisionScope scope(Precision::int8);
+    CHECK(max_diff(b.forward(ids, lengths), int8) == 0);
+  }
+  // A real change is quantized afresh.
+  for (auto& p : b.parameters<float>()) {
+    p.data()->value.data()[0] += 0.25f;
+    p.data()->mark_value_written();
+  }
+  {
+    const attn::PrecisionScope scope(Precision::int8);
+    CHECK(max_diff(b.forward(ids, lengths), int8) > 0);
+  }
 }
 
 TEST_CASE("int8 after load_quantized: an encoder layer's forward_rows takes the file's int8 in_proj, as forward does") {

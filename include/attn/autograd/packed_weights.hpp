@@ -66,13 +66,39 @@ std::shared_ptr<const P> derived_pack(VarData<T, B>& d, PackKind kind, Make&& ma
   return p;
 }
 
-/// The int8 pack of W^T for a float weight W (out, in) on the CPU.
+/// Whether W (n, k) is exactly what pack dequantizes to: W(j, p) == float(q) * scale_j bit for bit,
+/// the values io::load_quantized sets.
+inline bool dequantizes_to(const kernels::PackedInt8& pack, const float* w, int n, int k) {
+  if (pack.n() != n || pack.k() != k) return false;
+  const float* s = pack.scales();
+  for (int j = 0; j < n; ++j)
+    for (int p = 0; p < k; ++p)
+      if (w[std::size_t(j) * std::size_t(k) + std::size_t(p)] != float(pack.at(p, j)) * s[j]) return false;
+  return true;
+}
+
+/// The int8 pack of W^T for a float weight W (out, in) on the CPU. A stale pack whose dequantized
+/// values are still W's, bit for bit (the write count advanced without a change: a DataParallel
+/// broadcast, a pair of Ema swaps, a load of the same values), is kept: quantizing those values
+/// afresh would move each channel's scale by up to 1/255 and lose the file's int8 values.
 inline std::shared_ptr<const kernels::PackedInt8> int8_weight(VarData<float, cpu>& w) {
-  return derived_pack<kernels::PackedInt8>(w, PackKind::int8_wt, [&] {
-    kernels::PackedInt8 p;
-    p.quantize(int(w.value.dims().v[1]), int(w.value.dims().v[0]), w.value.data(), int(w.value.dims().v[1]));
-    return p;
-  });
+  const int n = int(w.value.dims().v[0]), k = int(w.value.dims().v[1]);
+  std::uint64_t writes = 0;
+  if (auto p = current_pack<kernels::PackedInt8>(w, PackKind::int8_wt, &writes)) return p;
+  std::shared_ptr<const kernels::PackedInt8> stale;
+  {
+    std::lock_guard<std::mutex> lock(derived_mutex());
+    stale = std::static_pointer_cast<const kernels::PackedInt8>(pack_slot(w, PackKind::int8_wt).data);
+  }
+  if (stale && dequantizes_to(*stale, w.value.data(), n, k)) {
+    keep_pack<kernels::PackedInt8>(w, PackKind::int8_wt, stale, writes);
+    return stale;
+  }
+  auto p = std::make_shared<kernels::PackedInt8>();
+  p->quantize(k, n, w.value.data(), k);
+  std::shared_ptr<const kernels::PackedInt8> made = std::move(p);
+  keep_pack<kernels::PackedInt8>(w, PackKind::int8_wt, made, writes);
+  return made;
 }
 
 /// The bf16 pack of W^T for a float weight W (out, in) on the CPU.
