@@ -535,3 +535,25 @@ TEST_CASE("Adam counts a sparse table's step only when a lookup reached it, in t
   opt.step();
   CHECK(opt.param_steps()[0] == 3);
 }
+
+TEST_CASE("SGD with momentum: a sparse table no lookup reached stays, one reached by padding rows only moves by its momentum") {
+  attn::nn::Embedding<2, double> emb(nullptr, "e", 5, {.padding_idx = 0, .sparse = true});
+  auto& d = *emb.weight.data();
+  d.grad = Tensor<double>::zeros({5, 2});  // a kept whole-table buffer, as on a device backend
+  optim::Sgd<double> opt(emb, {.lr = 0.1, .momentum = 0.9});
+  const auto lookup = [&](std::initializer_list<std::int32_t> ids) {
+    attn::Tape tape;
+    tape.backward(attn::sum(tape, emb(tape, Tensor<std::int32_t>::from({ids.size()}, ids))));
+  };
+  lookup({1, 3});
+  opt.step();
+  opt.zero_grad();
+  const auto after_one = emb.weight.value().to_vector();
+  opt.step();  // no lookup: torch's grad is None, nothing moves
+  CHECK(emb.weight.value().to_vector() == after_one);
+  lookup({0});  // padding only: torch's empty sparse gradient, and the momentum moves rows 1 and 3
+  opt.step();
+  const auto after_pad = emb.weight.value().to_vector();
+  CHECK(after_pad[2] == Approx(after_one[2] - 0.1 * 0.9 * 1.0));
+  CHECK(after_pad[0] == after_one[0]);
+}

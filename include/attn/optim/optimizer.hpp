@@ -260,6 +260,8 @@ class Sgd {
     if (!std::isfinite(opt.dampening)) bad("dampening must be finite");
     if (!(opt.weight_decay >= 0) || !std::isfinite(opt.weight_decay)) bad("weight_decay must be finite and >= 0");
     if (opt.nesterov && (opt.momentum <= 0 || opt.dampening != 0)) bad("Nesterov momentum requires a momentum and zero dampening");
+    writes_seen_.resize(p_.vars.size());
+    for (std::size_t k = 0; k < p_.vars.size(); ++k) writes_seen_[k] = p_.vars[k].data()->grad_writes;
   }
 
   void step() {
@@ -267,8 +269,11 @@ class Sgd {
     for (std::size_t k = 0; k < p_.vars.size(); ++k) {
       auto& d = *p_.vars[k].data();
       // A row-sparse table that no lookup reached this step has no gradient, as in torch (a kept
-      // whole-table buffer with no rows is not one): momentum and decay leave it alone.
-      if (d.grad_is_row_sparse() && d.grad_rows.empty()) continue;
+      // whole-table buffer that nothing wrote since the last step is not one): momentum and decay
+      // leave it alone. A lookup of padding rows only is one (torch's empty sparse gradient).
+      const bool written = d.grad_writes != writes_seen_[k];
+      writes_seen_[k] = d.grad_writes;
+      if (d.grad_is_row_sparse() && d.grad_rows.empty() && !written) continue;
       d.materialize_grad(/*keep=*/true);  // SGD updates the whole table, as torch.optim.SGD on a dense gradient
       if (d.grad.empty()) continue;
       T* p = d.value.data();
@@ -315,6 +320,7 @@ class Sgd {
   NamedParams<T, B> p_;
   SgdOptions opt_;
   std::vector<Tensor<T, AnyShape, B>> buf_;
+  std::vector<std::uint64_t> writes_seen_;  // per parameter: its grad_writes at the last step
 };
 
 }  // namespace attn::optim
