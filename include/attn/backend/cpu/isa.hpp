@@ -88,7 +88,8 @@ inline CpuFeatures probe_features() {
   f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1);
   if (a7 >= 1) {
     unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
-    __cpuid_count(7, 1, a71, b71, c71, d71);
+    // Through pointers: nvcc warns of the macro __cpuid_count's registers that are set and not read.
+    __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71);
     f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1);
   }
   f.amx_tile = tile_state && ((d7 >> 24) & 1);
