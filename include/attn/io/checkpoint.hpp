@@ -41,15 +41,16 @@ inline DType file_dtype(attn::DType t) {
 }
 inline std::vector<std::size_t> shape_of(const Dims& d) { return {d.v.begin(), d.v.begin() + d.n}; }
 
-/// The first non-finite value among `bytes` of dtype `t`: its index, or npos (integer dtypes and
-/// finite data). A checkpoint must not bring NaN or infinity into a model or an optimizer.
-inline std::size_t first_non_finite(DType t, std::span<const std::byte> bytes) {
+/// The first F32 or F64 value among `bytes` of dtype `t` for which bad(value as double) holds: its
+/// index, or npos (integer dtypes, and no such value).
+template <class Bad>
+std::size_t first_float_where(DType t, std::span<const std::byte> bytes, Bad&& bad) {
   auto scan = [&]<class T>() -> std::size_t {
     const std::size_t n = bytes.size() / sizeof(T);
     for (std::size_t i = 0; i < n; ++i) {
       T v;
       std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
-      if (!std::isfinite(v)) return i;
+      if (bad(double(v))) return i;
     }
     return std::string::npos;
   };
@@ -57,17 +58,26 @@ inline std::size_t first_non_finite(DType t, std::span<const std::byte> bytes) {
   if (t == DType::F64) return scan.template operator()<double>();
   return std::string::npos;
 }
-inline std::size_t first_non_finite(const TensorRecord& r) { return first_non_finite(r.dtype, r.bytes); }
 /// The same over a tensor of an open file, read in bounded chunks.
-inline std::size_t first_non_finite(const SafetensorsReader& f, const SafetensorsReader::Entry& e) {
+template <class Bad>
+std::size_t first_float_where(const SafetensorsReader& f, const SafetensorsReader::Entry& e, Bad&& bad) {
   if (e.dtype != DType::F32 && e.dtype != DType::F64) return std::string::npos;
   std::size_t found = std::string::npos;
   f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
-    const std::size_t i = first_non_finite(e.dtype, {b, n});
+    const std::size_t i = first_float_where(e.dtype, {b, n}, bad);
     if (i != std::string::npos) found = static_cast<std::size_t>(offset / dtype_size(e.dtype)) + i;
     return i == std::string::npos;
   });
   return found;
+}
+inline constexpr auto non_finite = [](double v) { return !std::isfinite(v); };
+
+/// The first non-finite value among `bytes` of dtype `t`: its index, or npos (integer dtypes and
+/// finite data). A checkpoint must not bring NaN or infinity into a model or an optimizer.
+inline std::size_t first_non_finite(DType t, std::span<const std::byte> bytes) { return first_float_where(t, bytes, non_finite); }
+inline std::size_t first_non_finite(const TensorRecord& r) { return first_non_finite(r.dtype, r.bytes); }
+inline std::size_t first_non_finite(const SafetensorsReader& f, const SafetensorsReader::Entry& e) {
+  return first_float_where(f, e, non_finite);
 }
 inline std::string non_finite_message(const std::string& name, std::size_t i) {
   return "'" + name + "': non-finite value (NaN or infinity) at element " + std::to_string(i);
@@ -144,27 +154,7 @@ inline std::optional<double> parse_double(const std::string& s) {
 /// The first negative value (below -0.0) of an F32 or F64 tensor of an open file, or npos: an
 /// Adam second moment never is one, and a negative one makes the next step's square root NaN.
 inline std::size_t first_negative(const SafetensorsReader& f, const SafetensorsReader::Entry& e) {
-  if (e.dtype != DType::F32 && e.dtype != DType::F64) return std::string::npos;
-  std::size_t found = std::string::npos;
-  const std::size_t width = dtype_size(e.dtype);
-  f.for_each_chunk(e, [&](const std::byte* b, std::uint64_t offset, std::size_t n) {
-    for (std::size_t i = 0; i < n / width; ++i) {
-      double v;
-      if (e.dtype == DType::F32) {
-        float x;
-        std::memcpy(&x, b + i * width, sizeof x);
-        v = x;
-      } else {
-        std::memcpy(&v, b + i * width, sizeof v);
-      }
-      if (v < 0) {
-        found = static_cast<std::size_t>(offset / width) + i;
-        return false;
-      }
-    }
-    return true;
-  });
-  return found;
+  return first_float_where(f, e, [](double v) { return v < 0; });
 }
 
 /// The largest step count an optimizer file may hold: far beyond any real run, and small enough
