@@ -56,14 +56,29 @@ void keep_pack(VarData<T, B>& d, PackKind kind, std::shared_ptr<const P> pack, s
 
 /// d's current pack of `kind`, made by make() (returning a P) and kept when there is none. The pack
 /// is stamped with the write count read before make() ran, so a write made while it was being made
-/// leaves it stale (made again at the next call) rather than taken for the new value.
-template <class P, class T, class B, class Make>
-std::shared_ptr<const P> derived_pack(VarData<T, B>& d, PackKind kind, Make&& make) {
+/// leaves it stale (made again at the next call) rather than taken for the new value. A stale pack
+/// for which still_valid(pack) holds (the value's write count advanced without a change that
+/// matters to the pack) is stamped again and kept instead.
+template <class P, class T, class B, class Make, class StillValid>
+std::shared_ptr<const P> derived_pack(VarData<T, B>& d, PackKind kind, Make&& make, StillValid&& still_valid) {
   std::uint64_t writes = 0;
   if (auto p = current_pack<P>(d, kind, &writes)) return p;
+  std::shared_ptr<const P> stale;
+  {
+    std::lock_guard<std::mutex> lock(derived_mutex());
+    stale = std::static_pointer_cast<const P>(pack_slot(d, kind).data);
+  }
+  if (stale && still_valid(*stale)) {
+    keep_pack<P>(d, kind, stale, writes);
+    return stale;
+  }
   auto p = std::make_shared<const P>(make());
   keep_pack<P>(d, kind, p, writes);
   return p;
+}
+template <class P, class T, class B, class Make>
+std::shared_ptr<const P> derived_pack(VarData<T, B>& d, PackKind kind, Make&& make) {
+  return derived_pack<P>(d, kind, std::forward<Make>(make), [](const P&) { return false; });
 }
 
 /// Whether W (n, k) is exactly what pack dequantizes to: W(j, p) == float(q) * scale_j bit for bit,
@@ -83,22 +98,14 @@ inline bool dequantizes_to(const kernels::PackedInt8& pack, const float* w, int 
 /// afresh would move each channel's scale by up to 1/255 and lose the file's int8 values.
 inline std::shared_ptr<const kernels::PackedInt8> int8_weight(VarData<float, cpu>& w) {
   const int n = int(w.value.dims().v[0]), k = int(w.value.dims().v[1]);
-  std::uint64_t writes = 0;
-  if (auto p = current_pack<kernels::PackedInt8>(w, PackKind::int8_wt, &writes)) return p;
-  std::shared_ptr<const kernels::PackedInt8> stale;
-  {
-    std::lock_guard<std::mutex> lock(derived_mutex());
-    stale = std::static_pointer_cast<const kernels::PackedInt8>(pack_slot(w, PackKind::int8_wt).data);
-  }
-  if (stale && dequantizes_to(*stale, w.value.data(), n, k)) {
-    keep_pack<kernels::PackedInt8>(w, PackKind::int8_wt, stale, writes);
-    return stale;
-  }
-  auto p = std::make_shared<kernels::PackedInt8>();
-  p->quantize(k, n, w.value.data(), k);
-  std::shared_ptr<const kernels::PackedInt8> made = std::move(p);
-  keep_pack<kernels::PackedInt8>(w, PackKind::int8_wt, made, writes);
-  return made;
+  return derived_pack<kernels::PackedInt8>(
+      w, PackKind::int8_wt,
+      [&] {
+        kernels::PackedInt8 p;
+        p.quantize(k, n, w.value.data(), k);
+        return p;
+      },
+      [&](const kernels::PackedInt8& stale) { return dequantizes_to(stale, w.value.data(), n, k); });
 }
 
 /// The bf16 pack of W^T for a float weight W (out, in) on the CPU.
