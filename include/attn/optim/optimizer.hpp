@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <cstdint>
 #include <vector>
 
 #include "../backend/kernels.hpp"
@@ -42,6 +43,25 @@ void for_each_grad_block(D& d, F&& f) {
     f(d.grad.data(), d.grad.numel());
   }
 }
+/// Per parameter, its gradient's write count (VarData::grad_writes) at the optimizer's last step,
+/// to tell a gradient written since from a kept buffer that nothing reached.
+class GradWritesSeen {
+ public:
+  template <class Vars>
+  explicit GradWritesSeen(const Vars& vars) {
+    for (const auto& v : vars) seen_.push_back(v.data()->grad_writes);
+  }
+  /// Whether parameter k's gradient was written since the last call for k (or construction).
+  bool written_since_last(std::size_t k, std::uint64_t grad_writes) {
+    const bool written = grad_writes != seen_[k];
+    seen_[k] = grad_writes;
+    return written;
+  }
+
+ private:
+  std::vector<std::uint64_t> seen_;
+};
+
 }  // namespace detail
 
 /// Scales all gradients so that their joint L2 norm is at most max_norm (PyTorch's
@@ -133,8 +153,6 @@ class Adam {
       v_.push_back(Tensor<T, AnyShape, B>::zeros(v.dims()));
     }
     pt_.assign(p_.vars.size(), 0);
-    writes_seen_.resize(p_.vars.size());
-    for (std::size_t k = 0; k < p_.vars.size(); ++k) writes_seen_[k] = p_.vars[k].data()->grad_writes;
   }
 
   /// torch.optim.Adam's checks: lr, eps and weight_decay >= 0 (and finite), betas in [0, 1).
@@ -161,8 +179,7 @@ class Adam {
       // A row-sparse table's kept whole-table buffer (a device backend, DataParallel) that nothing
       // wrote since the last step is no gradient, as in torch (grad None): its count stays. A lookup
       // of padding rows only is one (torch's empty sparse gradient), and counts.
-      const bool written = d.grad_writes != writes_seen_[k];
-      writes_seen_[k] = d.grad_writes;
+      const bool written = writes_seen_.written_since_last(k, d.grad_writes);
       if (d.grad_is_row_sparse() && !d.grad_compact && d.grad_rows.empty() && !written) continue;
       const long long n = ++pt_[k];  // this parameter's steps, for its bias correction
       const double bc1 = 1 - std::pow(opt_.beta1, double(n));
@@ -237,7 +254,7 @@ class Adam {
   std::vector<Tensor<T, AnyShape, B>> m_, v_;
   long long t_ = 0;
   std::vector<long long> pt_;  // per parameter: the steps in which it had a gradient
-  std::vector<std::uint64_t> writes_seen_;  // per parameter: its grad_writes at the last step
+  detail::GradWritesSeen writes_seen_{p_.vars};
 };
 
 struct SgdOptions {
@@ -260,8 +277,6 @@ class Sgd {
     if (!std::isfinite(opt.dampening)) bad("dampening must be finite");
     if (!(opt.weight_decay >= 0) || !std::isfinite(opt.weight_decay)) bad("weight_decay must be finite and >= 0");
     if (opt.nesterov && (opt.momentum <= 0 || opt.dampening != 0)) bad("Nesterov momentum requires a momentum and zero dampening");
-    writes_seen_.resize(p_.vars.size());
-    for (std::size_t k = 0; k < p_.vars.size(); ++k) writes_seen_[k] = p_.vars[k].data()->grad_writes;
   }
 
   void step() {
@@ -271,8 +286,7 @@ class Sgd {
       // A row-sparse table that no lookup reached this step has no gradient, as in torch (a kept
       // whole-table buffer that nothing wrote since the last step is not one): momentum and decay
       // leave it alone. A lookup of padding rows only is one (torch's empty sparse gradient).
-      const bool written = d.grad_writes != writes_seen_[k];
-      writes_seen_[k] = d.grad_writes;
+      const bool written = writes_seen_.written_since_last(k, d.grad_writes);
       if (d.grad_is_row_sparse() && d.grad_rows.empty() && !written) continue;
       d.materialize_grad(/*keep=*/true);  // SGD updates the whole table, as torch.optim.SGD on a dense gradient
       if (d.grad.empty()) continue;
@@ -320,7 +334,7 @@ class Sgd {
   NamedParams<T, B> p_;
   SgdOptions opt_;
   std::vector<Tensor<T, AnyShape, B>> buf_;
-  std::vector<std::uint64_t> writes_seen_;  // per parameter: its grad_writes at the last step
+  detail::GradWritesSeen writes_seen_{p_.vars};
 };
 
 }  // namespace attn::optim
