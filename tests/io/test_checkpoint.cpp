@@ -29,6 +29,14 @@ void fc_backward(const Small& m, float x) {
   attn::Var<float> in(attn::Tensor<float>::full({4, 3}, x));
   tape.backward(attn::cross_entropy(tape, m.fc(tape, in), attn::Tensor<std::int64_t>::from({4}, {0, 1, 1, 0})));
 }
+/// m from init(1) after one Adam step (lr 0.01) on a batch of value 0.1, the Adam state saved to `file`.
+void save_one_adam_step(Small& m, const fs::path& file) {
+  m.init(1);
+  attn::optim::Adam<float> opt(m, {.lr = 0.01f});
+  fc_backward(m, 0.1f);
+  opt.step();
+  attn::io::save_optimizer(opt, file);
+}
 /// n optimizer steps of `opt` on m, step s on a batch of value 0.1 (s + 1).
 template <class Optimizer>
 void train_steps(Small& m, Optimizer& opt, int n) {
@@ -292,11 +300,7 @@ TEST_CASE("checkpoint: load_optimizer checks 'step' and the moments before it mo
   TempDir tmp;
   const auto& dir = tmp.path();
   Small a;
-  a.init(1);
-  attn::optim::Adam<float> oa(a, {.lr = 0.01f});
-  fc_backward(a, 0.1f);
-  oa.step();
-  attn::io::save_optimizer(oa, dir / "o.safetensors");
+  save_one_adam_step(a, dir / "o.safetensors");
   const auto good = attn::io::read_safetensors(dir / "o.safetensors");
   Small b;
   b.init(2);
@@ -388,11 +392,7 @@ TEST_CASE("checkpoint: an Adam file with a negative second moment is refused, th
   TempDir tmp;
   const auto& dir = tmp.path();
   Small a;
-  a.init(1);
-  attn::optim::Adam<float> oa(a, {.lr = 0.01f});
-  fc_backward(a, 0.1f);
-  oa.step();
-  attn::io::save_optimizer(oa, dir / "o.safetensors");
+  save_one_adam_step(a, dir / "o.safetensors");
   auto file = attn::io::read_safetensors(dir / "o.safetensors");
   const float minus_one = -1.0f, minus_zero = -0.0f;
   std::memcpy(file.tensors.at("fc.weight.exp_avg_sq").bytes.data() + 2 * sizeof(float), &minus_one, sizeof(float));
