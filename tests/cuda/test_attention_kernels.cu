@@ -2,10 +2,12 @@
 // The CUDA attention kernels (backend/cuda/attention.cuh) against the CPU ones with the same
 // inputs, masks and dropout seed: flash and naive, forward (out, lse / weights) and backward
 // (dqkv), float and double, head dims below, at and above a warp, including the opt-in shared
-// memory sizes. Then, at T = 4096, the CUDA flash kernel against the CUDA naive one.
+// memory sizes. Then, at T = 4096, the CUDA flash kernel against the CUDA naive one; and
+// self_attention's automatic choice on a device whose blocks lack the flash kernel's shared memory.
 // Its main (cuda_main.cpp) exits 77 ("SKIPPED: no CUDA device") without a GPU.
 #include <catch2/catch.hpp>
 
+#include <attn/autograd/attention.hpp>
 #include <attn/backend/kernels.hpp>
 
 #include <algorithm>
@@ -161,4 +163,41 @@ TEST_CASE("cuda flash attention matches the naive kernel at T = 4096", "[cuda][a
   CHECK(std::isinf(lse[1 * c.heads * n]));
   for (float x : out_f) REQUIRE(std::isfinite(x));
   for (float x : dqkv_f) REQUIRE(std::isfinite(x));
+}
+
+TEST_CASE("automatic self_attention runs the naive kernel where the device's blocks lack the flash kernel's shared memory", "[cuda][attention]") {
+  using CT = attn::Tensor<float, attn::AnyShape, attn::cuda>;
+  const MhaCase c{.batch = 2, .time = 40, .heads = 2, .head_dim = 128, .seed = 3, .key_mask = true};
+  const auto data = attn_test::make_mha_data<float>(c);
+  const attn::Dims dq{c.batch, c.time, 3 * c.heads * c.head_dim}, dm{c.batch, c.time}, dout{c.batch, c.time, c.heads * c.head_dim};
+  const auto run = [&](attn::AttentionKernel kernel) {
+    attn::Tape tape;
+    attn::Var<float, attn::AnyShape, attn::cuda> x(CT::from(dq, data.qkv), true);
+    auto out = attn::self_attention(tape, x, {.heads = c.heads, .key_mask = CT::from(dm, data.key_mask), .kernel = kernel});
+    tape.backward(out, CT::from(dout, data.dout));
+    return std::pair{out.value().to_vector(), x.grad().to_vector()};
+  };
+  attn::kernels::MhaProblem<float> p;
+  p.batch = c.batch, p.time = c.time, p.heads = c.heads, p.head_dim = c.head_dim;
+  const auto naive = run(attn::AttentionKernel::naive);
+  const auto flash = run(attn::AttentionKernel::flash);  // this device's blocks have room (66,816 bytes)
+  REQUIRE(attn::kernels::mha_flash_supported(attn::cuda{}, p));
+  check_close("flash out", flash.first, naive.first, 1e-4);
+
+  // A Turing GPU's 64 KiB per block: the dK/dV pass at head_dim 128 in float does not fit.
+  auto& dev = attn::cuda_detail::current_device();
+  const int optin = dev.smem_optin;
+  dev.smem_optin = 64 * 1024;
+  struct Restore {
+    int& v;
+    int was;
+    ~Restore() { v = was; }
+  } restore{dev.smem_optin, optin};
+  CHECK_FALSE(attn::kernels::mha_flash_supported(attn::cuda{}, p));
+  p.head_dim = 64;
+  CHECK(attn::kernels::mha_flash_supported(attn::cuda{}, p));
+  CHECK_THROWS_AS(run(attn::AttentionKernel::flash), attn::ArgumentError);  // refused before any kernel runs
+  const auto automatic = run(attn::AttentionKernel::automatic);
+  CHECK(automatic.first == naive.first);
+  CHECK(automatic.second == naive.second);
 }

@@ -47,7 +47,9 @@ Tensor<T, AnyShape, B> dropped_weights(const Tensor<T, AnyShape, B>& w, const ke
 }
 }  // namespace detail
 
-/// Which kernel self_attention runs. `automatic`: flash unless the weights are requested.
+/// Which kernel self_attention runs. `automatic`: flash, unless the weights are requested or the
+/// backend cannot run flash at this head width (a CUDA device whose blocks have too little shared
+/// memory: kernels::mha_flash_supported); then naive, whose memory is O(T^2).
 enum class AttentionKernel { automatic, flash, naive };
 
 /// The inputs of self_attention besides qkv.
@@ -112,14 +114,21 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
     throw ArgumentError("self_attention: global_tokens = " + std::to_string(a.global_tokens) + " exceeds the sequence length " +
                         std::to_string(n));
   if (!(a.dropout >= 0 && a.dropout < 1)) throw ArgumentError("self_attention: dropout must be in [0, 1), got " + std::to_string(a.dropout));
-  const bool naive = a.kernel == AttentionKernel::naive || (a.kernel == AttentionKernel::automatic && a.weights);
-  if (!naive && a.weights) throw ArgumentError("self_attention: the flash kernel does not form the weights; use the naive kernel");
+  if (a.kernel == AttentionKernel::flash && a.weights)
+    throw ArgumentError("self_attention: the flash kernel does not form the weights; use the naive kernel");
 
   kernels::MhaProblem<T> p;
   p.batch = nb;
   p.time = n;
   p.heads = a.heads;
   p.head_dim = D / a.heads;
+  // automatic: flash, unless the weights are asked for or the backend cannot run flash at this
+  // head width (a CUDA device with too little shared memory per block).
+  const bool flash_runs = nb == 0 || n == 0 || kernels::mha_flash_supported(B{}, p);
+  if (a.kernel == AttentionKernel::flash && !flash_runs)
+    throw ArgumentError("self_attention: this device cannot run the flash kernel at head_dim " + std::to_string(p.head_dim) +
+                        " (too little shared memory per block); use AttentionKernel::naive or automatic");
+  const bool naive = a.kernel == AttentionKernel::naive || a.weights || !flash_runs;
   p.qkv = qkv.raw().data();
   p.key_mask = a.key_mask.empty() ? nullptr : a.key_mask.data();
   p.attn_mask = a.attn_mask.empty() ? nullptr : a.attn_mask.data();

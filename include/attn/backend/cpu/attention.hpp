@@ -313,6 +313,12 @@ inline std::size_t query_group(std::size_t heads, std::size_t nqb) {
 
 }  // namespace mha
 
+/// The CPU flash kernels run every problem (their scratch is on the heap).
+template <class T>
+constexpr bool mha_flash_supported(cpu, const MhaProblem<T>&) {
+  return true;
+}
+
 /// Flash forward. out (B, T, D) = softmax(Q K^T * scale + masks) V per head, tile by tile with a
 /// running row max m and sum l (Milakov & Gimelshein, online softmax); lse (B, H, T) = m + log l,
 /// +inf for a row with no visible key (its output is 0). Never forms a T x T matrix.

@@ -104,6 +104,13 @@ inline constexpr int mha_forward_own = 2, mha_forward_vectors = 1;
 inline constexpr int mha_dq_own = 3, mha_dq_vectors = 1;
 inline constexpr int mha_dkv_own = 4, mha_dkv_vectors = 2;
 
+/// The shared memory of the largest flash kernel (the dK/dV pass) at head width hd, so that a
+/// problem the forward can run never meets a backward that cannot.
+template <class T>
+std::size_t mha_flash_smem_bytes(int hd) {
+  return mha_smem_bytes<T>(hd, mha_dkv_own, mha_dkv_vectors);
+}
+
 extern __shared__ __align__(16) unsigned char mha_smem[];
 
 // dst[r][c] (row stride dst_ld) = src row (r0 + r) columns [0, hd) (row stride src_ld), or 0 past
@@ -389,11 +396,9 @@ template <class T, class Kernel, class... Args>
 void mha_launch(const char* what, Kernel kernel, std::size_t smem, const MhaArgs<T>& a, Args... args) {
   const DeviceState& dev = current_device();
   if (smem > 48 * 1024) {
-    int most = 0;
-    check(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev.device), "cuda attention: cudaDeviceGetAttribute");
-    if (smem > std::size_t(most))
+    if (smem > std::size_t(dev.smem_optin))
       throw ArgumentError(std::string("cuda attention: head_dim ") + std::to_string(a.head_dim) + " needs " + std::to_string(smem) +
-                          " bytes of shared memory per block; this device has " + std::to_string(most));
+                          " bytes of shared memory per block; this device has " + std::to_string(dev.smem_optin));
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "cuda attention: cudaFuncSetAttribute");
   }
   const dim3 grid(unsigned((a.time + mha_own - 1) / mha_own), unsigned(a.heads), unsigned(a.batch));
@@ -415,6 +420,14 @@ struct MhaScratch {
 }  // namespace attn::cuda_detail
 
 namespace attn::kernels {
+
+/// Whether the current device runs the flash kernels of p: each block keeps tiles of the head
+/// width in shared memory (the dK/dV pass 66,816 bytes at head_dim 128 in float, more than a
+/// Turing GPU's 64 KiB). self_attention's automatic choice takes the naive kernel where not.
+template <class T>
+bool mha_flash_supported(cuda, const MhaProblem<T>& p) {
+  return cuda_detail::mha_flash_smem_bytes<T>(int(p.head_dim)) <= std::size_t(cuda_detail::current_device().smem_optin);
+}
 
 /// Flash forward, as mha_flash_forward(cpu, ...): out (B, T, D), lse (B, H, T) on the device.
 template <class T>

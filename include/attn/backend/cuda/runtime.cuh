@@ -127,6 +127,7 @@ struct DeviceState {
   cudaStream_t stream = nullptr;
   bool pooled = false;  // cudaMallocAsync available: frees are stream-ordered and memory is cached
   int multiprocessors = 1;
+  int smem_optin = 48 * 1024;  // the most dynamic shared memory a block may opt into
 };
 
 /// Process-wide table of DeviceState. Deliberately never destroyed: tensors with static storage may
@@ -154,6 +155,8 @@ inline DeviceState* make_device_state(int d) {
   check(cudaStreamCreate(&s->stream), "attn::cuda: cudaStreamCreate");
   check(cudaDeviceGetAttribute(&s->multiprocessors, cudaDevAttrMultiProcessorCount, d),
         "attn::cuda: cudaDeviceGetAttribute(MultiProcessorCount)");
+  check(cudaDeviceGetAttribute(&s->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d),
+        "attn::cuda: cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
   int pools = 0;
   check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, d),
         "attn::cuda: cudaDeviceGetAttribute(MemoryPoolsSupported)");
