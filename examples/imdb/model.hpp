@@ -287,6 +287,24 @@ class AnyEncoder {
 template <class B>
 std::unique_ptr<AnyEncoder<B>> make_encoder(std::size_t heads, nn::Module* parent, const ModelConfig& c);
 
+/// The fitted NB-LR of the ensemble, "nblr.weight" (buckets + 1, 1) and "nblr.bias" (1, 1): set by
+/// LIBLINEAR (ImdbClassifier::set_nblr), not by the optimizer; saved with the other weights.
+template <class B>
+struct NblrWeights : nn::Module {
+  NblrWeights(nn::Module* parent, std::size_t rows) : nn::Module(parent, "nblr") {
+    weight = register_parameter<float, Shape<dyn, 1>, B>("weight", {rows, 1});
+    weight.data()->requires_grad = false;
+    bias = register_parameter<float, Shape<1, 1>, B>("bias", {1, 1});
+    bias.data()->requires_grad = false;
+  }
+  void reset_parameters(attn::Rng&) override {
+    attn::nn::init::constant(weight, 0.0f);
+    attn::nn::init::constant(bias, 0.0f);
+  }
+  attn::Var<float, Shape<dyn, 1>, B> weight;
+  attn::Var<float, Shape<1, 1>, B> bias;
+};
+
 /// The model on backend B (attn::cpu or attn::cuda), with `heads` attention heads.
 template <class B = attn::cpu>
 struct ImdbClassifier : nn::Module {
@@ -295,6 +313,7 @@ struct ImdbClassifier : nn::Module {
   ImdbClassifier(const ModelConfig& c, std::size_t heads)
       : cfg(c),
         heads_(heads),
+        nblr(this, std::max<std::size_t>(c.nblr_buckets + 1, 2)),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1, .sparse = true}),
         positions(this, "pos", c.offset() + c.max_len, {.init_std = 0.02}),
         ngrams(this, "ngram", std::max<std::size_t>(c.ngram_buckets + 1, 2), {.padding_idx = 0, .init_std = 0.1, .sparse = true}) {
@@ -305,21 +324,10 @@ struct ImdbClassifier : nn::Module {
     } else {
       head.emplace(this, "head", nn::LinearOptions{.xavier = true});
     }
-    const std::size_t rows = std::max<std::size_t>(c.nblr_buckets + 1, 2);
-    // Fitted by LIBLINEAR (set_nblr), not by the optimizer; saved with the other weights.
-    nblr_weight = register_parameter<float, Shape<dyn, 1>, B>("nblr.weight", {rows, 1});
-    nblr_weight.data()->requires_grad = false;
-    nblr_bias = register_parameter<float, Shape<1, 1>, B>("nblr.bias", {1, 1});
-    nblr_bias.data()->requires_grad = false;
   }
 
   /// The attention heads of every encoder layer.
   std::size_t heads() const noexcept { return heads_; }
-
-  void reset_parameters(attn::Rng&) override {
-    attn::nn::init::constant(nblr_weight, 0.0f);
-    attn::nn::init::constant(nblr_bias, 0.0f);
-  }
 
   /// The ensemble: stores a fitted NB-LR and starts the head from its calibrated log-odds alone:
   /// the score's column of the head gets weights (-a/2, +a/2), the biases (-b/2, +b/2) and every
@@ -327,9 +335,9 @@ struct ImdbClassifier : nn::Module {
   /// scaling of the cross-fitted training scores) and the attention's features enter as a learned
   /// correction.
   void set_nblr(const NbLr& m, const PlattScale& s) {
-    if (m.weight.size() != nblr_weight.size(0)) throw attn::ArgumentError("set_nblr: expected " + std::to_string(nblr_weight.size(0)) + " weights");
-    write(nblr_weight, m.weight);
-    write(nblr_bias, std::vector<float>{m.bias});
+    if (m.weight.size() != nblr.weight.size(0)) throw attn::ArgumentError("set_nblr: expected " + std::to_string(nblr.weight.size(0)) + " weights");
+    write(nblr.weight, m.weight);
+    write(nblr.bias, std::vector<float>{m.bias});
     const std::size_t col = cls ? kDim : 2 * kDim;  // the score's column: after the pooled features
     const auto weight = cls ? cls_head->weight.erased() : head->weight.erased();
     const auto bias_var = cls ? cls_head->bias.erased() : head->bias.erased();
@@ -363,10 +371,10 @@ struct ImdbClassifier : nn::Module {
   float nb_logit(const std::vector<std::int32_t>& ids) const {
     if (!cfg.ensemble()) return 0.0f;
     if constexpr (B::host_accessible) {
-      return nblr_logit(nblr_weight.raw().data(), nblr_bias.raw().data()[0], distinct_ngrams(ids, cfg.nblr()));
+      return nblr_logit(nblr.weight.raw().data(), nblr.bias.raw().data()[0], distinct_ngrams(ids, cfg.nblr()));
     } else {
-      const auto w = nblr_weight.value().to_vector();
-      return nblr_logit(w.data(), nblr_bias.value().to_vector()[0], distinct_ngrams(ids, cfg.nblr()));
+      const auto w = nblr.weight.value().to_vector();
+      return nblr_logit(w.data(), nblr.bias.value().to_vector()[0], distinct_ngrams(ids, cfg.nblr()));
     }
   }
 
@@ -446,13 +454,12 @@ struct ImdbClassifier : nn::Module {
   std::size_t heads_;
 
  public:
+  NblrWeights<B> nblr;  // first: "nblr.*" lead named_parameters()
   nn::Embedding<kDim, float, B> tokens, positions, ngrams;
   std::unique_ptr<AnyEncoder<B>> encoder;  // none without layers
   std::optional<nn::Embedding<kDim, float, B>> cls;                      // the [CLS] token (Pool::cls)
   std::optional<nn::Linear<2 * kDim + 1, 2, float, B>> head;          // mean+max features and the NB-LR score
   std::optional<nn::Linear<kDim + 1, 2, float, B>> cls_head;          // the [CLS] state and the NB-LR score
-  attn::Var<float, Shape<dyn, 1>, B> nblr_weight;
-  attn::Var<float, Shape<1, 1>, B> nblr_bias;
 };
 
 }  // namespace imdb

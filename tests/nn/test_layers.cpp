@@ -6,6 +6,9 @@
 #include <attn/nn.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
 #include <vector>
 
 using attn::Dims;
@@ -178,6 +181,83 @@ TEST_CASE("module: skip_init leaves every layer's parameters at zero, and init d
   CHECK(all_values(skipped) == all_values(reference));
 }
 
+namespace {
+struct Expert : nn::Module {
+  Expert(nn::Module* parent, std::string name) : nn::Module(parent, std::move(name)) {}
+  nn::Linear<4, 4> fc{this, "fc"};
+};
+struct TwoExperts : nn::Module {
+  Expert e0{this, "e0"}, e1{this, "e1"};
+  nn::Linear<4, 4> fc{this, "fc"};
+};
+std::vector<float> values_of(const nn::Module& m, const std::string& name) {
+  for (auto& [n, p] : m.named_parameters())
+    if (n == name) {
+      std::vector<float> x(p->numel());
+      p->copy_to_host(x.data());
+      return x;
+    }
+  FAIL("no parameter " << name);
+  return {};
+}
+struct Named : nn::Module {
+  Named(nn::Module* parent, std::string name) : nn::Module(parent, std::move(name)) {}
+  void add(const std::string& name) { register_parameter<float>(name, {2}); }
+};
+}  // namespace
+
+TEST_CASE("module: layers of the same name under different parents start apart, a path seeds them, the same path the same values") {
+  const TwoExperts m;
+  CHECK(m.e0.fc.path() == "e0.fc");
+  CHECK(m.e0.path() == "e0");
+  CHECK(m.path().empty());
+  const auto a = values_of(m, "e0.fc.weight"), b = values_of(m, "e1.fc.weight"), top = values_of(m, "fc.weight");
+  CHECK(a != b);  // torch draws each independently; the local name "fc" alone gave them the same values
+  CHECK(a != top);
+  // A child of a root seeds from its own name, as a root layer of that name does.
+  const nn::Linear<4, 4> alone(nullptr, "fc");
+  CHECK(values_of(alone, "weight") == top);
+  const TwoExperts again;
+  CHECK(values_of(again, "e1.fc.weight") == b);
+  // The encoder's layers are deep copies of one, as torch's: layers.1 starts as layers.0.
+  const nn::TransformerEncoder<2, 4> enc(nullptr, "enc", {.num_layers = 3, .layer = {.dim_feedforward = 8}});
+  for (const char* p : {"self_attn.in_proj_weight", "linear1.weight", "linear2.bias", "norm1.weight"}) {
+    INFO(p);
+    CHECK(values_of(enc, std::string("layers.2.") + p) == values_of(enc, std::string("layers.0.") + p));
+  }
+}
+
+TEST_CASE("module: a repeated, empty or dotted child or parameter name is refused, a destroyed child leaves its parent") {
+  Named root(nullptr, "");
+  root.add("w");
+  CHECK_THROWS_WITH(root.add("w"), Catch::Contains("'w' would repeat a name"));
+  CHECK_THROWS_WITH(root.add(""), Catch::Contains("non-empty and hold no '.'"));
+  CHECK_THROWS_WITH(root.add("a.b"), Catch::Contains("got 'a.b'"));
+  CHECK_THROWS_WITH(Named(&root, "w"), Catch::Contains("a child module named 'w'"));
+  {
+    Named child(&root, "head");
+    CHECK_THROWS_WITH(Named(&root, "head"), Catch::Contains("'head' would repeat"));
+    child.add("v");
+    CHECK_THROWS_WITH(child.add("v"), Catch::Contains("nn::Module 'head'"));
+    CHECK(root.named_parameters().size() == 2);
+  }
+  CHECK(root.named_parameters().size() == 1);  // the child left when destroyed
+  CHECK(root.children().empty());
+  // Replaced, as `self.head = nn.Linear(...)`: one child, one set of names.
+  auto head = std::make_unique<nn::Linear<2, 3>>(&root, "head");
+  head.reset();
+  head = std::make_unique<nn::Linear<2, 3>>(&root, "head");
+  const auto names = root.named_parameters();
+  REQUIRE(names.size() == 3);
+  CHECK(names[1].first == "head.weight");
+  CHECK(names[1].second->numel() == 6);
+  // A child that outlives its parent forgets it.
+  auto parent = std::make_unique<Named>(nullptr, "p");
+  auto orphan = std::make_unique<Named>(parent.get(), "c");
+  parent.reset();
+  orphan.reset();  // no access to the destroyed parent (ASan)
+}
+
 TEST_CASE("golden: Linear matches torch.nn.Linear (float32 and float64)") {
   auto f = golden::load("linear");
   auto run = [&](auto tag, double tol) {
@@ -217,6 +297,12 @@ TEST_CASE("golden: LayerNorm matches torch.nn.LayerNorm") {
   };
   run(float{}, 1e-5);
   run(double{}, 1e-10);
+}
+
+TEST_CASE("LayerNorm: a negative or NaN eps is refused, naming the layer") {
+  CHECK_THROWS_WITH(nn::LayerNorm<4>(nullptr, "ln", -1e-5), Catch::Contains("nn::LayerNorm 'ln': eps must be a finite value >= 0"));
+  CHECK_THROWS_AS(nn::LayerNorm<4>(nullptr, "ln", std::nan("")), attn::ArgumentError);
+  CHECK_NOTHROW(nn::LayerNorm<4>(nullptr, "ln", 0.0));
 }
 
 TEST_CASE("LayerNorm without bias: torch's bias=False, the shift of a zero bias, no 'bias' parameter") {

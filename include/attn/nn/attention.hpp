@@ -74,7 +74,7 @@ class MhaOutProj : public Linear<Dim, Dim, T, B> {
  public:
   MhaOutProj(Module* parent, std::string name, bool bias) : Linear<Dim, Dim, T, B>(parent, std::move(name), {.bias = bias}) {
     if (init_on_construction()) {
-      Rng rng(name_seed(this->name()));
+      Rng rng(name_seed(this->seed_name()));
       MhaOutProj::reset_parameters(rng);
     }
   }
@@ -106,7 +106,7 @@ class Attention : public Module {
     in_proj_weight = register_parameter<T, Shape<3 * Dim, Dim>, B>("in_proj_weight", {3 * Dim, Dim}, true);
     if (opt.bias) in_proj_bias = register_parameter<T, Shape<3 * Dim>, B>("in_proj_bias", {3 * Dim});
     if (init_on_construction()) {
-      Rng rng(name_seed(this->name()));
+      Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);
       out_proj.reset_parameters(rng);
     }

@@ -43,7 +43,7 @@ class Embedding : public Module {
     weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
     weight.data()->sparse_rows = opt.sparse;
     if (init_on_construction()) {
-      Rng rng(name_seed(this->name()));
+      Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);
     }
   }

@@ -72,7 +72,7 @@ class RuntimeLinear : public Module {
     weight = register_parameter<T, AnyShape, B>("weight", {out, in}, true);
     if (bias) this->bias = register_parameter<T, AnyShape, B>("bias", {out});
     if (init_on_construction()) {
-      Rng rng(name_seed(this->name()));
+      Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);
     }
   }
@@ -352,8 +352,8 @@ struct TransformerEncoderOptions {
 
 /// num_layers TransformerEncoderLayers, "layers.0" ... "layers.<N-1>", then the optional "norm".
 /// Like PyTorch's (whose layers are deep copies of one layer), every layer starts from the same
-/// initial values (each layer's modules seed from their own names); Module::init(seed) draws them
-/// all from one stream, each layer its own values.
+/// initial values, those of layers.0; Module::init(seed) draws them all from one stream, each layer
+/// its own values.
 template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
 class TransformerEncoder : public Module {
  public:
@@ -364,6 +364,18 @@ class TransformerEncoder : public Module {
     if (opt.num_layers == 0) throw ArgumentError("nn::TransformerEncoder '" + this->name() + "': num_layers must be at least 1");
     layers_.reserve(opt.num_layers);
     for (std::size_t i = 0; i != opt.num_layers; ++i) layers_.push_back(std::make_unique<Layer>(&layers, std::to_string(i), opt.layer));
+    if (init_on_construction()) {  // the layers of PyTorch's are deep copies of one: every layer starts as layers.0
+      const auto first = layers_[0]->named_parameters();
+      std::vector<T> host;
+      for (std::size_t i = 1; i < layers_.size(); ++i) {
+        const auto other = layers_[i]->named_parameters();
+        for (std::size_t k = 0; k < first.size(); ++k) {
+          host.resize(first[k].second->numel());
+          first[k].second->copy_to_host(host.data());
+          other[k].second->copy_from_host(host.data());
+        }
+      }
+    }
     if (opt.final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", opt.layer.layer_norm_eps, opt.layer.bias);
   }
 

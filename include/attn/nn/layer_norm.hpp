@@ -15,6 +15,8 @@ class LayerNorm : public Module {
  public:
   static_assert(Dim > 0 && Dim != dyn, "nn::LayerNorm: Dim must be a static, positive extent");
   LayerNorm(Module* parent, std::string name, double eps = 1e-5, bool bias = true) : Module(parent, std::move(name)), eps_(eps) {
+    if (!(eps >= 0 && eps <= 1e30))  // torch accepts 0 too; negative or NaN eps gives NaN rows
+      throw ArgumentError("nn::LayerNorm '" + this->name() + "': eps must be a finite value >= 0, got " + std::to_string(eps));
     weight = register_parameter<T, Shape<Dim>, B>("weight", {Dim});
     if (bias) this->bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
     if (init_on_construction()) {

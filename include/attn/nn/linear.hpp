@@ -24,7 +24,7 @@ class Linear : public Module {
     weight = register_parameter<T, Shape<Out, In>, B>("weight", {Out, In}, true);
     if (opt_.bias) bias = register_parameter<T, Shape<Out>, B>("bias", {Out});
     if (init_on_construction()) {
-      Rng rng(name_seed(this->name()));
+      Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);
     }
   }

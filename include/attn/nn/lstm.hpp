@@ -56,7 +56,7 @@ class LSTM : public Module {
     bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
     bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
     if (init_on_construction()) {
-      Rng rng(name_seed(this->name()));
+      Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);
     }
   }
@@ -121,7 +121,7 @@ class BiLSTM : public Module {
     bias_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0_reverse", {4 * Hidden});
     bias_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0_reverse", {4 * Hidden});
     if (init_on_construction()) {
-      Rng rng(name_seed(this->name()));
+      Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);
     }
   }

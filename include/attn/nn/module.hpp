@@ -5,6 +5,7 @@
 //   Net net; for (auto& [name, p] : net.named_parameters()) ...;   // "fc.weight", "fc.bias"
 //   auto g = net.parameter("fc.weight").grad();                     // after backward
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -109,18 +110,35 @@ class TypedParameter final : public ParameterSlot {
 };
 
 /// Base of every layer and model. Not copyable or movable: children hold their parent's address.
+/// A child leaves its parent when destroyed, so a child held in a std::optional or a unique_ptr can
+/// be replaced (reset, then made again under the same name), as `self.head = nn.Linear(...)` is.
 class Module {
  public:
   Module() = default;
-  /// Registers this module as `name` under parent (nullptr: a root).
-  Module(Module* parent, std::string name) : name_(std::move(name)) {
-    if (parent) parent->children_.push_back({name_, this});
+  /// Registers this module as `name` under parent (nullptr: a root). Under a parent, the name must be
+  /// non-empty, hold no '.', and differ from the parent's other children's and parameters' names
+  /// (ArgumentError otherwise): it is a component of the dotted parameter names checkpoints use.
+  Module(Module* parent, std::string name) : name_(std::move(name)), parent_(parent) {
+    if (parent) {
+      parent->check_new_name(name_, "child module");
+      path_ = parent->path_.empty() ? name_ : parent->path_ + "." + name_;
+      parent->children_.push_back({name_, this});
+    }
   }
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
-  virtual ~Module() = default;
+  virtual ~Module() {
+    if (parent_) std::erase_if(parent_->children_, [this](const auto& c) { return c.second == this; });
+    for (auto& [n, c] : children_) c->parent_ = nullptr;  // children that outlive this module (not members)
+  }
 
   const std::string& name() const noexcept { return name_; }
+  /// The dotted name under the root module, as named_parameters() prefixes this module's parameters
+  /// ("encoder.layers.0.self_attn"); a root's is empty. Layers seed their default initial values
+  /// from it, so that two modules of the same name under different parents start apart.
+  const std::string& path() const noexcept { return path_; }
+  /// The name that seeds this module's default initialisation: its path, or its own name for a root.
+  const std::string& seed_name() const noexcept { return parent_ ? path_ : name_; }
 
   /// Every parameter with its dotted PyTorch-style name ("attn.in_proj_weight"), in registration order.
   std::vector<std::pair<std::string, ParameterSlot*>> named_parameters() const {
@@ -174,7 +192,8 @@ class Module {
   void eval() { train(false); }
   bool training() const noexcept { return training_; }
 
-  /// Re-initialises every parameter, children first in registration order, from one seeded stream.
+  /// Re-initialises every parameter from one seeded stream: this module's own, then each child's
+  /// (recursively) in registration order.
   void init(std::uint64_t seed) {
     Rng rng(seed);
     init_recursive(rng);
@@ -189,6 +208,7 @@ class Module {
   /// product_weight: see ParameterSlot::product_weight.
   template <class T, class S = AnyShape, class B = cpu>
   Var<T, S, B> register_parameter(std::string name, const Dims& dims, bool product_weight = false) {
+    check_new_name(name, "parameter");
     auto d = std::allocate_shared<VarData<T, B>>(attn::detail::PoolAllocator<VarData<T, B>>{});
     d->value = Tensor<T, AnyShape, B>::zeros(dims);
     d->requires_grad = true;
@@ -208,6 +228,16 @@ class Module {
     if (!tp) throw ArgumentError(std::string(who) + ": parameter '" + name + "' has another element type or backend");
     return tp->var;
   }
+  /// ArgumentError unless `name` can name a new child or parameter of this module.
+  void check_new_name(const std::string& name, const char* what) const {
+    const std::string where = "nn::Module" + (path_.empty() ? std::string() : " '" + path_ + "'");
+    if (name.empty() || name.find('.') != std::string::npos)
+      throw ArgumentError(where + ": a " + what + " name must be non-empty and hold no '.', got '" + name + "'");
+    const auto same = [&](const auto& e) { return e.first == name; };
+    if (std::any_of(children_.begin(), children_.end(), same) || std::any_of(params_.begin(), params_.end(), same))
+      throw ArgumentError(where + ": a " + what + " named '" + name +
+                          "' would repeat a name this module already has (its parameters would share one checkpoint entry)");
+  }
   void collect(const std::string& prefix, std::vector<std::pair<std::string, ParameterSlot*>>& out) const {
     for (auto& [n, p] : params_) out.push_back({prefix + n, p.get()});
     for (auto& [n, c] : children_) c->collect(prefix + n + ".", out);
@@ -218,6 +248,8 @@ class Module {
   }
 
   std::string name_;
+  std::string path_;
+  Module* parent_ = nullptr;
   std::vector<std::pair<std::string, std::unique_ptr<ParameterSlot>>> params_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
