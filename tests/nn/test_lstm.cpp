@@ -1,8 +1,15 @@
 // SPDX-License-Identifier: MIT
 // LSTM / BiLSTM: gradient checks of the fused op on ragged, unsorted batches, PyTorch goldens,
-// per-sample consistency, thread-count independence, module names and bad lengths.
+// per-sample consistency, thread-count independence, module names and bad lengths; the same from a
+// given initial state (h0, c0).
 #include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <string>
+#include <vector>
 
 #include <attn/autograd/lstm.hpp>
 #include <attn/nn/lstm.hpp>
@@ -40,6 +47,22 @@ template <class T, class S>
 attn::Var<T> leaf(const Tensor<T, S>& t) { return attn::Var<T>(t, false); }
 
 const std::vector<int> ragged = {3, 5, 1, 3};  // unsorted, with a tie, shorter than T = 6
+
+double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
+  REQUIRE(a.dims() == b.dims());
+  double m = 0;
+  for (std::size_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.data()[i] - b.data()[i]));
+  return m;
+}
+/// Steps [t0, t1) of x (B, T, F).
+Tensor<double> steps(const Tensor<double>& x, std::size_t t0, std::size_t t1) {
+  const std::size_t bn = x.dims().v[0], tn = x.dims().v[1], f = x.dims().v[2];
+  Tensor<double> out(Dims{bn, t1 - t0, f});
+  for (std::size_t b = 0; b < bn; ++b)
+    for (std::size_t t = t0; t < t1; ++t)
+      for (std::size_t k = 0; k < f; ++k) out.data()[(b * (t1 - t0) + t - t0) * f + k] = x.data()[(b * tn + t) * f + k];
+  return out;
+}
 }  // namespace
 
 TEST_CASE("gradcheck: lstm op w.r.t. x and every weight, ragged unsorted lengths") {
@@ -74,6 +97,92 @@ TEST_CASE("gradcheck: lstm with only one output in the loss (the others get no g
         {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
   check_gradients("out only", [&](Tape& tp, V& x) { return attn::lstm(tp, x[0], len, {x[1], x[2], x[3], x[4]}).out; },
         {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h})});
+}
+
+TEST_CASE("gradcheck: lstm and bilstm from an initial state, w.r.t. h0, c0, x and every weight") {
+  const std::size_t b = 4, t = 6, in = 3, h = 3;
+  check_gradients("lstm h0 c0",
+        [](Tape& tp, V& x) { return all_outputs(tp, attn::lstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]}, {x[5], x[6]})); },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h}), rnd({1, b, h}), rnd({1, b, h})});
+  check_gradients("bilstm h0 c0",
+        [](Tape& tp, V& x) {
+          return all_outputs(tp, attn::bilstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]}, {x[5], x[6], x[7], x[8]}, {x[9], x[10]}));
+        },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h}), rnd({4 * h, in}), rnd({4 * h, h}),
+         rnd({4 * h}), rnd({4 * h}), rnd({2, b, h}), rnd({2, b, h})});
+  // Either alone (the other a zero state).
+  check_gradients("lstm h0 only", [](Tape& tp, V& x) { return all_outputs(tp, attn::lstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]}, {x[5], {}})); },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h}), rnd({1, b, h})});
+  check_gradients("lstm c0 only", [](Tape& tp, V& x) { return all_outputs(tp, attn::lstm(tp, x[0], ragged, {x[1], x[2], x[3], x[4]}, {{}, x[5]})); },
+        {rnd({b, t, in}), rnd({4 * h, in}), rnd({4 * h, h}), rnd({4 * h}), rnd({4 * h}), rnd({1, b, h})});
+}
+
+TEST_CASE("LSTM state: a zero state equals none, a sequence split in two and continued from h_n, c_n equals it run whole") {
+  nn::BiLSTM<3, 4, double> bi(nullptr, "bi");
+  nn::LSTM<3, 4, double> uni(nullptr, "uni");
+  const std::vector<int> len = {5, 5};
+  Tape tape;
+  attn::Var<double> x(rnd({2, 5, 3}), false);
+  const auto none = bi(tape, x, len);
+  const auto zero = bi(tape, x, len, {attn::Var<double>(Tensor<double>::zeros({2, 2, 4}), false),
+                                      attn::Var<double>(Tensor<double>::zeros({2, 2, 4}), false)});
+  CHECK(max_diff(none.out.raw(), zero.out.raw()) == 0);
+  // Forward direction only (the reverse one reads from each end): steps 0-2, then 3-4 from that state.
+  const auto whole = uni(tape, x, len);
+  attn::Var<double> first(steps(x.raw(), 0, 3), false), rest(steps(x.raw(), 3, 5), false);
+  const auto a = uni(tape, first, std::vector<int>{3, 3});
+  const auto b2 = uni(tape, rest, std::vector<int>{2, 2}, {a.h_n, a.c_n});
+  CHECK(max_diff(b2.h_n.raw(), whole.h_n.raw()) < 1e-14);
+  CHECK(max_diff(b2.c_n.raw(), whole.c_n.raw()) < 1e-14);
+  CHECK(max_diff(b2.out.raw(), steps(whole.out.raw(), 3, 5)) < 1e-14);
+  // Shapes: (directions, batch, hidden).
+  CHECK_THROWS_WITH(bi(tape, x, len, {attn::Var<double>(Tensor<double>::zeros({1, 2, 4}), false), {}}),
+                    Catch::Contains("h0 must be (directions, batch, hidden)"));
+  CHECK_THROWS_WITH(uni(tape, x, len, {{}, attn::Var<double>(Tensor<double>::zeros({1, 3, 4}), false)}),
+                    Catch::Contains("c0 must be (directions, batch, hidden)"));
+}
+
+TEST_CASE("golden: LSTM and BiLSTM from an initial state match torch.nn.LSTM(packed, (h0, c0)), gradients into h0 and c0 too") {
+  for (std::string name : {"lstm_uni_state", "lstm_bi_state"}) {
+    INFO(name);
+    auto f = golden::load(name);
+    const bool bi = name == "lstm_bi_state";
+    auto run = [&](auto tag, double tol) {
+      using T = decltype(tag);
+      auto go = [&](auto& lstm) {
+        for (auto& [n, p] : lstm.named_parameters()) {
+          auto v = golden::tensor<T>(f, n);
+          REQUIRE(v.numel() == p->numel());
+          p->copy_from_host(v.data());
+        }
+        Tape tape;
+        attn::Var<T, Shape<dyn, dyn, 6>> x(golden::tensor<T>(f, "x"), true);
+        attn::Var<T> h0(golden::tensor<T>(f, "h0"), true), c0(golden::tensor<T>(f, "c0"), true);
+        auto lengths = golden::tensor<std::int64_t>(f, "lengths");
+        const auto l = lengths.to_vector();
+        const std::vector<int> li(l.begin(), l.end());
+        auto [out, h_n, c_n] = lstm(tape, x, std::span<const int>(li), {h0, c0});
+        golden::expect_close(f, "out", out.value(), tol);
+        golden::expect_close(f, "h_n", h_n.value(), tol);
+        golden::expect_close(f, "c_n", c_n.value(), tol);
+        auto term = [&](const auto& v, const char* seed) { return attn::sum(tape, attn::mul(tape, v, leaf(golden::tensor<T>(f, seed)))); };
+        tape.backward(attn::add(tape, attn::add(tape, term(out, "dout"), term(h_n, "dh_n")), term(c_n, "dc_n")));
+        golden::expect_close(f, "grad.x", x.grad(), tol);
+        golden::expect_close(f, "grad.h0", h0.grad(), tol);
+        golden::expect_close(f, "grad.c0", c0.grad(), tol);
+        for (auto& [n, p] : lstm.template named_parameter_vars<T>()) golden::expect_close(f, "grad." + n, p.grad(), tol);
+      };
+      if (bi) {
+        nn::BiLSTM<6, 5, T> lstm(nullptr, "lstm");
+        go(lstm);
+      } else {
+        nn::LSTM<6, 5, T> lstm(nullptr, "lstm");
+        go(lstm);
+      }
+    };
+    run(float{}, 1e-5);
+    run(double{}, 1e-12);
+  }
 }
 
 TEST_CASE("golden: LSTM and BiLSTM match torch.nn.LSTM on a packed, unsorted batch") {

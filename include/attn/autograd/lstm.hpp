@@ -9,6 +9,7 @@
 // torch.ao.nn.quantized.dynamic.LSTM's model; without a gradient to record, the weights' int8 or
 // bf16 packs are kept with them (autograd/packed_weights.hpp).
 //   auto r = attn::lstm(tape, x, lengths, {w_ih, w_hh, b_ih, b_hh});   // r.out (B, T, H), r.h_n / r.c_n (1, B, H)
+//   auto s = attn::lstm(tape, y, lengths, {w_ih, w_hh, b_ih, b_hh}, {r.h_n, r.c_n});   // from a given state
 #pragma once
 #include <algorithm>
 #include <array>
@@ -33,6 +34,15 @@ struct LstmWeights {
   Var<T, AnyShape, B> w_hh;  // (4H, H)
   Var<T, AnyShape, B> b_ih;  // (4H)
   Var<T, AnyShape, B> b_hh;  // (4H)
+};
+
+/// The initial state of lstm()/bilstm() (torch's hx = (h_0, c_0)): h0 and c0 (dirs, B, H), in the
+/// batch's own order, direction 0 first. Either may be left undefined: a zero state. Gradients flow
+/// into them as into any input.
+template <class T, class B = cpu>
+struct LstmState {
+  Var<T, AnyShape, B> h0;
+  Var<T, AnyShape, B> c0;
 };
 
 /// What lstm()/bilstm() return. One tape node produces all three; a loss may use any of them.
@@ -226,9 +236,12 @@ struct LstmForward {
 
 /// Runs the recurrence of every direction over the packed rows of `plan`. project(d, A) first writes
 /// direction d's input projections of all packed rows, (N, 4H) without biases, into A.
+/// h0s, c0s: per direction, the initial states in sorted order (bn, H), or empty (zero); null: none.
 template <class T, class B, class Project>
 LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& maps, const LstmWeights<T, B>* w, int dirs, std::size_t bn,
-                                    std::size_t tn, std::size_t h, Precision prec, bool keep, Project&& project) {
+                                    std::size_t tn, std::size_t h, Precision prec, bool keep, Project&& project,
+                                    const PoolVector<Tensor<T, AnyShape, B>>* h0s = nullptr,
+                                    const PoolVector<Tensor<T, AnyShape, B>>* c0s = nullptr) {
   using Ten = Tensor<T, AnyShape, B>;
   const std::size_t g = 4 * h, n_rows = plan.total;
   LstmForward<T, B> f{Ten::zeros({bn, tn, std::size_t(dirs) * h}), Ten::zeros({std::size_t(dirs), bn, h}),
@@ -258,6 +271,10 @@ LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& map
         const std::size_t p0 = plan.offset[s - 1];
         whh.gemm(Trans::no, int(n), int(g), int(h), Hh + p0 * h, int(h), T(1), A + r0 * g, int(g));
         c_prev = Cc + p0 * h;
+      } else {
+        // Step 0 runs every sample (each has a token): the initial state, where given.
+        if (h0s && !(*h0s)[d].empty()) whh.gemm(Trans::no, int(n), int(g), int(h), (*h0s)[d].data(), int(h), T(1), A, int(g));
+        if (c0s && !(*c0s)[d].empty()) c_prev = (*c0s)[d].data();
       }
       kernels::lstm_cell_forward(B{}, n, h, A + r0 * g, bias[d].data(), c_prev, Cc + r0 * h, Hh + r0 * h);
     }
@@ -269,20 +286,33 @@ LstmForward<T, B> lstm_forward_pass(const LstmPlan& plan, const LstmMaps<B>& map
 }
 
 template <class T, class B>
-LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<const int> lengths, const LstmWeights<T, B>* w, int dirs) {
+LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<const int> lengths, const LstmWeights<T, B>* w, int dirs,
+                           const LstmState<T, B>& state) {
   using Ten = Tensor<T, AnyShape, B>;
   if (!x.defined() || x.rank() != 3) throw ShapeError("lstm: x must be (batch, time, input), got " + (x.defined() ? x.dims().str() : std::string("an undefined Var")));
   const std::size_t bn = x.size(0), tn = x.size(1), in = x.size(2);
   std::size_t h = 0;
   for (int d = 0; d < dirs; ++d) lstm_check_weights(w[d], in, h, d);
+  const Dims sd{std::size_t(dirs), bn, h};
+  if (state.h0.defined() && !(state.h0.dims() == sd)) shape_mismatch("lstm", "h0 must be (directions, batch, hidden)", state.h0.dims(), sd);
+  if (state.c0.defined() && !(state.c0.dims() == sd)) shape_mismatch("lstm", "c0 must be (directions, batch, hidden)", state.c0.dims(), sd);
   LstmPlan plan = lstm_plan(lengths, x.dims());
   LstmMaps<B> maps = lstm_maps<B>(plan, dirs, tn);
+  // The initial states in the plan's sorted order, per direction (empty: zero).
+  PoolVector<Ten> h0s(dirs), c0s(dirs);
+  for (int d = 0; d < dirs; ++d)
+    for (auto [v, out] : {std::pair{&state.h0, &h0s[d]}, std::pair{&state.c0, &c0s[d]}})
+      if (v->defined()) {
+        *out = Ten({bn, h});
+        kernels::copy_rows(B{}, bn, h, v->raw().data(), h, maps.final_state[d].data(), out->data(), h, nullptr, false);
+      }
   const std::size_t n_rows = plan.total;
   const T* X = x.raw().data();
   const Precision prec = lstm_precision<T, B>();
   const bool low = prec == Precision::bf16;  // bf16 products, forward and backward
   bool rg = tape != nullptr && x.requires_grad();
   for (int d = 0; d < dirs; ++d) rg = rg || needs_grad(tape, w[d].w_ih, w[d].w_hh, w[d].b_ih, w[d].b_hh);
+  for (const auto* v : {&state.h0, &state.c0}) rg = rg || (tape != nullptr && v->defined() && v->requires_grad());
   if (prec == Precision::int8 && rg)
     throw ArgumentError("lstm: Precision::int8 is for inference (dynamic quantization); this call would record a gradient "
                         "(run it under attn::NoGrad, or train in fp32 or bf16)");
@@ -292,7 +322,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
     // Input projections of every step at once: (N, In) x (4H, In)^T -> (N, 4H).
     const LstmOperand<T, B> wih = LstmOperand<T, B>::weight(prec, !rg, *w[d].w_ih.data());
     wih.gemm(Trans::no, int(n_rows), int(4 * h), int(in), xp.data(), int(in), T(0), A, int(4 * h));
-  });
+  }, &h0s, &c0s);
 
   LstmResult<T, B> res{make_out<AnyShape>(tape, std::move(f.out), rg), make_out<AnyShape>(tape, std::move(f.h_n), rg),
                        make_out<AnyShape>(tape, std::move(f.c_n), rg)};
@@ -308,17 +338,23 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   PoolVector<const void*> inputs{x.data().get()};
   for (const auto& sv : saved)
     for (const auto* p : {sv.w_ih.get(), sv.w_hh.get(), sv.b_ih.get(), sv.b_hh.get()}) inputs.push_back(p);
+  const Data h0d = state.h0.defined() ? state.h0.data() : nullptr, c0d = state.c0.defined() ? state.c0.data() : nullptr;
+  for (const Data& p : {h0d, c0d})
+    if (p) inputs.push_back(p.get());
   tape->push(res.out.data(), inputs, [xd = x.data(), od = res.out.data(), hd = res.h_n.data(), cd = res.c_n.data(), plan = std::move(plan),
-                              maps = std::move(maps), saved = std::move(saved), dirs, bn, in, h, low] {
+                              maps = std::move(maps), saved = std::move(saved), h0d, c0d, h0s = std::move(h0s), c0s = std::move(c0s), dirs,
+                              bn, in, h, low] {
     const bool g_out = !od->grad.empty(), g_h = !hd->grad.empty(), g_c = !cd->grad.empty();
     if (!g_out && !g_h && !g_c) return;
     const std::size_t g = 4 * h, n_rows = plan.total, first = plan.steps ? plan.batch[0] : 0;
     // Gradient slots are resolved here, on one thread, before the directions run concurrently.
     struct DirGrads {
       T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;
-      Ten dh, dgates, dc, xp, hprev, dx;
+      Ten dh, dgates, dc, xp, hprev, dx, dh0;
     };
     PoolVector<DirGrads> gr(dirs);
+    T* dh0_all = h0d && h0d->requires_grad ? h0d->grad_ref().data() : nullptr;  // (dirs, B, H), rows apart per direction
+    T* dc0_all = c0d && c0d->requires_grad ? c0d->grad_ref().data() : nullptr;
     bool shared_weights = false;
     for (int d = 0; d < dirs; ++d) {
       const DirSaved& sv = saved[d];
@@ -333,6 +369,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       if (q.w_ih) q.xp = Ten({n_rows, in});
       if (q.w_hh) q.hprev = Ten({n_rows - first, h});
       if (xd->requires_grad) q.dx = Ten({n_rows, in});
+      if (dh0_all) q.dh0 = Ten({bn, h});
       for (int e = 0; e < d; ++e) {
         const DirSaved& other = saved[e];  // (a local reference: nvcc's front end mangles a braced list of captures)
         for (const Data& a : std::array<Data, 4>{sv.w_ih, sv.w_hh, sv.b_ih, sv.b_hh})
@@ -359,7 +396,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       const LstmOperand<T, B> whh(low, Trans::no, int(g), int(h), sv.w_hh->value.data(), int(h));
       for (std::size_t s = plan.steps; s-- > 0;) {
         const std::size_t n = plan.batch[s], r0 = plan.offset[s];
-        const T* c_prev = s > 0 ? Cc + plan.offset[s - 1] * h : nullptr;
+        const T* c_prev = s > 0 ? Cc + plan.offset[s - 1] * h : c0s[d].empty() ? nullptr : c0s[d].data();
         kernels::lstm_cell_backward(B{}, n, h, A + r0 * g, Cc + r0 * h, c_prev, dH + r0 * h, dC, dG + r0 * g);
         // dh_prev += dgates W_hh: (n, 4H) x (4H, H).
         if (s > 0)
@@ -374,6 +411,18 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
         const LstmOperand<T, B> prev(low, Trans::no, int(n_rows - first), int(h), P, int(h));
         prev.gemm(Trans::yes, int(g), int(h), int(n_rows - first), dG + first * g, int(g), T(1), q.w_hh, int(h));
       }
+      if (!h0s[d].empty()) {
+        // Step 0's recurrent product read h0: dW_hh += dgates_0^T h0, dh0 = dgates_0 W_hh.
+        if (q.w_hh)
+          LstmOperand<T, B>(low, Trans::no, int(first), int(h), h0s[d].data(), int(h))
+              .gemm(Trans::yes, int(g), int(h), int(first), dG, int(g), T(1), q.w_hh, int(h));
+        if (dh0_all) {
+          whh.gemm(Trans::no, int(first), int(h), int(g), dG, int(g), T(0), q.dh0.data(), int(h));
+          kernels::copy_rows(B{}, bn, h, q.dh0.data(), h, nullptr, dh0_all, h, maps.final_state[d].data(), true);
+        }
+      }
+      // dL/dc0: the carry left after step 0 (dc_prev of its cells).
+      if (dc0_all) kernels::copy_rows(B{}, bn, h, dC, h, nullptr, dc0_all, h, maps.final_state[d].data(), true);
       if (q.w_ih) {
         // dW_ih += dgates^T x_packed: (4H, N) x (N, In).
         kernels::copy_rows(B{}, n_rows, in, xd->value.data(), in, maps.rows[d].data(), q.xp.data(), in, nullptr, false);
@@ -413,7 +462,13 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
 /// [1, T], in any order (else ArgumentError). Returns out (B, T, H), h_n and c_n (1, B, H).
 template <Context C, class T, class SX, class B>
 LstmResult<T, B> lstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const std::type_identity_t<LstmWeights<T, B>>& w) {
-  return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, &w, 1);
+  return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, &w, 1, {});
+}
+/// The same from an initial state (torch's lstm(x, (h_0, c_0))): state.h0, state.c0 (1, B, H).
+template <Context C, class T, class SX, class B>
+LstmResult<T, B> lstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const std::type_identity_t<LstmWeights<T, B>>& w,
+                      const std::type_identity_t<LstmState<T, B>>& state) {
+  return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, &w, 1, state);
 }
 
 /// Bidirectional LSTM (bidirectional=True): fwd reads each sample from its first token, rev from its
@@ -422,7 +477,14 @@ template <Context C, class T, class SX, class B>
 LstmResult<T, B> bilstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const std::type_identity_t<LstmWeights<T, B>>& fwd,
                         const std::type_identity_t<LstmWeights<T, B>>& rev) {
   const LstmWeights<T, B> w[2] = {fwd, rev};
-  return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, w, 2);
+  return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, w, 2, {});
+}
+/// The same from an initial state: state.h0, state.c0 (2, B, H), the forward direction's first.
+template <Context C, class T, class SX, class B>
+LstmResult<T, B> bilstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const std::type_identity_t<LstmWeights<T, B>>& fwd,
+                        const std::type_identity_t<LstmWeights<T, B>>& rev, const std::type_identity_t<LstmState<T, B>>& state) {
+  const LstmWeights<T, B> w[2] = {fwd, rev};
+  return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, w, 2, state);
 }
 
 /// The input-projection table of one LSTM direction for lstm_from_table: (V, 4H) = E W_ih^T, the
@@ -485,7 +547,7 @@ LstmResult<T, cpu> lstm_from_table(NoGrad&, std::span<const Tensor<T, AnyShape, 
 
 #define ATTN_INSTANTIATE_CPU_LSTM(X, T)                                                                                    \
   X template LstmResult<T, cpu> detail::lstm_impl<T, cpu>(Tape*, const Var<T, AnyShape, cpu>&, std::span<const int>,        \
-                                                          const LstmWeights<T, cpu>*, int);                                \
+                                                          const LstmWeights<T, cpu>*, int, const LstmState<T, cpu>&);      \
   X template Tensor<T, AnyShape, cpu> lstm_input_table<T>(const Var<T, AnyShape, cpu>&, const Var<T, AnyShape, cpu>&);     \
   ATTN_INSTANTIATE_CPU_LSTM_FROM_TABLE(X, T, int)                                                                          \
   ATTN_INSTANTIATE_CPU_LSTM_FROM_TABLE(X, T, std::int64_t)

@@ -42,7 +42,7 @@ void check_input(const Dims& x) {
 /// One-layer unidirectional LSTM. In and Hidden are static; batch and time are dynamic.
 /// Parameters: weight_ih_l0 (4H, In), weight_hh_l0 (4H, H), bias_ih_l0 (4H), bias_hh_l0 (4H),
 /// gate rows stacked i, f, g, o, all drawn from U(-1/sqrt(H), 1/sqrt(H)) (PyTorch's default).
-/// The initial state is zero.
+/// The initial state is zero unless one is passed (attn::LstmState{h0, c0}).
 template <std::size_t In, std::size_t Hidden, class T = float, class B = cpu>
 class LSTM : public Module {
  public:
@@ -72,8 +72,14 @@ class LSTM : public Module {
   /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, Hidden), h_n, c_n (1, B, Hidden).
   template <Context C, class SX>
   Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths) const {
+    return (*this)(ctx, x, lengths, LstmState<T, B>{});
+  }
+  /// From an initial state, as torch's lstm(x, (h_0, c_0)): state.h0, state.c0 (1, B, Hidden), in the
+  /// batch's order; either may be undefined (zero). E.g. a decoder started from an encoder's h_n, c_n.
+  template <Context C, class SX>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const LstmState<T, B>& state) const {
     lstm_detail::check_input<In, SX>(x.dims());
-    auto r = attn::lstm(ctx, x, lengths, {weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0});
+    auto r = attn::lstm(ctx, x, lengths, {weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0}, state);
     return {r.out, r.h_n, r.c_n};
   }
   /// The same with lengths as an integer tensor (B), e.g. int64.
@@ -90,6 +96,12 @@ class LSTM : public Module {
     lstm_detail::check_input<In, SX>(x.dims());
     const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::LSTM");
     return (*this)(ctx, x, std::span<const int>(l));
+  }
+  template <Context C, class SX, TokenMask M>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask, const LstmState<T, B>& state) const {
+    lstm_detail::check_input<In, SX>(x.dims());
+    const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::LSTM");
+    return (*this)(ctx, x, std::span<const int>(l), state);
   }
 
   /// The parameters of each direction, for the attn::lstm functions.
@@ -142,9 +154,15 @@ class BiLSTM : public Module {
   /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, 2*Hidden), h_n, c_n (2, B, Hidden).
   template <Context C, class SX>
   Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths) const {
+    return (*this)(ctx, x, lengths, LstmState<T, B>{});
+  }
+  /// From an initial state: state.h0, state.c0 (2, B, Hidden), the forward direction's first (torch's
+  /// layout); either may be undefined (zero).
+  template <Context C, class SX>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const LstmState<T, B>& state) const {
     lstm_detail::check_input<In, SX>(x.dims());
     auto r = attn::bilstm(ctx, x, lengths, {weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0},
-                    {weight_ih_l0_reverse, weight_hh_l0_reverse, bias_ih_l0_reverse, bias_hh_l0_reverse});
+                          {weight_ih_l0_reverse, weight_hh_l0_reverse, bias_ih_l0_reverse, bias_hh_l0_reverse}, state);
     return {r.out, r.h_n, r.c_n};
   }
   /// The same with lengths as an integer tensor (B), e.g. int64.
@@ -161,6 +179,12 @@ class BiLSTM : public Module {
     lstm_detail::check_input<In, SX>(x.dims());
     const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::BiLSTM");
     return (*this)(ctx, x, std::span<const int>(l));
+  }
+  template <Context C, class SX, TokenMask M>
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask, const LstmState<T, B>& state) const {
+    lstm_detail::check_input<In, SX>(x.dims());
+    const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::BiLSTM");
+    return (*this)(ctx, x, std::span<const int>(l), state);
   }
 
   /// The parameters of each direction (forward, reverse), for the attn::lstm functions.
