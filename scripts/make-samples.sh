@@ -32,9 +32,12 @@ tnews_stride=10
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Both samples and their notes are built under $work/new first and checked; only then do they
+# replace examples/{imdb,clue}/sample, so a bad archive or a size over the limit changes nothing.
+new="$work/new"
 
 # ---- IMDb
-imdb_out="$root/examples/imdb/sample/aclImdb"
+imdb_out="$new/imdb/aclImdb"
 tar -tvf "$imdb_archive" > "$work/imdb.lst"
 : > "$work/members"
 for cls in neg pos; do
@@ -58,7 +61,6 @@ readme=$(awk '$6 ~ /(^|\/)aclImdb\/README$/ { print $6; exit }' "$work/imdb.lst"
 [ -n "$readme" ] && echo "$readme" >> "$work/members"
 mkdir -p "$work/imdb"
 tar -xf "$imdb_archive" -C "$work/imdb" -T "$work/members"
-rm -rf "$imdb_out"
 mkdir -p "$imdb_out/train/pos" "$imdb_out/train/neg"
 for cls in neg pos; do
   while read -r m; do mv "$work/imdb/$m" "$imdb_out/train/$cls/"; done < "$work/members.$cls"
@@ -70,13 +72,12 @@ for cls in neg pos; do
 done
 
 # ---- TNEWS
-tnews_out="$root/examples/clue/sample/tnews_public"
+tnews_out="$new/clue/tnews_public"
 mkdir -p "$work/tnews"
 tar -xf "$tnews_archive" -C "$work/tnews"
 train=$(find "$work/tnews" -name train.json -path '*tnews_public*' | sort | head -n 1)
 labels=$(find "$work/tnews" -name labels.json -path '*tnews_public*' | sort | head -n 1)
 [ -n "$train" ] && [ -n "$labels" ] || { echo "make-samples: no tnews_public/{train,labels}.json in $tnews_archive" >&2; exit 1; }
-rm -rf "$tnews_out"
 mkdir -p "$tnews_out"
 awk -v s="$tnews_stride" -v n="$tnews_lines" '(NR - 1) % s == 0 && k < n { k++; print }' "$train" > "$tnews_out/train.json"
 cp "$labels" "$tnews_out/labels.json"
@@ -85,7 +86,7 @@ got=$(wc -l < "$tnews_out/train.json")
 echo "tnews: $got of $(wc -l < "$train") lines (stride $tnews_stride)"
 
 # ---- Provenance notes beside the samples
-cat > "$root/examples/imdb/sample/README.md" <<NOTE
+cat > "$new/imdb/README.md" <<NOTE
 # IMDb sample
 
 $((2 * per_class)) reviews ($per_class pos, $per_class neg) from the training split of the Large Movie Review
@@ -94,7 +95,7 @@ Dataset (Maas et al., ACL 2011; https://ai.stanford.edu/~amaas/data/sentiment/),
 (cite the paper when you use the data). Selection: reviews of at most $max_bytes bytes, sorted by id, taken
 with a fixed stride, so short reviews are over-represented. Regenerate with \`scripts/make-samples.sh\`.
 NOTE
-cat > "$root/examples/clue/sample/README.md" <<NOTE
+cat > "$new/clue/README.md" <<NOTE
 # TNEWS sample
 
 $tnews_lines lines (every ${tnews_stride}th, from the first) of \`train.json\` and the whole \`labels.json\` of TNEWS,
@@ -104,9 +105,16 @@ NOTE
 
 # ---- Sizes (bytes of content; on-disk usage is larger because of per-file blocks)
 content_bytes() { find "$1" -type f -printf '%s\n' | awk '{ t += $1 } END { print t + 0 }'; }
-imdb_bytes=$(content_bytes "$root/examples/imdb/sample")
-tnews_bytes=$(content_bytes "$root/examples/clue/sample")
+imdb_bytes=$(content_bytes "$new/imdb")
+tnews_bytes=$(content_bytes "$new/clue")
 echo "imdb sample:  $imdb_bytes bytes"
 echo "tnews sample: $tnews_bytes bytes"
 [ "$imdb_bytes" -le 2000000 ] || { echo "make-samples: IMDb sample over 2 MB" >&2; exit 1; }
 [ "$tnews_bytes" -le 1000000 ] || { echo "make-samples: TNEWS sample over 1 MB" >&2; exit 1; }
+
+# ---- Every check passed: replace the bundled samples.
+for ex in imdb clue; do
+  rm -rf "$root/examples/$ex/sample"
+  mv "$new/$ex" "$root/examples/$ex/sample"
+done
+echo "make-samples: examples/imdb/sample and examples/clue/sample replaced"

@@ -17,8 +17,22 @@ if [ "${1:-}" = "--full" ]; then
   shift
   archive=../shared/data/aclImdb-train.tar.gz
   [ -f "$archive" ] || { echo "run-imdb: $archive not found" >&2; exit 1; }
+  # Extracted into a scratch directory and moved into place whole, so that an interrupted
+  # extraction is redone rather than trained on.
   if [ ! -d build/data/aclImdb/train ]; then
-    mkdir -p build/data && tar -xzf "$archive" -C build/data
+    mkdir -p build/data
+    rm -rf build/data/.aclImdb.partial
+    mkdir build/data/.aclImdb.partial
+    tar -xzf "$archive" -C build/data/.aclImdb.partial
+    [ -d build/data/.aclImdb.partial/aclImdb/train ] || { echo "run-imdb: $archive holds no aclImdb/train" >&2; exit 1; }
+    # Beside what build/data/aclImdb may already hold (a test/ split put there), train/ last.
+    mkdir -p build/data/aclImdb
+    for e in build/data/.aclImdb.partial/aclImdb/*; do
+      n=$(basename "$e")
+      [ "$n" = train ] || [ -e "build/data/aclImdb/$n" ] || mv "$e" "build/data/aclImdb/$n"
+    done
+    mv build/data/.aclImdb.partial/aclImdb/train build/data/aclImdb/train
+    rm -rf build/data/.aclImdb.partial
   fi
   data=build/data/aclImdb
   args=()

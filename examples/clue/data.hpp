@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "../common/run_dir.hpp"
@@ -129,9 +130,14 @@ inline Prepared prepare(const DataOptions& o, const data::Vocab* fixed = nullptr
     // test.json's predictions (tnews_predict.json) are matched by "id", one per line: a line is
     // never skipped there, and one without an id is an error.
     auto ds = read_split(dir / name, p.labels, labeled && o.skip_bad_lines, labeled);
+    std::unordered_map<std::int64_t, std::size_t> seen;  // test.json: id -> line
     for (auto& x : ds.examples) {
       if (!labeled && x.id < 0)
         throw attn::FormatError((dir / name).string(), x.line, "missing field 'id' (tnews_predict.json names each prediction by it)");
+      if (!labeled)
+        if (const auto [it, fresh] = seen.emplace(x.id, x.line); !fresh)
+          throw attn::FormatError((dir / name).string(), x.line,
+                                  fmt::format("id {} repeats that of line {} (tnews_predict.json names each prediction by it)", x.id, it->second));
       add(*enc, tokens_of(tok, x.sentence, x.keywords, o.keywords), x);
     }
   }

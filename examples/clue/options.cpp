@@ -70,6 +70,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   pred->add_option("--dump", pr.dump, "also write the titles as one batch (its inputs) and the logits to this safetensors file, for a PyTorch model to reproduce");
   pred->add_option("text", pr.texts, "titles to classify (default: an example title)");
   if (auto exit_code = examples::parse(app, argc, argv)) return exit_code;
+  if (auto exit_code = examples::refuse_top_level_options(app, *pred, {"--threads"})) return exit_code;
+  o.data_given = app.count("--data") > 0;
   cmd.predict = bool(*pred);
   return std::nullopt;
 }

@@ -74,6 +74,7 @@ struct Options {
   double bench_seconds = 10;
   std::size_t bench_latency = 1000;
   std::string model_dir;  // --bench with a trained model
+  bool data_given = false;  // --data was on the command line (else --bench --model reads the model's own)
   bool fold = true;       // --bench: nn::embedded_lstm (--no-fold: the two layers in turn)
   std::vector<std::string> explain;
 };

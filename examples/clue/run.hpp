@@ -59,6 +59,7 @@ struct Trained {
   /// where a run recorded before them lacks one (the split seed is then "seed").
   std::optional<std::uint64_t> split_seed, limit;
   std::optional<bool> skip_bad_lines;
+  std::optional<std::string> data_dir;  // its --data (absolute), where --bench reads without one
 };
 
 /// A run directory's config.json (already parsed), checked: every field in range, 15 distinct labels.
@@ -89,6 +90,7 @@ inline Trained trained_config(const fs::path& dir, json config) {
       if (op->contains("--split-seed")) t.split_seed = examples::json_count(*op, "--split-seed", 0, kMax, "options.");
       if (op->contains("--limit")) t.limit = examples::json_count(*op, "--limit", 0, kMax, "options.");
       if (op->contains("--skip-bad-lines")) t.skip_bad_lines = examples::json_bool(*op, "--skip-bad-lines", "options.");
+      if (op->contains("--data")) t.data_dir = examples::json_string(*op, "--data", "options.");
     }
   });
   return t;

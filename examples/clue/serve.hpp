@@ -94,7 +94,8 @@ void run_bench(std::size_t heads, const Options& o) {
   std::optional<Trained> tr;
   if (!o.model_dir.empty()) tr = load_trained(o.model_dir);
   DataOptions d = o.data;
-  if (tr) {  // the model's own preprocessing and validation split
+  if (tr) {  // the model's own data, preprocessing and validation split
+    if (!o.data_given && tr->data_dir) d.dir = *tr->data_dir;
     d.keywords = tr->config.value("keywords", false);
     d.max_len = tr->cfg.max_len;
     d.seed = tr->split_seed.value_or(tr->config.value("seed", d.seed));

@@ -3,15 +3,18 @@
 // CLI11's parse wrapped so that main() gets an exit code instead of a return from within a macro.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <algorithm>
 
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "options.hpp"
 
@@ -49,7 +52,8 @@ inline CLI::Validator real(double lo, double hi, bool open_low = false) {
 }
 
 /// A whole-number option in [lo, hi], written in decimal digits: a sign (so -1 never wraps to
-/// 2^64-1), a fraction or a value above 2^64-1 is refused.
+/// 2^64-1), a fraction, a value above 2^64-1 or a leading zero (CLI11 would read "010" as octal 8)
+/// is refused.
 inline CLI::Validator count(std::uint64_t lo, std::uint64_t hi = std::numeric_limits<std::uint64_t>::max()) {
   const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   return CLI::Validator(
@@ -59,6 +63,7 @@ inline CLI::Validator count(std::uint64_t lo, std::uint64_t hi = std::numeric_li
         if (s.empty() || ptr != s.data() + s.size() || (ec != std::errc() && ec != std::errc::result_out_of_range) ||
             s.find_first_not_of("0123456789") != std::string::npos)
           return "'" + s + "' is not a whole number in " + range;
+        if (s.size() > 1 && s[0] == '0') return "'" + s + "' has a leading zero (write the number without it)";
         if (ec == std::errc::result_out_of_range || v < lo || v > hi) return "'" + s + "' is outside " + range;
         return {};
       },
@@ -116,6 +121,23 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  return std::nullopt;
+}
+
+/// With subcommand `sub` chosen, refuses every top-level option that was given and is not in
+/// `shared` (those the subcommand reads too, as --threads): a value written before the word goes
+/// to the top level's copy, which the subcommand never reads (`imdb --device cuda predict ...`
+/// would run on the CPU), so it is an error naming the option.
+inline std::optional<int> refuse_top_level_options(CLI::App& app, const CLI::App& sub, std::initializer_list<std::string_view> shared) {
+  if (!sub) return std::nullopt;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0) continue;
+    const std::string name = opt->get_name();
+    if (std::find(shared.begin(), shared.end(), name) != shared.end()) continue;
+    const std::string s = sub.get_name();
+    return app.exit(CLI::ValidationError(name, "is an option of training, not read by '" + s + "'; give " + s + "'s own options after the word " + s +
+                                                   " (see " + s + " --help)"));
   }
   return std::nullopt;
 }

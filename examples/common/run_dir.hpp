@@ -210,6 +210,18 @@ class RunDirLock {
   int fd_ = -1;
 };
 
+namespace run_detail {
+/// The run files (and committed-but-unrenamed checkpoints) `dir` holds.
+inline std::vector<std::string> run_files_in(const std::filesystem::path& dir) {
+  std::vector<std::string> held;
+  for (auto* f : kRunFiles)
+    if (present(dir / f)) held.push_back(f);
+  for (auto* f : kCheckpoints)
+    if (present(pending_path(dir / f))) held.push_back(pending_path(f).string());
+  return held;
+}
+}  // namespace run_detail
+
 /// What a run will do with its directory, decided before anything is written.
 struct RunPlan {
   std::filesystem::path dir;
@@ -315,11 +327,7 @@ inline RunPlan inspect_run_dir(const std::filesystem::path& dir, const TrainOpti
     check_writable_dir(dir);
     if (fs::exists(st)) plan.lock->acquire(dir);  // before reading: no other writer changes it from here on
   }
-  std::vector<std::string> held;
-  for (auto* f : run_detail::kRunFiles)
-    if (present(dir / f)) held.push_back(f);
-  for (auto* f : run_detail::kCheckpoints)
-    if (present(pending_path(dir / f))) held.push_back(pending_path(f).string());
+  const std::vector<std::string> held = run_detail::run_files_in(dir);
   plan.replace = !held.empty();
   if (!t.resume) {
     if (!held.empty() && !t.overwrite)
@@ -441,6 +449,14 @@ inline void begin_writing(const RunPlan& plan) {
   namespace fs = std::filesystem;
   fs::create_directories(plan.dir);
   plan.lock->acquire(plan.dir);  // a directory created now: locked before the first file
+  if (!plan.resume && !plan.replace) {
+    // Empty or absent when inspected, so not locked then: another program may have written a run
+    // into it since (and ended, releasing the lock). That run is not this one's to replace.
+    if (const auto held = run_detail::run_files_in(plan.dir); !held.empty())
+      throw attn::ArgumentError(fmt::format("{}: another program wrote a run into this directory ({}) after this one checked it; "
+                                            "nothing of it was changed: give another --out, or replace it with --overwrite",
+                                            plan.dir.string(), fmt::join(held, ", ")));
+  }
   remove_stale_temporaries(plan.dir);
   if (plan.resume) {
     for (auto* f : run_detail::kCheckpoints) {
@@ -484,15 +500,15 @@ inline nlohmann::json train_run_options(const TrainOptions& t) {
 /// Checks that every resumed directory of a sweep has the same vocabulary and returns it (nullptr:
 /// no directory is resumed).
 inline const attn::data::Vocab* resumed_vocab(const std::vector<RunPlan>& plans) {
-  const attn::data::Vocab* v = nullptr;
+  const RunPlan* first = nullptr;  // the first resumed directory
   for (auto& p : plans) {
     if (!p.resume) continue;
-    if (v && !(*v == *p.vocab))
+    if (first && !(*first->vocab == *p.vocab))
       throw attn::ArgumentError(fmt::format("{}: its vocabulary differs from that of {}; resume these head counts one at a time (--heads)",
-                                            (p.dir / "vocab.txt").string(), (plans.front().dir / "vocab.txt").string()));
-    if (!v) v = &*p.vocab;
+                                            (p.dir / "vocab.txt").string(), (first->dir / "vocab.txt").string()));
+    if (!first) first = &p;
   }
-  return v;
+  return first ? &*first->vocab : nullptr;
 }
 
 /// A split's class counts: a warning naming the class when there is only one.

@@ -128,8 +128,12 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bo
     p.valid_words.push_back(word_count(toks[i]));
   }
   std::error_code ec;
-  if (fs::is_directory(fs::path(o.data) / "test", ec)) {
+  const fs::path test_dir = fs::path(o.data) / "test";
+  data::ImdbStats test_stats;
+  if (fs::exists(fs::symlink_status(test_dir, ec))) {  // the standard test split, when the user has it
+    if (!fs::is_directory(test_dir, ec)) throw attn::IoError(test_dir.string(), "exists but is not a directory (the aclImdb test split)");
     auto test = data::read_imdb(o.data, "test");
+    test_stats = test.stats;
     limit_reviews(test.reviews, o.limit);  // a quick run scores a test portion of the same size
     for (auto& r : test.reviews) {
       auto t = tok(r.text);
@@ -153,6 +157,10 @@ inline Prepared prepare(const Options& o, const data::Vocab* fixed = nullptr, bo
   if (train_split.stats.skipped)
     fmt::print("data: {} entr{} of {}/{{pos,neg}} not *.txt review files, skipped\n", train_split.stats.skipped,
                train_split.stats.skipped == 1 ? "y" : "ies", train_dir);
+  if (test_stats.invalid_utf8) fmt::print("data: {} invalid UTF-8 sequences replaced in {}\n", test_stats.invalid_utf8, test_dir.string());
+  if (test_stats.skipped)
+    fmt::print("data: {} entr{} of {}/{{pos,neg}} not *.txt review files, skipped\n", test_stats.skipped, test_stats.skipped == 1 ? "y" : "ies",
+               test_dir.string());
   if (o.nblr_buckets) fit_nblr_scores(o, p);
   if (o.pretrain.epochs && new_runs) {  // resumed runs continue from their checkpoints
     auto opt = o.pretrain;

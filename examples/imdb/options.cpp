@@ -87,6 +87,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   pred->add_option("--dump", pr.dump, "also write the texts as one batch (its inputs) and the logits to this safetensors file, for a PyTorch model to reproduce");
   pred->add_option("text", pr.texts, "text to classify (default: the article's sentence)");
   if (auto exit_code = examples::parse(app, argc, argv)) return exit_code;
+  if (auto exit_code = examples::refuse_top_level_options(app, *pred, {"--threads"})) return exit_code;
   for (std::size_t i = 0; i < o.seeds.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
       if (o.seeds[i] == o.seeds[j])

@@ -21,7 +21,7 @@ inline constexpr std::size_t kMaxNgramOrder = 4;                    // --ngram-o
 inline constexpr std::size_t kMaxVocab = (std::size_t(1) << 31) - 1;  // --max-vocab (ids are int32)
 inline constexpr std::size_t kMaxCount = std::size_t(1) << 32;      // --min-freq
 inline constexpr std::size_t kMaxNgramBuckets = std::size_t(1) << 24;
-inline constexpr std::size_t kMaxNblrBuckets = std::size_t(1) << 30;
+inline constexpr std::size_t kMaxNblrBuckets = (std::size_t(1) << 30) - 1;  // NB-LR's weights are indexed below 2^30
 
 /// The default number of n-gram buckets: one per 4 tokens of the training portion, as a power of
 /// two, at least 1,024 and at most 2^21 (a 1 GiB table at width 128, as fastText's 2 million).

@@ -166,6 +166,9 @@ TEST_CASE("clue: integers above 2^63-1 keep their value: no label or id wraps to
                     Contains("x.json: line 1: field 'id' 18446744073709551615 is out of range"));
   write_bytes(p, "{\"sentence\": \"a\", \"id\": 9223372036854775807}\n");
   CHECK(read_clue(p, tnews_labels(), {.labeled = false}).examples.at(0).id == INT64_MAX);
+  // A negative id is refused as such (-1 stands for "no id").
+  write_bytes(p, "{\"sentence\": \"a\", \"id\": 0}\n{\"sentence\": \"b\", \"id\": -5}\n");
+  CHECK_THROWS_WITH(read_clue(p, tnews_labels(), {.labeled = false}), Contains("x.json: line 2: field 'id' must be >= 0, found -5"));
 }
 
 TEST_CASE("clue: randomly corrupted files give a result or an attn::FormatError, nothing else") {

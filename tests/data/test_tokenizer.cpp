@@ -94,6 +94,10 @@ TEST_CASE("chinese: mixed Chinese, ASCII and emoji, an emoji with its modifiers 
         V{"\U0001F1E8\U0001F1F3", "\U0001F1FA\U0001F1F8"});                        // two flags
   CHECK(tok("\U0001F600 \U0001F3FD") == V{"\U0001F600", "\U0001F3FD"});            // a space breaks the cluster
   CHECK(tok("a\u200Db\uFE0F") == V{"a", "b"});                                     // stray joiners vanish
+  // Keycaps: the digit, '#' or '*' with its keycap (and variation selector) is one token.
+  CHECK(tok("1\uFE0F\u20E3#\uFE0F\u20E3*\u20E3") == V{"1\uFE0F\u20E3", "#\uFE0F\u20E3", "*\u20E3"});
+  CHECK(tok("ab12\uFE0F\u20E3\u597D") == V{"ab1", "2\uFE0F\u20E3", "\u597D"});
+  CHECK(tok("12\uFE0F") == V{"12"});  // no keycap: the selector vanishes after an ASCII run
 }
 
 TEST_CASE("chinese: invalid bytes become U+FFFD tokens and are counted") {

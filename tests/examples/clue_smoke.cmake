@@ -80,6 +80,9 @@ smoke_expect_match("${advres_output}" "--adversarial: 0.2 differs from the run's
 # --bench --model rebuilds the model's own validation split: --split-seed's, not --seed's.
 smoke_run(advbench 0 "${PROGRAM}" --bench --model "${WORK}/adv/h4" --data "${DATA}" --threads 1 --bench-seconds 0.05 --bench-latency 3)
 smoke_expect_match("${advbench_output}" "train.json, seed 3\\)" "--bench --model's validation split")
+# Without --data, the model's own data directory (recorded in its config.json), not the default.
+smoke_run(advbench_own 0 "${PROGRAM}" --bench --model "${WORK}/adv/h4" --threads 1 --bench-seconds 0.05 --bench-latency 3)
+smoke_expect_match("${advbench_own_output}" "train.json, seed 3\\)" "--bench --model without --data")
 
 # Class weights: the header gives their range over the classes present (the fixture's training
 # split: n / (15 n_c) from 0.257 to 0.277, their square roots for sqrt) and config.json binds the

@@ -5,6 +5,7 @@
 # without a working GPU: "no CUDA device: ..."), before any data is read and without writing anything.
 # On a machine with a working GPU the device is accepted, and the missing data is what fails.
 #   cmake -DIMDB=<imdb> -DCLUE=<clue> -DCUDA_BUILT=<ON|OFF> -DWORK=<dir> -P device_option.cmake
+include(${CMAKE_CURRENT_LIST_DIR}/smoke_util.cmake)
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 set(missing "${WORK}/no-such-data")
@@ -18,6 +19,7 @@ endif()
 function(expect_error program want)
   execute_process(COMMAND "${program}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e TIMEOUT 120)
   get_filename_component(name "${program}" NAME)
+  smoke_no_sanitizer_report("${o}${e}" "${name} ${ARGN}")  # ASan's exit status is 1 too
   if(NOT rc EQUAL 1)
     message(FATAL_ERROR "${name} ${ARGN}: exit ${rc}, expected 1\n${o}${e}")
   endif()
@@ -51,9 +53,25 @@ foreach(program "${IMDB}" "${CLUE}")
   endif()
   execute_process(COMMAND "${program}" --device gpu --data "${missing}" --out "${out}" RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e
                   TIMEOUT 60)
+  smoke_no_sanitizer_report("${o}${e}" "${program} --device gpu")
   if(rc EQUAL 0 OR NOT "${o}${e}" MATCHES "--device" OR EXISTS "${out}")
     message(FATAL_ERROR "${program} --device gpu: exit ${rc}, expected a refusal naming --device:\n${o}${e}")
   endif()
   expect_error("${program}" "${why}" --device cuda --data "${missing}" --out "${out}")
   expect_error("${program}" "${why}" predict --model "${missing}" --device cuda)
+  # A training option before the word predict is refused naming it (predict reads its own copy);
+  # --threads applies to both.
+  foreach(args "--device;cuda" "--precision;int8")
+    execute_process(COMMAND "${program}" ${args} predict --model "${missing}" RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e TIMEOUT 60)
+    smoke_no_sanitizer_report("${o}${e}" "${program} ${args} predict")
+    list(GET args 0 opt)
+    if(rc EQUAL 0 OR NOT "${o}${e}" MATCHES "${opt}: is an option of training, not read by 'predict'")
+      message(FATAL_ERROR "${program} ${args} predict: exit ${rc}, expected a refusal naming ${opt}:\n${o}${e}")
+    endif()
+  endforeach()
+  execute_process(COMMAND "${program}" --threads 1 predict --model "${missing}" RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e TIMEOUT 60)
+  smoke_no_sanitizer_report("${o}${e}" "${program} --threads 1 predict")
+  if(rc EQUAL 0 OR NOT "${o}${e}" MATCHES "no-such-data")
+    message(FATAL_ERROR "${program} --threads 1 predict: exit ${rc}, expected the missing model to be what fails:\n${o}${e}")
+  endif()
 endforeach()

@@ -2,11 +2,22 @@
 # Helpers for the example smoke tests (cmake -P scripts): run a program, and check that the files
 # it wrote exist and parse (JSON, JSON lines, safetensors headers, vocabularies, HTML).
 
+# smoke_no_sanitizer_report(<text> <what>): fails when text holds an AddressSanitizer,
+# LeakSanitizer or UBSan report (scripts/sanitize.sh's builds). A run that is expected to fail
+# exits non-zero anyway, so its exit status alone would let a leak on the error path through.
+function(smoke_no_sanitizer_report text what)
+  if(text MATCHES "ERROR: (AddressSanitizer|LeakSanitizer)|UndefinedBehaviorSanitizer|[0-9]: runtime error: ")
+    message(FATAL_ERROR "${what}: a sanitizer report:\n${text}")
+  endif()
+endfunction()
+
 # smoke_run(<out-prefix> <expect: 0 | fail> <program> <args>...): runs the program; sets
-# <out-prefix>_output (stdout + stderr) and fails the test on an unexpected exit status.
+# <out-prefix>_output (stdout + stderr) and fails the test on an unexpected exit status or a
+# sanitizer report.
 function(smoke_run prefix expect)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 900)
   set(${prefix}_output "${out}${err}" PARENT_SCOPE)
+  smoke_no_sanitizer_report("${out}${err}" "${ARGN}")
   if(expect STREQUAL "fail")
     if(rc EQUAL 0)
       message(FATAL_ERROR "expected a failure, but it succeeded: ${ARGN}\n${out}${err}")

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -298,6 +299,23 @@ TEST_CASE("run_dir: the writer locks the run directory, and a second writer stop
   const auto b = examples::inspect_run_dir(tmp.path() / "h8", t, options, true);
   examples::begin_writing(a);
   CHECK_THROWS_WITH(examples::begin_writing(b), Contains("another process is using this run directory"));
+  // A directory found absent, in which another program then wrote a run and ended (releasing the
+  // lock) before this one got to it: refused, the other run untouched.
+  const auto late = examples::inspect_run_dir(tmp.path() / "h16", t, options, true);
+  {
+    const auto other = examples::inspect_run_dir(tmp.path() / "h16", t, options, true);
+    examples::begin_writing(other);
+    write(tmp.path() / "h16" / "config.json", "{}");
+  }
+  CHECK_THROWS_WITH(examples::begin_writing(late), Contains("another program wrote a run into this directory (config.json)"));
+  CHECK(read(tmp.path() / "h16" / "config.json") == "{}");
+  // With --overwrite too: the plan was made for an empty directory, so nothing of it was meant to go.
+  t.overwrite = true;
+  const auto late_over = examples::inspect_run_dir(tmp.path() / "h32", t, options, true);
+  fs::create_directories(tmp.path() / "h32");
+  write(tmp.path() / "h32" / "state.json", "{}");
+  CHECK_THROWS_AS(examples::begin_writing(late_over), attn::ArgumentError);
+  CHECK(fs::exists(tmp.path() / "h32" / "state.json"));
 }
 
 TEST_CASE("run_dir: the writer checks that it can write the run directory before anything is written") {
@@ -345,4 +363,22 @@ TEST_CASE("run_dir: state.json's epochs, the --epochs it was written under, is o
   st["epochs"] = 0;
   write(p, st.dump());
   CHECK_THROWS_WITH(examples::read_state(p), Contains("state.json") && Contains("field epochs: 0 is outside"));
+}
+
+TEST_CASE("run_dir: resumed directories of a sweep with different vocabularies name the first resumed one") {
+  using attn::data::Vocab;
+  const std::vector<std::string> a{"good"}, b{"bad"};
+  std::vector<examples::RunPlan> plans(3);
+  plans[0].dir = "runs/h1";  // a new run: no vocabulary of its own
+  plans[1].dir = "runs/h2";
+  plans[1].resume = true;
+  plans[1].vocab = Vocab::from_tokens(a);
+  plans[2].dir = "runs/h4";
+  plans[2].resume = true;
+  plans[2].vocab = Vocab::from_tokens(a);
+  CHECK(examples::resumed_vocab(plans) == &*plans[1].vocab);
+  plans[2].vocab = Vocab::from_tokens(b);
+  CHECK_THROWS_WITH(examples::resumed_vocab(plans), Contains("runs/h4/vocab.txt: its vocabulary differs from that of runs/h2/vocab.txt"));
+  plans[1].resume = plans[2].resume = false;
+  CHECK(examples::resumed_vocab(plans) == nullptr);
 }

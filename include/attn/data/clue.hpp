@@ -196,6 +196,7 @@ inline ClueDataset read_clue(const std::filesystem::path& path, const ClueLabels
         if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
           throw detail::ClueLineError{"field 'id' " + it->dump() + " is out of range (above 2^63-1)"};
         ex.id = it->get<std::int64_t>();
+        if (ex.id < 0) throw detail::ClueLineError{"field 'id' must be >= 0, found " + it->dump()};
       }
     } catch (const detail::ClueLineError& e) {
       if (options.bad_lines == BadLines::fail) throw FormatError(p, line_no, e.what);

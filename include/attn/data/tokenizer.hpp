@@ -68,6 +68,15 @@ constexpr bool is_invisible_modifier(char32_t c) noexcept {
 /// Visible modifiers that belong to the preceding emoji: skin tones and the combining keycap.
 constexpr bool is_visible_modifier(char32_t c) noexcept { return (c >= 0x1F3FB && c <= 0x1F3FF) || c == 0x20E3; }
 inline constexpr char32_t zero_width_joiner = 0x200D;
+/// Code points of a keycap emoji at cps[i] (a digit, '#' or '*', an optional U+FE0F, then the
+/// combining keycap U+20E3: "1️⃣"), or 0.
+inline std::size_t keycap_length(const std::u32string& cps, std::size_t i) noexcept {
+  const char32_t c = cps[i];
+  if (!((c >= U'0' && c <= U'9') || c == U'#' || c == U'*')) return 0;
+  std::size_t k = i + 1;
+  if (k < cps.size() && cps[k] == 0xFE0F) ++k;
+  return k < cps.size() && cps[k] == 0x20E3 ? k + 1 - i : 0;
+}
 
 /// Length in bytes of an HTML line break at text[i] ("<br>", "<br/>", "<br />", any case), or 0.
 inline std::size_t html_break_length(std::string_view text, std::size_t i) noexcept {
@@ -177,7 +186,8 @@ inline bool is_word_token(std::string_view token) noexcept {
 /// - ASCII punctuation characters are one token each; white space (incl. U+3000) and control
 ///   characters are dropped.
 /// - An emoji is one token together with its modifiers: variation selectors, skin tones,
-///   keycap, tag characters, zero-width-joiner sequences, and regional-indicator pairs (flags).
+///   keycap (with its base: "1️⃣" and "#️⃣" are one token each, "a1️⃣" is "a" and "1️⃣"), tag
+///   characters, zero-width-joiner sequences, and regional-indicator pairs (flags).
 class ChineseCharTokenizer {
  public:
   struct Options {
@@ -198,12 +208,19 @@ class ChineseCharTokenizer {
     bool lone_regional = false;  // last token is one regional indicator, waiting for its pair
     for (std::size_t i = 0; i < cps.size();) {
       const char32_t c = cps[i];
-      if (detail::is_ascii_alnum(c)) {
+      if (const std::size_t k = detail::keycap_length(cps, i)) {  // "1️⃣", "#️⃣": one emoji token
+        std::string tok;
+        for (std::size_t j = 0; j < k; ++j) append_utf8(tok, cps[i + j]);
+        out.push_back(std::move(tok));
+        i += k;
+        extendable = true;  // skin tones and joiners may still follow, as after any emoji
+        lone_regional = false;
+      } else if (detail::is_ascii_alnum(c)) {
         std::string tok;
         do {
           append_utf8(tok, options_.lowercase ? detail::ascii_lower(cps[i]) : cps[i]);
           ++i;
-        } while (options_.group_ascii && i < cps.size() && detail::is_ascii_alnum(cps[i]));
+        } while (options_.group_ascii && i < cps.size() && detail::is_ascii_alnum(cps[i]) && !detail::keycap_length(cps, i));
         out.push_back(std::move(tok));
         extendable = lone_regional = false;
       } else if (c == detail::zero_width_joiner) {
