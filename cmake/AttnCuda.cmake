@@ -2,10 +2,12 @@
 # The attn::cuda target: attn plus the CUDA runtime and the nvcc flags that Eigen 3.4 and fmt 9 need.
 # cuBLAS is not linked: attn opens it on first use (dlopen, include/attn/backend/cuda/runtime.cuh),
 # so that a program built with the backend starts without loading it and runs on the CPU without it.
+# The GPUs the kernels are built for: CMAKE_CUDA_ARCHITECTURES (or the CUDAARCHS environment
+# variable) where given, else nvcc's default, which enable_language(CUDA) has set by now (with
+# CUDA 13, sm_75 and its PTX: Turing's machine code, which the driver compiles for any newer GPU at
+# a kernel's first use). scripts/test.sh passes the GPU's own architecture where there is one, and
+# benchmarks/gpu-check.sh the one it measures.
 find_package(CUDAToolkit REQUIRED)
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
-  set(CMAKE_CUDA_ARCHITECTURES 90)
-endif()
 add_library(attn_cuda INTERFACE)
 add_library(attn::cuda ALIAS attn_cuda)
 set_target_properties(attn_cuda PROPERTIES EXPORT_NAME cuda)

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Finds attn's dependencies: all from Debian packages (scripts/install-deps.sh); nothing is downloaded.
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
-find_package(fmt REQUIRED)
+if(ATTN_BUILD_TESTS OR ATTN_BUILD_EXAMPLES OR ATTN_BUILD_BENCHMARKS)
+  find_package(fmt REQUIRED)  # attn's own programs print with it; the library does not use it
+endif()
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.11 REQUIRED)
 find_package(MPI QUIET COMPONENTS CXX)

@@ -4,15 +4,23 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY include/attn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-set(_attn_targets attn attn_compiled)
+install(TARGETS attn attn_compiled EXPORT attnTargets)
+install(EXPORT attnTargets NAMESPACE attn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
+# attn::mpi and attn::cuda each in an export set of its own (attnMpiTargets.cmake,
+# attnCudaTargets.cmake), so that a consumer of attn::attn needs neither MPI nor the CUDA toolkit:
+# attnConfig.cmake defines each where its dependency is found, and a consumer that needs one asks
+# for it as a component: find_package(attn REQUIRED COMPONENTS mpi cuda).
+set(ATTN_COMPONENTS "")
 if(TARGET attn_mpi)
-  list(APPEND _attn_targets attn_mpi)
+  install(TARGETS attn_mpi EXPORT attnMpiTargets)
+  install(EXPORT attnMpiTargets NAMESPACE attn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
+  list(APPEND ATTN_COMPONENTS mpi)
 endif()
 if(TARGET attn_cuda)
-  list(APPEND _attn_targets attn_cuda)
+  install(TARGETS attn_cuda EXPORT attnCudaTargets)
+  install(EXPORT attnCudaTargets NAMESPACE attn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
+  list(APPEND ATTN_COMPONENTS cuda)
 endif()
-install(TARGETS ${_attn_targets} EXPORT attnTargets)
-install(EXPORT attnTargets NAMESPACE attn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/attnConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/attnConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/attn)

@@ -38,9 +38,18 @@ if [ -n "${ATTN_SANITIZE_AREAS:-}" ]; then
   regex=""
   for area in $ATTN_SANITIZE_AREAS; do
     [ -d "tests/$area" ] || { echo "sanitize: no directory tests/$area" >&2; exit 2; }
-    for src in tests/"$area"/test_*.cpp; do
-      [ -e "$src" ] && targets+=("${area}_$(basename "$src" .cpp)")
-    done
+    if [ -f "tests/$area/CMakeLists.txt" ]; then
+      # An area with its own CMakeLists (cuda, dist, examples): every target it defines, through
+      # Ninja's per-directory target, and for the examples' tests the example programs they run.
+      targets+=("tests/$area/all")
+      [ "$area" = examples ] && targets+=(examples/all)
+    fi
+    case " core backend autograd nn optim io data metrics dist " in
+      *" $area "*)  # the areas whose test_*.cpp tests/CMakeLists.txt builds as <area>_test_*
+        for src in tests/"$area"/test_*.cpp; do
+          [ -e "$src" ] && targets+=("${area}_$(basename "$src" .cpp)")
+        done ;;
+    esac
     regex+="${regex:+|}${area}_"
   done
   [ ${#targets[@]} -gt 0 ] || { echo "sanitize: no tests in areas: $ATTN_SANITIZE_AREAS" >&2; exit 2; }

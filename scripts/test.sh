@@ -20,6 +20,12 @@ if [ -n "$nvcc" ] && [ "${ATTN_TEST_CUDA:-1}" != 0 ]; then
     cuda_host_opt=-O0
   fi
   cuda_flags=(-DATTN_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" "-DCMAKE_CUDA_FLAGS_RELEASE=$cuda_host_opt -DNDEBUG")
+  # With a GPU, machine code for it (e.g. 90 on an H100) unless CUDAARCHS says otherwise; without,
+  # CMake's default (cmake/AttnCuda.cmake).
+  if [ "$cuda_host_opt" = -O3 ] && [ -z "${CUDAARCHS:-}" ]; then
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .' || true)
+    [[ "$cc" =~ ^[0-9]+$ ]] && cuda_flags+=(-DCMAKE_CUDA_ARCHITECTURES="$cc")
+  fi
 fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_WERROR=ON -DATTN_ISA_CHECK=ON -DATTN_BUILD_TESTS=ON \
   -DATTN_BUILD_EXAMPLES=ON "${cuda_flags[@]}"

@@ -10,6 +10,10 @@
 
 namespace attn_test {
 
-int run_catch(int argc, char** argv) { return Catch::Session().run(argc, argv); }
+int run_catch(int argc, char** argv) {
+  const int rc = Catch::Session().run(argc, argv);
+  // Catch returns the number of failed checks; 77 of them must not read as ctest's "skipped".
+  return rc == 77 ? 1 : rc;
+}
 
 }  // namespace attn_test
