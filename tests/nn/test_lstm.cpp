@@ -137,19 +137,23 @@ TEST_CASE("LSTM state: a zero state equals none, a sequence split in two and con
   CHECK(max_diff(b2.out.raw(), steps(whole.out.raw(), 3, 5)) < 1e-14);
   // Shapes: (directions, batch, hidden).
   CHECK_THROWS_WITH(bi(tape, x, len, {attn::Var<double>(Tensor<double>::zeros({1, 2, 4}), false), {}}),
-                    Catch::Contains("h0 must be (directions, batch, hidden)"));
+                    Catch::Contains("nn::BiLSTM: h0 must be (num_layers * directions, batch, hidden)"));
   CHECK_THROWS_WITH(uni(tape, x, len, {{}, attn::Var<double>(Tensor<double>::zeros({1, 3, 4}), false)}),
-                    Catch::Contains("c0 must be (directions, batch, hidden)"));
+                    Catch::Contains("nn::LSTM: c0 must be (num_layers * directions, batch, hidden)"));
+  CHECK_THROWS_WITH(attn::lstm(tape, x, len, uni.weights()[0], {{}, attn::Var<double>(Tensor<double>::zeros({2, 2, 4}), false)}),
+                    Catch::Contains("lstm: c0 must be (directions, batch, hidden)"));
 }
 
-TEST_CASE("golden: LSTM and BiLSTM from an initial state match torch.nn.LSTM(packed, (h0, c0)), gradients into h0 and c0 too") {
-  for (std::string name : {"lstm_uni_state", "lstm_bi_state"}) {
+TEST_CASE("golden: LSTM and BiLSTM, one layer and stacked, from an initial state match torch.nn.LSTM(packed, (h0, c0)), gradients into h0 and c0 too") {
+  for (std::string name : {"lstm_uni_state", "lstm_bi_state", "lstm_uni_3layers_state", "lstm_bi_2layers_state"}) {
     INFO(name);
     auto f = golden::load(name);
-    const bool bi = name == "lstm_bi_state";
+    const bool bi = name.starts_with("lstm_bi");
+    const std::size_t layers = name.find("3layers") != std::string::npos ? 3 : name.find("2layers") != std::string::npos ? 2 : 1;
     auto run = [&](auto tag, double tol) {
       using T = decltype(tag);
       auto go = [&](auto& lstm) {
+        REQUIRE(lstm.named_parameters().size() == layers * (bi ? 8 : 4));  // torch's names, each in the file
         for (auto& [n, p] : lstm.named_parameters()) {
           auto v = golden::tensor<T>(f, n);
           REQUIRE(v.numel() == p->numel());
@@ -173,16 +177,45 @@ TEST_CASE("golden: LSTM and BiLSTM from an initial state match torch.nn.LSTM(pac
         for (auto& [n, p] : lstm.template named_parameter_vars<T>()) golden::expect_close(f, "grad." + n, p.grad(), tol);
       };
       if (bi) {
-        nn::BiLSTM<6, 5, T> lstm(nullptr, "lstm");
+        nn::BiLSTM<6, 5, T> lstm(nullptr, "lstm", {.num_layers = layers});
         go(lstm);
       } else {
-        nn::LSTM<6, 5, T> lstm(nullptr, "lstm");
+        nn::LSTM<6, 5, T> lstm(nullptr, "lstm", {.num_layers = layers});
         go(lstm);
       }
     };
     run(float{}, 1e-5);
     run(double{}, 1e-12);
   }
+}
+
+TEST_CASE("stacked LSTM: torch's parameter names and order, dropout between layers only in training, bad options and state shapes") {
+  nn::BiLSTM<3, 4, double> bi(nullptr, "bi", {.num_layers = 2, .dropout = 0.5});
+  std::vector<std::string> names;
+  for (auto& [n, p] : bi.named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l0_reverse",
+                                          "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse", "weight_ih_l1",
+                                          "weight_hh_l1", "bias_ih_l1", "bias_hh_l1", "weight_ih_l1_reverse", "weight_hh_l1_reverse",
+                                          "bias_ih_l1_reverse", "bias_hh_l1_reverse"});
+  CHECK(bi.parameter<double>("weight_ih_l1").dims() == Dims{16, 8});
+  const std::vector<int> len = {4, 2};
+  attn::Var<double> x(rnd({2, 4, 3}), false);
+  attn::NoGrad ng;
+  bi.eval();
+  const auto a = bi(ng, x, len), b = bi(ng, x, len);
+  CHECK(max_diff(a.out.raw(), b.out.raw()) == 0);  // no dropout in eval
+  CHECK(a.h_n.dims() == Dims{4, 2, 4});
+  bi.train();
+  Tape tape;
+  const auto c = bi(tape, x, len);
+  CHECK(max_diff(a.out.raw(), c.out.raw()) > 0);  // the layer below's output dropped at 0.5
+  CHECK(max_diff(a.h_n.raw(), c.h_n.raw()) > 0);
+  // Layer 0's final states do not see the dropout above them.
+  for (std::size_t i = 0; i < 2 * 2 * 4; ++i) CHECK(a.h_n.raw().data()[i] == c.h_n.raw().data()[i]);
+  CHECK_THROWS_WITH(bi(tape, x, len, {attn::Var<double>(Tensor<double>::zeros({2, 2, 4}), false), {}}),
+                    Catch::Contains("h0 must be (num_layers * directions, batch, hidden)"));
+  CHECK_THROWS_WITH((nn::LSTM<3, 4, double>(nullptr, "l", {.num_layers = 0})), Catch::Contains("num_layers must be in [1, 1024]"));
+  CHECK_THROWS_WITH((nn::LSTM<3, 4, double>(nullptr, "l", {.dropout = 1.0})), Catch::Contains("dropout must be in [0, 1)"));
 }
 
 TEST_CASE("golden: LSTM and BiLSTM match torch.nn.LSTM on a packed, unsorted batch") {
@@ -238,7 +271,7 @@ TEST_CASE("BiLSTM: each sample of a ragged batch equals the same sample run alon
   attn::NoGrad ng;
   auto [out, h_n, c_n] = lstm(ng, attn::Var<double, Shape<dyn, dyn, 4>>(xb), ragged);
   static_assert(std::is_same_v<decltype(out), attn::Var<double, Shape<dyn, dyn, 6>>>);
-  static_assert(std::is_same_v<decltype(h_n), attn::Var<double, Shape<2, dyn, 3>>>);
+  static_assert(std::is_same_v<decltype(h_n), attn::Var<double, Shape<dyn, dyn, 3>>>);  // (num_layers * 2, B, H)
   for (std::size_t i = 0; i < ragged.size(); ++i) {
     const std::size_t len = std::size_t(ragged[i]);
     Tensor<double> xi({1, len, 4});
@@ -407,6 +440,11 @@ TEST_CASE("embedded_lstm: an Embedding + LSTM/BiLSTM from input-projection table
   nn::LSTM<6, 4, double> uni_d(nullptr, "lstm");
   check_embedded<double>(bi_d, emb_d, 1e-13);
   check_embedded<double>(uni_d, emb_d, 1e-13);
+  // Stacked: the tables fold layer 0; the layers above run as usual.
+  nn::BiLSTM<6, 4, double> bi2_d(nullptr, "lstm2", {.num_layers = 2});
+  nn::LSTM<6, 4, double> uni3_d(nullptr, "lstm3", {.num_layers = 3});
+  check_embedded<double>(bi2_d, emb_d, 1e-13);
+  check_embedded<double>(uni3_d, emb_d, 1e-13);
   nn::Embedding<6, float> emb_f(nullptr, "embed", 13, {.padding_idx = 0, .init_std = 0.5});
   nn::BiLSTM<6, 4, float> bi_f(nullptr, "lstm");
   check_embedded<float>(bi_f, emb_f, 1e-6);

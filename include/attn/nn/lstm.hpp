@@ -3,12 +3,16 @@
 // torch.nn.LSTM(In, Hidden, batch_first=True[, bidirectional=True]) on a packed sequence, with its names.
 //   attn::nn::BiLSTM<128, 128> rnn{this, "lstm"};   auto [y, h_n, c_n] = rnn(ctx, x, lengths);   // y (B, T, 256)
 #pragma once
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "../autograd/dropout.hpp"
 #include "../autograd/lstm.hpp"
+#include "../autograd/shape_ops.hpp"
 #include "../core/mask.hpp"
 #include "embedding.hpp"
 #include "init.hpp"
@@ -16,13 +20,20 @@
 
 namespace attn::nn {
 
-/// The result of an LSTM layer: out (B, T, Dirs*Hidden), zero at padded steps; h_n and c_n
-/// (Dirs, B, Hidden), each sample's final state per direction, in the batch's own order.
+/// The result of an LSTM layer: out (B, T, Dirs*Hidden), the last layer's, zero at padded steps;
+/// h_n and c_n (layers*Dirs, B, Hidden), each sample's final state per layer and direction (layer
+/// 0's directions first, as torch's), in the batch's own order.
 template <class T, std::size_t Dirs, std::size_t Hidden, class B = cpu>
 struct LstmOutput {
   Var<T, Shape<dyn, dyn, Dirs * Hidden>, B> out;
-  Var<T, Shape<Dirs, dyn, Hidden>, B> h_n;
-  Var<T, Shape<Dirs, dyn, Hidden>, B> c_n;
+  Var<T, Shape<dyn, dyn, Hidden>, B> h_n;
+  Var<T, Shape<dyn, dyn, Hidden>, B> c_n;
+};
+
+/// Options of nn::LSTM and nn::BiLSTM, torch.nn.LSTM's num_layers and dropout.
+struct LstmOptions {
+  std::size_t num_layers = 1;  // stacked layers: layer k > 0 reads layer k-1's output (Dirs*Hidden wide)
+  double dropout = 0;          // in training mode, on each layer's output but the last's
 };
 
 namespace lstm_detail {
@@ -37,10 +48,56 @@ void check_input(const Dims& x) {
     throw ShapeError("nn::LSTM: input shape " + x.str() + " is not (batch, time, " + std::to_string(In) + ")");
 }
 
+inline const LstmOptions& checked(const LstmOptions& o, const std::string& who) {
+  if (o.num_layers < 1 || o.num_layers > 1024)
+    throw ArgumentError(who + ": num_layers must be in [1, 1024], got " + std::to_string(o.num_layers));
+  if (!(o.dropout >= 0 && o.dropout < 1)) throw ArgumentError(who + ": dropout must be in [0, 1), got " + std::to_string(o.dropout));
+  return o;
+}
+
+/// A stacked LSTM's initial state must be (layers * Dirs, B, Hidden); layer k's part is rows
+/// [k Dirs, (k + 1) Dirs).
+template <class T, class B>
+void check_state(const LstmState<T, B>& s, std::size_t rows, std::size_t batch, std::size_t hidden, const std::string& who) {
+  const Dims want{rows, batch, hidden};
+  if (s.h0.defined() && !(s.h0.dims() == want)) shape_mismatch(who.c_str(), "h0 must be (num_layers * directions, batch, hidden)", s.h0.dims(), want);
+  if (s.c0.defined() && !(s.c0.dims() == want)) shape_mismatch(who.c_str(), "c0 must be (num_layers * directions, batch, hidden)", s.c0.dims(), want);
+}
+template <Context C, class T, class B>
+LstmState<T, B> layer_state(C& ctx, const LstmState<T, B>& s, std::size_t layer, std::size_t dirs) {
+  LstmState<T, B> out;
+  if (s.h0.defined()) out.h0 = slice(ctx, s.h0, 0, layer * dirs, dirs);
+  if (s.c0.defined()) out.c0 = slice(ctx, s.c0, 0, layer * dirs, dirs);
+  return out;
+}
+
+/// Layers 1.. of a stacked LSTM on top of r, layer 0's result: each reads the output of the layer
+/// below (after dropout p, in training), from its part of `state`; h_n and c_n of all layers
+/// joined along axis 0.
+template <std::size_t Dirs, Context C, class T, class B>
+LstmResult<T, B> stack_layers(C& ctx, LstmResult<T, B> r, std::span<const int> lengths, std::span<const std::array<LstmWeights<T, B>, Dirs>> upper,
+                              const LstmState<T, B>& state, double p) {
+  if (upper.empty()) return r;
+  std::vector<Var<T, AnyShape, B>> hs{r.h_n}, cs{r.c_n};
+  Var<T, AnyShape, B> x = r.out;
+  for (std::size_t k = 0; k < upper.size(); ++k) {
+    if (p > 0) x = attn::dropout(ctx, x, p, true);
+    const LstmState<T, B> s = layer_state(ctx, state, k + 1, Dirs);
+    LstmResult<T, B> q;
+    if constexpr (Dirs == 1) q = attn::lstm(ctx, x, lengths, upper[k][0], s);
+    else q = attn::bilstm(ctx, x, lengths, upper[k][0], upper[k][1], s);
+    x = q.out;
+    hs.push_back(q.h_n);
+    cs.push_back(q.c_n);
+  }
+  return {x, concat(ctx, hs, 0), concat(ctx, cs, 0)};
+}
+
 }  // namespace lstm_detail
 
-/// One-layer unidirectional LSTM. In and Hidden are static; batch and time are dynamic.
-/// Parameters: weight_ih_l0 (4H, In), weight_hh_l0 (4H, H), bias_ih_l0 (4H), bias_hh_l0 (4H),
+/// Unidirectional LSTM, one layer or LstmOptions::num_layers stacked. In and Hidden are static;
+/// batch and time are dynamic. Parameters: weight_ih_l0 (4H, In), weight_hh_l0 (4H, H), bias_ih_l0
+/// (4H), bias_hh_l0 (4H), then the same with _l1 ... for the layers above (weight_ih_lk (4H, H)),
 /// gate rows stacked i, f, g, o, all drawn from U(-1/sqrt(H), 1/sqrt(H)) (PyTorch's default).
 /// The initial state is zero unless one is passed (attn::LstmState{h0, c0}).
 template <std::size_t In, std::size_t Hidden, class T = float, class B = cpu>
@@ -50,11 +107,13 @@ class LSTM : public Module {
   static constexpr std::size_t directions = 1;
   using Output = LstmOutput<T, 1, Hidden, B>;
 
-  LSTM(Module* parent, std::string name) : Module(parent, std::move(name)) {
+  LSTM(Module* parent, std::string name, LstmOptions opt = {})
+      : Module(parent, std::move(name)), opt_(lstm_detail::checked(opt, "nn::LSTM '" + this->name() + "'")) {
     weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In}, true);
     weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden}, true);
     bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
     bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
+    add_upper_layers();
     if (init_on_construction()) {
       Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);
@@ -67,19 +126,28 @@ class LSTM : public Module {
     init::uniform(weight_hh_l0, rng, a);
     init::uniform(bias_ih_l0, rng, a);
     init::uniform(bias_hh_l0, rng, a);
+    for (auto& layer : upper_)
+      for (auto& w : layer)
+        for (auto* v : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) init::uniform(*v, rng, a);
   }
 
-  /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, Hidden), h_n, c_n (1, B, Hidden).
+  /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, Hidden), h_n, c_n
+  /// (num_layers, B, Hidden).
   template <Context C, class SX>
   Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths) const {
     return (*this)(ctx, x, lengths, LstmState<T, B>{});
   }
-  /// From an initial state, as torch's lstm(x, (h_0, c_0)): state.h0, state.c0 (1, B, Hidden), in the
-  /// batch's order; either may be undefined (zero). E.g. a decoder started from an encoder's h_n, c_n.
+  /// From an initial state, as torch's lstm(x, (h_0, c_0)): state.h0, state.c0 (num_layers, B,
+  /// Hidden), in the batch's order; either may be undefined (zero). E.g. a decoder started from an
+  /// encoder's h_n, c_n.
   template <Context C, class SX>
   Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const LstmState<T, B>& state) const {
     lstm_detail::check_input<In, SX>(x.dims());
-    auto r = attn::lstm(ctx, x, lengths, {weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0}, state);
+    lstm_detail::check_state(state, opt_.num_layers, x.size(0), Hidden, "nn::LSTM");
+    const LstmState<T, B> s0 = upper_.empty() ? state : lstm_detail::layer_state(ctx, state, 0, 1);
+    auto r = attn::lstm(ctx, x, lengths, {weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0}, s0);
+    r = lstm_detail::stack_layers<1>(ctx, std::move(r), lengths, std::span<const std::array<LstmWeights<T, B>, 1>>(upper_), state,
+                                     this->training() ? opt_.dropout : 0.0);
     return {r.out, r.h_n, r.c_n};
   }
   /// The same with lengths as an integer tensor (B), e.g. int64.
@@ -104,15 +172,33 @@ class LSTM : public Module {
     return (*this)(ctx, x, std::span<const int>(l), state);
   }
 
-  /// The parameters of each direction, for the attn::lstm functions.
+  /// The parameters of layer 0's direction, for the attn::lstm functions.
   std::vector<LstmWeights<T, B>> weights() const { return {{weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0}}; }
+  /// The layers above layer 0 (num_layers - 1 of them).
+  std::span<const std::array<LstmWeights<T, B>, 1>> upper_layers() const { return upper_; }
+  const LstmOptions& options() const noexcept { return opt_; }
 
   Var<T, Shape<4 * Hidden, In>, B> weight_ih_l0;
   Var<T, Shape<4 * Hidden, Hidden>, B> weight_hh_l0;
   Var<T, Shape<4 * Hidden>, B> bias_ih_l0, bias_hh_l0;
+
+ private:
+  void add_upper_layers() {
+    for (std::size_t k = 1; k < opt_.num_layers; ++k) {
+      const std::string l = "_l" + std::to_string(k);
+      upper_.push_back({LstmWeights<T, B>{register_parameter<T, AnyShape, B>("weight_ih" + l, {4 * Hidden, Hidden}, true),
+                                          register_parameter<T, AnyShape, B>("weight_hh" + l, {4 * Hidden, Hidden}, true),
+                                          register_parameter<T, AnyShape, B>("bias_ih" + l, {4 * Hidden}),
+                                          register_parameter<T, AnyShape, B>("bias_hh" + l, {4 * Hidden})}});
+    }
+  }
+  LstmOptions opt_;
+  std::vector<std::array<LstmWeights<T, B>, 1>> upper_;
 };
 
-/// One-layer bidirectional LSTM: out (B, T, 2*Hidden) holds the forward direction in columns
+/// Bidirectional LSTM, one layer or LstmOptions::num_layers stacked (layer k > 0 reads the layer
+/// below's 2*Hidden outputs: weight_ih_lk and weight_ih_lk_reverse (4H, 2H)): out (B, T, 2*Hidden), the
+/// last layer's, holds the forward direction in columns
 /// [0, Hidden) and the reverse one, which starts at each sample's own last real token, in
 /// [Hidden, 2*Hidden). Parameters as LSTM, then the same four with the suffix "_reverse".
 /// With two or more threads the two directions run concurrently.
@@ -123,7 +209,8 @@ class BiLSTM : public Module {
   static constexpr std::size_t directions = 2;
   using Output = LstmOutput<T, 2, Hidden, B>;
 
-  BiLSTM(Module* parent, std::string name) : Module(parent, std::move(name)) {
+  BiLSTM(Module* parent, std::string name, LstmOptions opt = {})
+      : Module(parent, std::move(name)), opt_(lstm_detail::checked(opt, "nn::BiLSTM '" + this->name() + "'")) {
     weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In}, true);
     weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden}, true);
     bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
@@ -132,6 +219,7 @@ class BiLSTM : public Module {
     weight_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0_reverse", {4 * Hidden, Hidden}, true);
     bias_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0_reverse", {4 * Hidden});
     bias_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0_reverse", {4 * Hidden});
+    add_upper_layers();
     if (init_on_construction()) {
       Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);
@@ -149,20 +237,28 @@ class BiLSTM : public Module {
     init::uniform(weight_hh_l0_reverse, rng, a);
     init::uniform(bias_ih_l0_reverse, rng, a);
     init::uniform(bias_hh_l0_reverse, rng, a);
+    for (auto& layer : upper_)
+      for (auto& w : layer)
+        for (auto* v : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) init::uniform(*v, rng, a);
   }
 
-  /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, 2*Hidden), h_n, c_n (2, B, Hidden).
+  /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, 2*Hidden), h_n, c_n
+  /// (2 num_layers, B, Hidden).
   template <Context C, class SX>
   Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths) const {
     return (*this)(ctx, x, lengths, LstmState<T, B>{});
   }
-  /// From an initial state: state.h0, state.c0 (2, B, Hidden), the forward direction's first (torch's
-  /// layout); either may be undefined (zero).
+  /// From an initial state: state.h0, state.c0 (2 num_layers, B, Hidden), each layer's forward
+  /// direction first (torch's layout); either may be undefined (zero).
   template <Context C, class SX>
   Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const LstmState<T, B>& state) const {
     lstm_detail::check_input<In, SX>(x.dims());
+    lstm_detail::check_state(state, 2 * opt_.num_layers, x.size(0), Hidden, "nn::BiLSTM");
+    const LstmState<T, B> s0 = upper_.empty() ? state : lstm_detail::layer_state(ctx, state, 0, 2);
     auto r = attn::bilstm(ctx, x, lengths, {weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0},
-                          {weight_ih_l0_reverse, weight_hh_l0_reverse, bias_ih_l0_reverse, bias_hh_l0_reverse}, state);
+                          {weight_ih_l0_reverse, weight_hh_l0_reverse, bias_ih_l0_reverse, bias_hh_l0_reverse}, s0);
+    r = lstm_detail::stack_layers<2>(ctx, std::move(r), lengths, std::span<const std::array<LstmWeights<T, B>, 2>>(upper_), state,
+                                     this->training() ? opt_.dropout : 0.0);
     return {r.out, r.h_n, r.c_n};
   }
   /// The same with lengths as an integer tensor (B), e.g. int64.
@@ -187,15 +283,35 @@ class BiLSTM : public Module {
     return (*this)(ctx, x, std::span<const int>(l), state);
   }
 
-  /// The parameters of each direction (forward, reverse), for the attn::lstm functions.
+  /// The parameters of layer 0's directions (forward, reverse), for the attn::lstm functions.
   std::vector<LstmWeights<T, B>> weights() const {
     return {{weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0},
             {weight_ih_l0_reverse, weight_hh_l0_reverse, bias_ih_l0_reverse, bias_hh_l0_reverse}};
   }
+  /// The layers above layer 0 (num_layers - 1 of them), forward and reverse direction each.
+  std::span<const std::array<LstmWeights<T, B>, 2>> upper_layers() const { return upper_; }
+  const LstmOptions& options() const noexcept { return opt_; }
 
   Var<T, Shape<4 * Hidden, In>, B> weight_ih_l0, weight_ih_l0_reverse;
   Var<T, Shape<4 * Hidden, Hidden>, B> weight_hh_l0, weight_hh_l0_reverse;
   Var<T, Shape<4 * Hidden>, B> bias_ih_l0, bias_hh_l0, bias_ih_l0_reverse, bias_hh_l0_reverse;
+
+ private:
+  void add_upper_layers() {
+    for (std::size_t k = 1; k < opt_.num_layers; ++k) {
+      std::array<LstmWeights<T, B>, 2> layer;
+      for (int d = 0; d < 2; ++d) {
+        const std::string l = "_l" + std::to_string(k) + (d ? "_reverse" : "");
+        layer[std::size_t(d)] = {register_parameter<T, AnyShape, B>("weight_ih" + l, {4 * Hidden, 2 * Hidden}, true),
+                                 register_parameter<T, AnyShape, B>("weight_hh" + l, {4 * Hidden, Hidden}, true),
+                                 register_parameter<T, AnyShape, B>("bias_ih" + l, {4 * Hidden}),
+                                 register_parameter<T, AnyShape, B>("bias_hh" + l, {4 * Hidden})};
+      }
+      upper_.push_back(layer);
+    }
+  }
+  LstmOptions opt_;
+  std::vector<std::array<LstmWeights<T, B>, 2>> upper_;
 };
 
 /// Inference for an Embedding followed by an LSTM or BiLSTM: each direction's input projection of
@@ -261,6 +377,7 @@ typename Lstm::Output embedded_lstm(NoGrad& ctx, const Lstm& lstm, const LstmInp
                         " (build them again under this precision)");
   auto r = lstm_from_table<T>(ctx, std::span<const Tensor<T, AnyShape, cpu>>(tables.dirs), ids, lengths,
                               std::span<const LstmWeights<T, cpu>>(w));
+  r = lstm_detail::stack_layers<Lstm::directions>(ctx, std::move(r), lengths, lstm.upper_layers(), {}, 0.0);  // layers 1.., computed
   return {r.out, r.h_n, r.c_n};
 }
 template <class Lstm, class T, std::integral I, class SI>
