@@ -16,12 +16,15 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors clue tokenizer imdb vocab)
 build=${ATTN_FUZZ_BUILD:-build-fuzz}
 
+# clang, its runtime libraries (libFuzzer) and libomp: whatever of them is missing.
+scripts/install-deps.sh --fuzz
+# libFuzzer is clang's: a CXX that is not clang (CXX=g++ in the environment) is set aside.
+if [ -n "${CXX:-}" ] && ! "$CXX" --version 2>/dev/null | grep -qi clang; then
+  echo "fuzz: CXX=$CXX is not clang; the fuzz targets need clang's libFuzzer, so clang++ builds them" >&2
+  CXX=
+fi
 if [ -z "${CXX:-}" ]; then
-  CXX=$(command -v clang++ || command -v clang++-14 || true)
-  if [ -z "$CXX" ]; then
-    scripts/install-deps.sh --fuzz
-    CXX=$(command -v clang++ || command -v clang++-14)
-  fi
+  CXX=$(command -v clang++ || command -v clang++-14)
 fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)

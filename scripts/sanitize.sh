@@ -8,15 +8,15 @@
 #   scripts/sanitize.sh [build-dir]                      # every test area (default build-asan)
 #   ATTN_SANITIZE_AREAS="core autograd io data" scripts/sanitize.sh   # only these tests/<area>
 # ATTN_BUILD_JOBS / ATTN_TEST_JOBS set the parallelism (default 2). Uses $CXX if set, else Clang
-# (installed by scripts/install-deps.sh --sanitize when missing): it compiles attn's templates about
+# (scripts/install-deps.sh --sanitize installs it, with MPI and libomp, when missing): it compiles attn's templates about
 # 1.8x faster than GCC here, and its UBSan checks more (function-pointer and vptr types).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${1:-build-asan}
 start=$(date +%s)
+scripts/install-deps.sh --mpi --sanitize  # whatever is missing, whichever compiler builds
 if [ -z "${CXX:-}" ]; then
-  scripts/install-deps.sh --mpi --sanitize
   CXX=$(command -v clang++ || command -v clang++-14)
   export CXX
 fi
