@@ -538,4 +538,13 @@ TEST_CASE("BiLSTM: takes the batch as Lengths, KeepMask or PaddingMask, like nn:
   CHECK_THROWS_WITH(lstm(ng, x, attn::KeepMask(keep)),
                     Catch::Contains("nn::BiLSTM") && Catch::Contains("sample 1") && Catch::Contains("attn::Lengths"));
   CHECK_THROWS_WITH(lstm(ng, x, attn::Lengths{5, 6}), Catch::Contains("nn::BiLSTM") && Catch::Contains("lengths[1] = 6"));
+  CHECK_THROWS_WITH(lstm(ng, x, Tensor<std::int64_t>::from({2}, {5, 6})),
+                    Catch::Contains("nn::BiLSTM") && Catch::Contains("the time extent of x"));
+  // Each form of the batch takes an initial state too, and gives what the span form gives.
+  const attn::LstmState<double> s{attn::Var<double>(rnd({2, 2, 3})), attn::Var<double>(rnd({2, 2, 3}))};
+  const auto with_state = lstm(ng, x, std::span<const int>(len), s).out.value().to_vector();
+  CHECK(max_diff(Tensor<double>::from({2, 5, 6}, with_state), Tensor<double>::from({2, 5, 6}, ref)) > 1e-6);
+  CHECK(lstm(ng, x, attn::Lengths{5, 2}, s).out.value().to_vector() == with_state);
+  CHECK(lstm(ng, x, attn::PaddingMask(pad), s).out.value().to_vector() == with_state);
+  CHECK(lstm(ng, x, Tensor<std::int64_t>::from({2}, {5, 2}), s).out.value().to_vector() == with_state);
 }

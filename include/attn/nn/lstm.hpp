@@ -132,16 +132,11 @@ class LSTM : public Module {
   }
 
   /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, Hidden), h_n, c_n
-  /// (num_layers, B, Hidden).
+  /// (num_layers, B, Hidden). The initial state, as torch's lstm(x, (h_0, c_0)): state.h0, state.c0
+  /// (num_layers, B, Hidden), in the batch's order; either may be undefined (zero), and so are both
+  /// when no state is passed. E.g. a decoder started from an encoder's h_n, c_n.
   template <Context C, class SX>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths) const {
-    return (*this)(ctx, x, lengths, LstmState<T, B>{});
-  }
-  /// From an initial state, as torch's lstm(x, (h_0, c_0)): state.h0, state.c0 (num_layers, B,
-  /// Hidden), in the batch's order; either may be undefined (zero). E.g. a decoder started from an
-  /// encoder's h_n, c_n.
-  template <Context C, class SX>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const LstmState<T, B>& state) const {
+  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const LstmState<T, B>& state = {}) const {
     lstm_detail::check_input<In, SX>(x.dims());
     lstm_detail::check_state(state, opt_.num_layers, x.size(0), Hidden, "nn::LSTM");
     const LstmState<T, B> s0 = upper_.empty() ? state : lstm_detail::layer_state(ctx, state, 0, 1);
@@ -152,21 +147,15 @@ class LSTM : public Module {
   }
   /// The same with lengths as an integer tensor (B), e.g. int64.
   template <Context C, class SX, std::integral I, class SL, class LB>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths, const LstmState<T, B>& state = {}) const {
     lstm_detail::check_input<In, SX>(x.dims());
     const PoolVector<int> l = mask_detail::lengths_from_tensor(lengths, x.size(1), "nn::LSTM", "the time extent of x");
-    return (*this)(ctx, x, std::span<const int>(l));
+    return (*this)(ctx, x, std::span<const int>(l), state);
   }
   /// The same with the batch described as for nn::Attention: attn::Lengths, or a KeepMask or
   /// PaddingMask whose real tokens come first in each sample.
   template <Context C, class SX, TokenMask M>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask) const {
-    lstm_detail::check_input<In, SX>(x.dims());
-    const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::LSTM");
-    return (*this)(ctx, x, std::span<const int>(l));
-  }
-  template <Context C, class SX, TokenMask M>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask, const LstmState<T, B>& state) const {
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask, const LstmState<T, B>& state = {}) const {
     lstm_detail::check_input<In, SX>(x.dims());
     const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::LSTM");
     return (*this)(ctx, x, std::span<const int>(l), state);
@@ -243,15 +232,11 @@ class BiLSTM : public Module {
   }
 
   /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, 2*Hidden), h_n, c_n
-  /// (2 num_layers, B, Hidden).
+  /// (2 num_layers, B, Hidden). The initial state: state.h0, state.c0 (2 num_layers, B, Hidden), each
+  /// layer's forward direction first (torch's layout); either may be undefined (zero), and so are
+  /// both when no state is passed.
   template <Context C, class SX>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths) const {
-    return (*this)(ctx, x, lengths, LstmState<T, B>{});
-  }
-  /// From an initial state: state.h0, state.c0 (2 num_layers, B, Hidden), each layer's forward
-  /// direction first (torch's layout); either may be undefined (zero).
-  template <Context C, class SX>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const LstmState<T, B>& state) const {
+  Output operator()(C& ctx, const Var<T, SX, B>& x, std::span<const int> lengths, const LstmState<T, B>& state = {}) const {
     lstm_detail::check_input<In, SX>(x.dims());
     lstm_detail::check_state(state, 2 * opt_.num_layers, x.size(0), Hidden, "nn::BiLSTM");
     const LstmState<T, B> s0 = upper_.empty() ? state : lstm_detail::layer_state(ctx, state, 0, 2);
@@ -263,21 +248,15 @@ class BiLSTM : public Module {
   }
   /// The same with lengths as an integer tensor (B), e.g. int64.
   template <Context C, class SX, std::integral I, class SL, class LB>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths) const {
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const Tensor<I, SL, LB>& lengths, const LstmState<T, B>& state = {}) const {
     lstm_detail::check_input<In, SX>(x.dims());
-    const PoolVector<int> l = mask_detail::lengths_from_tensor(lengths, x.size(1), "nn::LSTM", "the time extent of x");
-    return (*this)(ctx, x, std::span<const int>(l));
+    const PoolVector<int> l = mask_detail::lengths_from_tensor(lengths, x.size(1), "nn::BiLSTM", "the time extent of x");
+    return (*this)(ctx, x, std::span<const int>(l), state);
   }
   /// The same with the batch described as for nn::Attention: attn::Lengths, or a KeepMask or
   /// PaddingMask whose real tokens come first in each sample.
   template <Context C, class SX, TokenMask M>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask) const {
-    lstm_detail::check_input<In, SX>(x.dims());
-    const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::BiLSTM");
-    return (*this)(ctx, x, std::span<const int>(l));
-  }
-  template <Context C, class SX, TokenMask M>
-  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask, const LstmState<T, B>& state) const {
+  Output operator()(C& ctx, const Var<T, SX, B>& x, const M& mask, const LstmState<T, B>& state = {}) const {
     lstm_detail::check_input<In, SX>(x.dims());
     const PoolVector<int> l = mask_lengths(mask, x.size(0), x.size(1), "nn::BiLSTM");
     return (*this)(ctx, x, std::span<const int>(l), state);
