@@ -17,5 +17,6 @@
 #include "autograd/pooling.hpp"
 #include "autograd/lstm.hpp"
 #include "autograd/attention.hpp"
+#include "autograd/cross_attention.hpp"
 #include "autograd/checkpoint.hpp"
 #include "autograd/gradcheck.hpp"

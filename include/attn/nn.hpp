@@ -11,4 +11,5 @@
 #include "nn/lstm.hpp"
 #include "nn/attention.hpp"
 #include "nn/encoder.hpp"
+#include "nn/decoder.hpp"
 #include "nn/quantize.hpp"

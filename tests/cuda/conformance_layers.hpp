@@ -331,6 +331,40 @@ Result attention_weights_mask(std::uint64_t seed) {
   return r;
 }
 
+/// Cross-attention: nn::Attention's (query, memory, memory) call with attention dropout, padded
+/// keys and a (Tq, Tk) attn_mask, returning the weights; then nn::CrossAttention (key width 12,
+/// value width 8) under a PaddingMask and a per-head mask. Outputs, weights and every gradient.
+template <class T, class B>
+Result cross_attention(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape(seed);
+  nn::Attention<2, 16, T, B> att(nullptr, "attn", {.dropout = 0.2});
+  nn::CrossAttention<4, 16, 12, 8, T, B> cross(nullptr, "cross");
+  auto q = input<T, B>(rng, {3, 5, 16});
+  auto memory = input<T, B>(rng, {3, 9, 16});
+  auto k = input<T, B>(rng, {3, 9, 12});
+  auto v = input<T, B>(rng, {3, 9, 8});
+  std::vector<T> am(5 * 9), per_head(3 * 4 * 5 * 9), pad(3 * 9, T(0));
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 9; ++j) am[std::size_t(i) * 9 + std::size_t(j)] = (i + j) % 4 == 3 ? -std::numeric_limits<T>::infinity() : T(0.05) * T(j - i);
+  for (std::size_t i = 0; i < per_head.size(); ++i) per_head[i] = i % 7 == 2 ? -std::numeric_limits<T>::infinity() : T(0.01) * T(i % 13);
+  for (int j = 6; j < 9; ++j) pad[std::size_t(2) * 9 + std::size_t(j)] = T(1);
+  auto res = att.forward_with_weights(tape, q, memory, memory, attn::Lengths{9, 4, 7}, {.attn_mask = tensor<T, B>({5, 9}, am)});
+  auto y2 = cross(tape, res.out, k, v, attn::PaddingMask(tensor<T, B>({3, 9}, pad)), {.attn_mask = tensor<T, B>({12, 5, 9}, per_head)});
+  backward_from(tape, y2, rng);
+  Result r;
+  record_value(r, "y", res.out);
+  record(r, "weights", res.weights);
+  record_value(r, "y2", y2);
+  record_grad(r, "q", q);
+  record_grad(r, "memory", memory);
+  record_grad(r, "k", k);
+  record_grad(r, "v", v);
+  record_parameter_grads<T, B>(r, att);
+  record_parameter_grads<T, B>(r, cross);
+  return r;
+}
+
 /// A sparse word table, a dense position table and a linear head trained three steps: AdamW
 /// (SparseAdam's lazy update for the word table), gradient clipping that binds, the non-finite
 /// guard, a moving average; then a step with a NaN loss that the guard skips; then SGD with

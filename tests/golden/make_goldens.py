@@ -95,7 +95,7 @@ def write(out_dir: Path, fname: str, tensors: dict[str, torch.Tensor], metadata:
     for k, t in tensors.items():
         if t.dtype not in (torch.float32, torch.float64, torch.int64):
             raise AssertionError(f"{fname}: {k} has dtype {t.dtype}")
-        if t.is_floating_point() and k != "attn_mask" and not torch.isfinite(t).all():
+        if t.is_floating_point() and k not in ("attn_mask", "memory_mask") and not torch.isfinite(t).all():
             raise AssertionError(f"{fname}: {k} has non-finite values")
     path = out_dir / fname
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=metadata)
@@ -298,6 +298,95 @@ def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int
     if variant == "fullpad":
         md["torch_gives_nan_on_fully_padded_sample"] = "true" if torch_nan else "false"
     write(out_dir, fname, t, md, written)
+
+
+def case_mha_cross(out_dir: Path, written: list[Path], heads: int, dim: int, kdim: int, vdim: int, seed: int):
+    """Cross-attention: a query (B, Tq, dim) attends to key (B, Tk, kdim) and value (B, Tk, vdim)
+    with a key_padding_mask and an additive attn_mask. kdim == vdim == dim: the packed
+    in_proj_weight, one "memory" tensor passed as both key and value, a (Tq, Tk) mask. Otherwise
+    q/k/v_proj_weight, separate key and value, a per-head (B * heads, Tq, Tk) mask."""
+    B, Tq, Tk = 3, 4, 6
+    lengths = [6, 2, 5]
+    packed = kdim == dim and vdim == dim
+    torch.manual_seed(seed)
+    mha = nn.MultiheadAttention(embed_dim=dim, num_heads=heads, batch_first=True, dropout=0.0,
+                                kdim=kdim, vdim=vdim)
+    with torch.no_grad():
+        mha.in_proj_bias.copy_(randn32(3 * dim, scale=0.5))
+        mha.out_proj.bias.copy_(randn32(dim, scale=0.5))
+    query = randn32(B, Tq, dim)
+    mask = mask_from_lengths(lengths, Tk)
+    key_valid = mask.bool()
+    if packed:
+        memory = randn32(B, Tk, dim)
+        am = randn32(Tq, Tk, scale=0.5)
+        am[0, 3:] = float("-inf")  # some keys hidden from some queries, never all of a row's real keys
+        am[2, 0] = float("-inf")
+    else:
+        key = randn32(B, Tk, kdim)
+        value = randn32(B, Tk, vdim)
+        am = randn32(B * heads, Tq, Tk, scale=0.5)
+        am[1, 1, 1] = float("-inf")
+        am[heads, 0, 0] = float("-inf")
+    dout = randn32(B, Tq, dim)
+    t = {"query": f32(query), "mask": mask, "attn_mask": am.clone()}
+    if packed:
+        t["memory"] = f32(memory)
+    else:
+        t["key"], t["value"] = f32(key), f32(value)
+    for n, p_ in mha.named_parameters():
+        t[n] = f32(p_)
+    t["dout"] = f32(dout)
+
+    mha = mha.double()
+    mha.train()  # dropout is 0; training mode keeps torch off its fused inference fast path
+    kpm = torch.zeros(B, Tk, dtype=torch.float64).masked_fill(~key_valid, float("-inf"))
+    q64 = query.double().requires_grad_()
+    if packed:
+        m64 = memory.double().requires_grad_()
+        k64 = v64 = m64
+    else:
+        k64 = key.double().requires_grad_()
+        v64 = value.double().requires_grad_()
+    out, w = mha(q64, k64, v64, key_padding_mask=kpm, need_weights=True, attn_mask=am.double(),
+                 average_attn_weights=False)
+    (out * dout.double()).sum().backward()
+    # the same through explicit products (the weights' definition)
+    with torch.no_grad():
+        p64 = dict(mha.named_parameters())
+        hd = dim // heads
+        if packed:
+            wq, wk, wv = p64["in_proj_weight"].chunk(3)
+        else:
+            wq, wk, wv = p64["q_proj_weight"], p64["k_proj_weight"], p64["v_proj_weight"]
+        bq, bk, bv = p64["in_proj_bias"].chunk(3)
+
+        def split(z, T):
+            return z.reshape(B, T, heads, hd).transpose(1, 2)
+
+        qh = split(q64 @ wq.T + bq, Tq)
+        kh = split(k64 @ wk.T + bk, Tk)
+        vh = split(v64 @ wv.T + bv, Tk)
+        amr = am.double() if packed else am.double().reshape(B, heads, Tq, Tk)  # torch: b * heads + h
+        sc = qh @ kh.transpose(-1, -2) / math.sqrt(hd) + amr
+        sc = sc.masked_fill(~key_valid[:, None, None, :], float("-inf"))
+        wr = torch.softmax(sc, dim=-1)
+        o = (wr @ vh).transpose(1, 2).reshape(B, Tq, dim) @ p64["out_proj.weight"].T + p64["out_proj.bias"]
+        assert_close("mha_cross: weights vs explicit products", w, wr)
+        assert_close("mha_cross: out vs explicit products", out, o)
+    t.update({"out": f64(out), "weights": f64(w), "grad.query": f64(q64.grad)})
+    if packed:
+        t["grad.memory"] = f64(m64.grad)
+    else:
+        t["grad.key"], t["grad.value"] = f64(k64.grad), f64(v64.grad)
+    add_grads(t, mha)
+    fname = f"mha_cross_h{heads}" + ("" if packed else f"_k{kdim}_v{vdim}") + ".safetensors"
+    write(out_dir, fname, t,
+          meta("multihead_attention_cross", seed, heads=heads, dim=dim, kdim=kdim, vdim=vdim, batch=B,
+               query_len=Tq, key_len=Tk, key_lengths=lengths, batch_first=True, dropout=0.0,
+               key_is_value=packed, average_attn_weights=False,
+               attn_mask="additive (Tq, Tk)" if packed else "additive per head (B*heads, Tq, Tk)",
+               loss="sum(out*dout)", reference="torch.nn.MultiheadAttention"), written)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -846,6 +935,70 @@ def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
 
 # ----------------------------------------------------------------------------------------------
 
+def case_decoder(out_dir: Path, written: list[Path], fname: str, layers: int, norm_first: bool,
+                 activation: str, final_norm: bool, causal: bool, memory_mask: bool, seed: int) -> None:
+    """layers == 0: one nn.TransformerDecoderLayer; else nn.TransformerDecoder of that many.
+    causal: tgt_is_causal with the causal tgt_mask (attn's causal option). memory_mask: an additive
+    (T, S) mask with some -inf, stored as "memory_mask"."""
+    B, T, S, D, H, FF, eps = 3, 5, 6, 16, 4, 32, 1e-5
+    tgt_lengths, mem_lengths = [5, 3, 4], [6, 2, 5]
+    torch.manual_seed(seed)
+    layer = nn.TransformerDecoderLayer(d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0,
+                                       activation=activation, layer_norm_eps=eps, batch_first=True,
+                                       norm_first=norm_first)
+    if layers == 0:
+        model: nn.Module = layer
+    else:
+        model = nn.TransformerDecoder(layer, num_layers=layers,
+                                      norm=nn.LayerNorm(D, eps=eps) if final_norm else None)
+    with torch.no_grad():
+        for n, q in model.named_parameters():
+            if q.dim() == 2:
+                q.copy_(randn32(*q.shape, scale=1.0 / math.sqrt(q.shape[1])))
+            elif "norm" in n and n.endswith("weight"):
+                q.copy_(1.0 + randn32(*q.shape, scale=0.2))
+            else:
+                q.copy_(randn32(*q.shape, scale=0.5))
+    tgt = randn32(B, T, D)
+    memory = randn32(B, S, D)
+    dout = randn32(B, T, D)
+    tgt_keep = mask_from_lengths(tgt_lengths, T)
+    mem_keep = mask_from_lengths(mem_lengths, S)
+    t = {"tgt": f32(tgt), "memory": f32(memory), "tgt_mask": tgt_keep, "memory_key_mask": mem_keep}
+    mm = None
+    if memory_mask:
+        mm = randn32(T, S, scale=0.5)
+        mm[0, 1] = mm[3, 0] = mm[4, 4] = float("-inf")
+        t["memory_mask"] = mm.clone()
+    for n, q in model.named_parameters():
+        t[n] = f32(q)
+    t["dout"] = f32(dout)
+
+    model = model.double()
+    model.train()  # dropout is 0
+    tgt64 = tgt.double().requires_grad_()
+    mem64 = memory.double().requires_grad_()
+    tkpm = torch.zeros(B, T, dtype=torch.float64).masked_fill(~tgt_keep.bool(), float("-inf"))
+    mkpm = torch.zeros(B, S, dtype=torch.float64).masked_fill(~mem_keep.bool(), float("-inf"))
+    causal_mask = torch.zeros(T, T, dtype=torch.float64).masked_fill(
+        torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")) if causal else None
+    out = model(tgt64, mem64, tgt_mask=causal_mask, memory_mask=mm.double() if mm is not None else None,
+                tgt_key_padding_mask=tkpm, memory_key_padding_mask=mkpm, tgt_is_causal=causal)
+    (out * dout.double()).sum().backward()
+    t.update({"out": f64(out), "grad.tgt": f64(tgt64.grad), "grad.memory": f64(mem64.grad)})
+    add_grads(t, model)
+    md = meta("transformer_decoder_layer" if layers == 0 else "transformer_decoder", seed,
+              d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0, activation=activation,
+              layer_norm_eps=eps, batch_first=True, norm_first=norm_first, num_layers=max(layers, 1),
+              final_norm=bool(layers and final_norm), batch=B, tgt_len=T, memory_len=S,
+              tgt_lengths=tgt_lengths, memory_lengths=mem_lengths,
+              tgt_mask="causal (tgt_is_causal=True): attn's causal option" if causal else "none",
+              memory_mask="additive (T, S)" if memory_mask else "none", loss="sum(out*dout)")
+    if causal:
+        md["causal"] = "true"
+    write(out_dir, fname, t, md, written)
+
+
 # ----------------------------------------------------------------------------------------------
 # Dynamic int8 quantization (torch.ao.quantization.quantize_dynamic, per-channel weights)
 
@@ -899,6 +1052,8 @@ def generate(out_dir: Path) -> list[Path]:
         case_mha(out_dir, written, heads, dim, seed + 10, "attnmask")
     case_mha(out_dir, written, 2, 16, 41, "fullpad")
     case_mha(out_dir, written, 2, 16, 42, "causal")
+    case_mha_cross(out_dir, written, 4, 16, 16, 16, seed=43)
+    case_mha_cross(out_dir, written, 2, 16, 12, 10, seed=44)
     case_lstm(out_dir, written, bidirectional=False, seed=31)
     case_lstm(out_dir, written, bidirectional=True, seed=32)
     case_lstm_state(out_dir, written, bidirectional=False, seed=33)
@@ -922,6 +1077,9 @@ def generate(out_dir: Path) -> list[Path]:
     case_encoder(out_dir, written, "encoder_layer_pre_gelu.safetensors", 0, True, "gelu", False, seed=92)
     case_encoder(out_dir, written, "encoder_stack.safetensors", 2, True, "gelu", True, seed=93)
     case_encoder(out_dir, written, "encoder_stack_nobias.safetensors", 2, False, "relu", True, seed=94, bias=False)
+    case_decoder(out_dir, written, "decoder_layer_post_relu.safetensors", 0, False, "relu", False, True, True, seed=95)
+    case_decoder(out_dir, written, "decoder_layer_pre_gelu.safetensors", 0, True, "gelu", False, False, False, seed=96)
+    case_decoder(out_dir, written, "decoder_stack.safetensors", 2, True, "gelu", True, True, False, seed=97)
     case_quantized_dynamic(out_dir, written, seed=101)
     return written
 

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: MIT
-// nn::Attention<Heads, Dim>: multi-head self-attention, torch.nn.MultiheadAttention(batch_first=True)
-// with q = k = v = x and PyTorch's parameter names. One fused QKV projection (attn::linear), the
-// flash kernel unless the weights are asked for (attn::self_attention), output projection.
+// nn::Attention<Heads, Dim>: multi-head attention, torch.nn.MultiheadAttention(batch_first=True)
+// with PyTorch's parameter names. Self-attention (q = k = v = x): one fused QKV projection
+// (attn::linear), the flash kernel unless the weights are asked for (attn::self_attention), output
+// projection. Cross-attention (query, key, value) through the same weights: attn::cross_attention.
+// nn::CrossAttention<Heads, Dim, KDim, VDim>: cross-attention to keys and values of other widths
+// (torch's kdim, vdim: separate q/k/v_proj_weight).
 //   attn::nn::Attention<8, 128> attention{this, "attn", {.dropout = 0.1}};
 //   attn::nn::Attention<8, 128> local{this, "local", {.window = 256, .global_tokens = 1}};  // Longformer-style
 //   auto y = attention(ctx, x, attn::Lengths{12, 7});          // or attn::KeepMask(m), attn::PaddingMask(m)
+//   auto z = attention(ctx, y, memory, memory, attn::Lengths{9, 4});  // cross: y's rows attend to memory's
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "../autograd/attention.hpp"
+#include "../autograd/cross_attention.hpp"
 #include "../autograd/linear.hpp"
 #include "../core/mask.hpp"
 #include "init.hpp"
@@ -48,7 +53,9 @@ struct AttentionOptions {
 /// Optional inputs of one forward call.
 template <class T, class B = cpu>
 struct AttentionExtras {
-  Tensor<T, AnyShape, B> attn_mask = {};  // (T, T), added to the scores; may hold -inf (e.g. causal); empty: none
+  // Added to the scores, may hold -inf (e.g. causal); empty: none. Self-attention: (T, T).
+  // Cross-attention: (Tq, Tk), or (B * Heads, Tq, Tk) per sample and head (torch's 3-D attn_mask).
+  Tensor<T, AnyShape, B> attn_mask = {};
   // (B, T): != 0 marks a global token at a chosen position of each sample (Longformer's
   // global_attention_mask), on top of AttentionOptions::global_tokens; empty: none
   Tensor<T, AnyShape, B> global_mask = {};
@@ -56,7 +63,8 @@ struct AttentionExtras {
   AttentionStats* stats = nullptr;   // filled with the attention op's allocations (must outlive backward)
 };
 
-/// forward_with_weights' result: the output and the per-head softmax weights (B, Heads, T, T),
+/// forward_with_weights' result: the output and the per-head softmax weights (B, Heads, T, T)
+/// (cross-attention: (B, Heads, Tq, Tk)),
 /// after attention dropout in training (zeros and weights / (1 - p), as torch's need_weights
 /// returns them: the weights that made the output). Without dropout they are the ones saved for
 /// backward: treat them as read-only.
@@ -83,6 +91,38 @@ class MhaOutProj : public Linear<Dim, Dim, T, B> {
     if (this->bias.defined()) init::constant(this->bias, T(0));
   }
 };
+
+/// Throws unless x is (batch, time, width) (batch and time as given where nonzero); returns x's dims.
+inline const Dims& check_attention_input(const std::string& who, const char* what, const Dims& d, std::size_t width,
+                                         std::size_t batch = 0, std::size_t time = 0) {
+  if (d.n != 3 || d.v[2] != width || (batch && d.v[0] != batch) || (time && d.v[1] != time))
+    throw ShapeError(who + ": " + what + " shape " + d.str() + " is not (" + (batch ? std::to_string(batch) : std::string("batch")) + ", " +
+                     (time ? std::to_string(time) : std::string("time")) + ", " + std::to_string(width) + ")");
+  return d;
+}
+
+/// The part of a cross-attention call after the input projections: the options and extras that
+/// apply, the key mask, attn::cross_attention and the output projection.
+template <std::size_t Heads, class SQ, Context C, class T, class B, class M, class OutProj>
+Var<T, SQ, B> cross_attend(C& ctx, const char* who, const AttentionOptions& opt, bool training, const Var<T, AnyShape, B>& q,
+                           const Var<T, AnyShape, B>& k, const Var<T, AnyShape, B>& v, const M* key_mask,
+                           const AttentionExtras<T, B>& extras, Tensor<T, AnyShape, B>* weights, const OutProj& out_proj) {
+  if (opt.window || opt.causal || opt.global_tokens)
+    throw ArgumentError(std::string(who) + ": window, causal and global_tokens are self-attention patterns; a cross-attention call " +
+                        "takes its pattern as extras.attn_mask (Tq, Tk)");
+  if (!extras.global_mask.empty()) throw ArgumentError(std::string(who) + ": global_mask applies to self-attention only");
+  if (extras.kernel == AttentionKernel::flash)
+    throw ArgumentError(std::string(who) + ": cross-attention runs attn::cross_attention, not the flash kernel");
+  const std::size_t nb = q.size(0), tk = k.size(1);
+  const Tensor<T, AnyShape, B> mask = key_mask ? keep_mask<T, B>(*key_mask, nb, tk, who) : Tensor<T, AnyShape, B>{};
+  auto o = cross_attention(ctx, q, k, v,
+                           CrossAttentionArgs<T, B>{.heads = Heads,
+                                                    .key_mask = mask,
+                                                    .attn_mask = extras.attn_mask,
+                                                    .dropout = training ? opt.dropout : 0.0,
+                                                    .weights = weights});
+  return Var<T, SQ, B>(linear(ctx, o, out_proj.weight, out_proj.bias));
+}
 
 }  // namespace detail
 
@@ -159,12 +199,73 @@ class Attention : public Module {
     return {};
   }
 
+  /// Cross-attention, torch's forward(query, key, value): query (B, Tq, Dim) attends to key and
+  /// value (B, Tk, Dim), e.g. a decoder's states to an encoder's output (pass it as both). The same
+  /// parameters project them (in_proj_weight's Q rows on query, K rows on key, V rows on value),
+  /// then out_proj. mask says which of the (B, Tk) keys are real. -> (B, Tq, Dim). Runs
+  /// attn::cross_attention (memory O(Tq Tk)); every query row is computed (PaddedRows does not
+  /// apply). The pattern options (window, causal, global_tokens) are self-attention's and are
+  /// refused: a cross pattern is an extras.attn_mask of (Tq, Tk) or (B * Heads, Tq, Tk).
+  template <Context C, class SQ, class SK, class SV, TokenMask M>
+  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M& mask,
+                           AttentionExtras<T, B> extras = {}) const {
+    return cross(ctx, query, key, value, &mask, extras, nullptr);
+  }
+  /// Every key a real token.
+  template <Context C, class SQ, class SK, class SV>
+  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value,
+                           AttentionExtras<T, B> extras = {}) const {
+    return cross(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, nullptr);
+  }
+  template <Context C, class SQ, class SK, class SV, BareMaskTensor M>
+  Var<T, SQ, B> operator()(C&, const Var<T, SQ, B>&, const Var<T, SK, B>&, const Var<T, SV, B>&, const M&, AttentionExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<M>,
+                  "nn::Attention: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
+                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's key_padding_mask) or attn::Lengths");
+    return {};
+  }
+  /// Cross-attention returning the weights too: (B, Heads, Tq, Tk), after dropout in training.
+  template <Context C, class SQ, class SK, class SV, TokenMask M>
+  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
+                                                        const Var<T, SV, B>& value, const M& mask, AttentionExtras<T, B> extras = {}) const {
+    Tensor<T, AnyShape, B> w;
+    auto out = cross(ctx, query, key, value, &mask, extras, &w);
+    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
+  }
+  template <Context C, class SQ, class SK, class SV>
+  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
+                                                        const Var<T, SV, B>& value, AttentionExtras<T, B> extras = {}) const {
+    Tensor<T, AnyShape, B> w;
+    auto out = cross(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, &w);
+    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
+  }
+
   Var<T, Shape<3 * Dim, Dim>, B> in_proj_weight;
   Var<T, Shape<3 * Dim>, B> in_proj_bias;  // undefined when !bias
   detail::MhaOutProj<Dim, T, B> out_proj;
 
  private:
   AttentionOptions opt_;
+
+  template <Context C, class SQ, class SK, class SV, class M>
+  Var<T, SQ, B> cross(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M* mask,
+                      const AttentionExtras<T, B>& extras, Tensor<T, AnyShape, B>* weights) const {
+    if constexpr (!std::is_same_v<SQ, AnyShape>) {
+      static_assert(SQ::rank == 3, "nn::Attention: the query must be (batch, Tq, Dim)");
+      static_assert(shapes::may_equal(shapes::back<SQ, 0>, Dim), "nn::Attention: the query's last extent differs from Dim");
+    }
+    const std::string who = "nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">";
+    const Dims& dq = detail::check_attention_input(who, "query", query.dims(), Dim);
+    const Dims& dk = detail::check_attention_input(who, "key", key.dims(), Dim, dq.v[0]);
+    detail::check_attention_input(who, "value", value.dims(), Dim, dq.v[0], dk.v[1]);
+    // The Q, K and V rows of the packed projection, each applied to its own input.
+    auto project = [&](const auto& x, std::size_t part) {
+      auto w = slice(ctx, in_proj_weight, 0, part * Dim, Dim);
+      return in_proj_bias.defined() ? linear(ctx, x, w, slice(ctx, in_proj_bias, 0, part * Dim, Dim)) : linear(ctx, x, w);
+    };
+    Var<T, AnyShape, B> q = project(query, 0), k = project(key, 1), v = project(value, 2);
+    return detail::cross_attend<Heads, SQ>(ctx, "nn::Attention", opt_, training(), q, k, v, mask, extras, weights, out_proj);
+  }
 
   template <Context C, class S, class M>
   AttentionOutput<T, S, Heads, B> with_weights(C& ctx, const Var<T, S, B>& x, const M* mask, const AttentionExtras<T, B>& extras) const {
@@ -219,6 +320,128 @@ class Attention : public Module {
                                                 .weights = weights,
                                                 .stats = extras.stats});
     return Var<T, S, B>(linear(ctx, o, out_proj.weight, out_proj.bias, {.map = map}));
+  }
+};
+
+/// Cross-attention to keys of width KDim and values of width VDim (torch.nn.MultiheadAttention
+/// (Dim, Heads, kdim=KDim, vdim=VDim, batch_first=True); note that VDim defaults to KDim here,
+/// where torch's vdim defaults to embed_dim). Parameters as torch names them when kdim or vdim
+/// differs from embed_dim: q_proj_weight (Dim, Dim), k_proj_weight (Dim, KDim), v_proj_weight
+/// (Dim, VDim), in_proj_bias (3 Dim), out_proj; each projection weight Xavier uniform, the biases
+/// zero. Where KDim and VDim both equal Dim, torch packs the three into in_proj_weight: use
+/// nn::Attention, whose (query, key, value) call is this one.
+///   attn::nn::CrossAttention<8, 256, 512> cross{this, "cross"};
+///   auto y = cross(ctx, x, memory, memory, attn::Lengths{9, 4});  // x (B, Tq, 256), memory (B, Tk, 512)
+template <std::size_t Heads, std::size_t Dim, std::size_t KDim, std::size_t VDim = KDim, class T = float, class B = cpu>
+class CrossAttention : public Module {
+  static_assert(Heads > 0 && Heads != dyn && Dim > 0 && Dim != dyn && KDim > 0 && KDim != dyn && VDim > 0 && VDim != dyn,
+                "nn::CrossAttention<Heads, Dim, KDim, VDim>: all static, positive");
+  static_assert(Dim % Heads == 0, "nn::CrossAttention<Heads, Dim, KDim, VDim>: Dim must be divisible by Heads (head_dim = Dim / Heads)");
+  static_assert(KDim != Dim || VDim != Dim,
+                "nn::CrossAttention: with KDim == VDim == Dim torch packs the projections into in_proj_weight; use nn::Attention, "
+                "whose operator()(ctx, query, key, value, ...) is cross-attention");
+
+ public:
+  static constexpr std::size_t heads = Heads;
+  static constexpr std::size_t dim = Dim;
+  static constexpr std::size_t kdim = KDim;
+  static constexpr std::size_t vdim = VDim;
+  static constexpr std::size_t head_dim = Dim / Heads;
+
+  /// options: dropout and bias apply; the self-attention patterns (window, causal, global_tokens)
+  /// are refused, and PaddedRows does not apply.
+  CrossAttention(Module* parent, std::string name, AttentionOptions opt = {})
+      : Module(parent, std::move(name)), out_proj(this, "out_proj", opt.bias), opt_(opt) {
+    const std::string who = "nn::CrossAttention '" + this->name() + "'";
+    if (!(opt.dropout >= 0 && opt.dropout < 1)) throw ArgumentError(who + ": dropout must be in [0, 1), got " + std::to_string(opt.dropout));
+    if (opt.window || opt.causal || opt.global_tokens)
+      throw ArgumentError(who + ": window, causal and global_tokens are self-attention patterns; pass a cross pattern as extras.attn_mask");
+    q_proj_weight = register_parameter<T, Shape<Dim, Dim>, B>("q_proj_weight", {Dim, Dim}, true);
+    k_proj_weight = register_parameter<T, Shape<Dim, KDim>, B>("k_proj_weight", {Dim, KDim}, true);
+    v_proj_weight = register_parameter<T, Shape<Dim, VDim>, B>("v_proj_weight", {Dim, VDim}, true);
+    if (opt.bias) in_proj_bias = register_parameter<T, Shape<3 * Dim>, B>("in_proj_bias", {3 * Dim});
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->seed_name()));
+      reset_parameters(rng);
+      out_proj.reset_parameters(rng);
+    }
+  }
+
+  /// PyTorch's scheme: each of q/k/v_proj_weight Xavier uniform, zero in_proj_bias; out_proj keeps
+  /// nn.Linear's default weight and a zero bias.
+  void reset_parameters(Rng& rng) override {
+    init::xavier_uniform(q_proj_weight, rng);
+    init::xavier_uniform(k_proj_weight, rng);
+    init::xavier_uniform(v_proj_weight, rng);
+    if (in_proj_bias.defined()) init::constant(in_proj_bias, T(0));
+  }
+
+  /// query (B, Tq, Dim), key (B, Tk, KDim), value (B, Tk, VDim) -> (B, Tq, Dim); mask says which of
+  /// the (B, Tk) keys are real (attn::Lengths, KeepMask, PaddingMask). As nn::Attention's
+  /// cross-attention call otherwise.
+  template <Context C, class SQ, class SK, class SV, TokenMask M>
+  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M& mask,
+                           AttentionExtras<T, B> extras = {}) const {
+    return forward(ctx, query, key, value, &mask, extras, nullptr);
+  }
+  template <Context C, class SQ, class SK, class SV>
+  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value,
+                           AttentionExtras<T, B> extras = {}) const {
+    return forward(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, nullptr);
+  }
+  template <Context C, class SQ, class SK, class SV, BareMaskTensor M>
+  Var<T, SQ, B> operator()(C&, const Var<T, SQ, B>&, const Var<T, SK, B>&, const Var<T, SV, B>&, const M&, AttentionExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<M>,
+                  "nn::CrossAttention: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
+                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's key_padding_mask) or attn::Lengths");
+    return {};
+  }
+  /// The same, also returning the weights (B, Heads, Tq, Tk), after dropout in training.
+  template <Context C, class SQ, class SK, class SV, TokenMask M>
+  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
+                                                        const Var<T, SV, B>& value, const M& mask, AttentionExtras<T, B> extras = {}) const {
+    Tensor<T, AnyShape, B> w;
+    auto out = forward(ctx, query, key, value, &mask, extras, &w);
+    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
+  }
+  template <Context C, class SQ, class SK, class SV>
+  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
+                                                        const Var<T, SV, B>& value, AttentionExtras<T, B> extras = {}) const {
+    Tensor<T, AnyShape, B> w;
+    auto out = forward(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, &w);
+    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
+  }
+
+  Var<T, Shape<Dim, Dim>, B> q_proj_weight;
+  Var<T, Shape<Dim, KDim>, B> k_proj_weight;
+  Var<T, Shape<Dim, VDim>, B> v_proj_weight;
+  Var<T, Shape<3 * Dim>, B> in_proj_bias;  // undefined when !bias
+  detail::MhaOutProj<Dim, T, B> out_proj;
+
+ private:
+  AttentionOptions opt_;
+
+  template <Context C, class SQ, class SK, class SV, class M>
+  Var<T, SQ, B> forward(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M* mask,
+                        const AttentionExtras<T, B>& extras, Tensor<T, AnyShape, B>* weights) const {
+    if constexpr (!std::is_same_v<SQ, AnyShape>) {
+      static_assert(SQ::rank == 3, "nn::CrossAttention: the query must be (batch, Tq, Dim)");
+      static_assert(shapes::may_equal(shapes::back<SQ, 0>, Dim), "nn::CrossAttention: the query's last extent differs from Dim");
+    }
+    if constexpr (!std::is_same_v<SK, AnyShape>)
+      static_assert(shapes::may_equal(shapes::back<SK, 0>, KDim), "nn::CrossAttention: the key's last extent differs from KDim");
+    if constexpr (!std::is_same_v<SV, AnyShape>)
+      static_assert(shapes::may_equal(shapes::back<SV, 0>, VDim), "nn::CrossAttention: the value's last extent differs from VDim");
+    const std::string who = "nn::CrossAttention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ", " + std::to_string(KDim) +
+                            ", " + std::to_string(VDim) + ">";
+    const Dims& dq = detail::check_attention_input(who, "query", query.dims(), Dim);
+    const Dims& dk = detail::check_attention_input(who, "key", key.dims(), KDim, dq.v[0]);
+    detail::check_attention_input(who, "value", value.dims(), VDim, dq.v[0], dk.v[1]);
+    auto project = [&](const auto& x, const auto& w, std::size_t part) {
+      return in_proj_bias.defined() ? linear(ctx, x, w, slice(ctx, in_proj_bias, 0, part * Dim, Dim)) : linear(ctx, x, w);
+    };
+    Var<T, AnyShape, B> q = project(query, q_proj_weight, 0), k = project(key, k_proj_weight, 1), v = project(value, v_proj_weight, 2);
+    return detail::cross_attend<Heads, SQ>(ctx, "nn::CrossAttention", opt_, training(), q, k, v, mask, extras, weights, out_proj);
   }
 };
 

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: MIT
+// nn::TransformerDecoderLayer<Heads, Dim> and nn::TransformerDecoder<Heads, Dim>: PyTorch's
+// TransformerDecoderLayer / TransformerDecoder with batch_first=True, under torch's names, so a
+// checkpoint moves between the two. A layer is self-attention over the target, cross-attention
+// from the target to the encoder's output ("memory"), and a feed-forward block, each with its
+// residual, dropout and LayerNorm.
+//   attn::nn::TransformerDecoder<8, 256> decoder{this, "decoder", {.num_layers = 6, .layer = {.causal = true}}};
+//   auto y = decoder(ctx, tgt, memory, attn::Lengths{7, 5}, attn::Lengths{12, 9});  // target and memory padding
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../autograd/checkpoint.hpp"
+#include "../autograd/elementwise.hpp"
+#include "attention.hpp"
+#include "encoder.hpp"
+#include "layer_norm.hpp"
+#include "module.hpp"
+
+namespace attn::nn {
+
+/// The options of a decoder layer are an encoder layer's: `dropout`, `activation`, `norm_first`,
+/// `dim_feedforward`, `layer_norm_eps`, `bias` and `attention_dropout` apply to the whole layer
+/// (both attentions); `padded`, `window`, `causal` and `global_tokens` to its self-attention.
+/// `causal = true` is torch's tgt_is_causal with the causal tgt_mask: the usual decoder.
+using TransformerDecoderLayerOptions = TransformerEncoderLayerOptions;
+
+/// Per-call inputs of a decoder layer besides the masks: the self-attention's extras (attn_mask:
+/// torch's tgt_mask, (T, T), additive) and the cross-attention's (attn_mask: torch's memory_mask,
+/// (T, S) or (B * Heads, T, S), additive).
+template <class T, class B = cpu>
+struct DecoderExtras {
+  AttentionExtras<T, B> tgt = {};
+  AttentionExtras<T, B> memory = {};
+};
+
+/// One decoder layer, torch's order and names: self_attn, multihead_attn, linear1, dropout,
+/// linear2, norm1, norm2, norm3, dropout1, dropout2, dropout3. tgt (B, T, Dim) and memory (B, S,
+/// Dim) -> (B, T, Dim). Post-norm (torch's default): x = norm1(x + sa(x)), x = norm2(x +
+/// mha(x, memory)), x = norm3(x + ff(x)); with norm_first: x = x + sa(norm1(x)), x = x +
+/// mha(norm2(x), memory), x = x + ff(norm3(x)). The memory is not normalised by the layer.
+template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
+class TransformerDecoderLayer : public Module {
+  static_assert(Heads > 0 && Heads != dyn && Dim > 0 && Dim != dyn,
+                "nn::TransformerDecoderLayer<Heads, Dim>: Heads and Dim must be static, positive");
+  static_assert(Dim % Heads == 0, "nn::TransformerDecoderLayer<Heads, Dim>: Dim must be divisible by Heads");
+
+ public:
+  static constexpr std::size_t heads = Heads;
+  static constexpr std::size_t dim = Dim;
+
+  TransformerDecoderLayer(Module* parent, std::string name, TransformerDecoderLayerOptions opt = {})
+      : Module(parent, std::move(name)),
+        self_attn(this, "self_attn",
+                  {.dropout = checked(opt, this->name()).attention_dropout.value_or(opt.dropout),
+                   .bias = opt.bias,
+                   .padded = opt.padded,
+                   .window = opt.window,
+                   .causal = opt.causal,
+                   .global_tokens = opt.global_tokens}),
+        multihead_attn(this, "multihead_attn", {.dropout = opt.attention_dropout.value_or(opt.dropout), .bias = opt.bias}),
+        linear1(this, "linear1", Dim, width(opt), opt.bias),
+        dropout(this, "dropout", opt.dropout),
+        linear2(this, "linear2", width(opt), Dim, opt.bias),
+        norm1(this, "norm1", opt.layer_norm_eps, opt.bias),
+        norm2(this, "norm2", opt.layer_norm_eps, opt.bias),
+        norm3(this, "norm3", opt.layer_norm_eps, opt.bias),
+        dropout1(this, "dropout1", opt.dropout),
+        dropout2(this, "dropout2", opt.dropout),
+        dropout3(this, "dropout3", opt.dropout),
+        opt_(opt) {}
+
+  /// tgt (B, T, Dim), memory (B, S, Dim) -> (B, T, Dim). tgt_mask says which target positions are
+  /// real tokens (torch's tgt_key_padding_mask), memory_mask which memory positions are
+  /// (memory_key_padding_mask): attn::Lengths, attn::KeepMask(m) or attn::PaddingMask(m) each.
+  template <Context C, class S, class SM, TokenMask MT, TokenMask MM>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT& tgt_mask, const MM& memory_mask,
+                          DecoderExtras<T, B> extras = {}) const {
+    return forward(ctx, tgt, memory, &tgt_mask, &memory_mask, extras);
+  }
+  /// Every target and memory position a real token.
+  template <Context C, class S, class SM>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, DecoderExtras<T, B> extras = {}) const {
+    return forward(ctx, tgt, memory, static_cast<const Lengths*>(nullptr), static_cast<const Lengths*>(nullptr), extras);
+  }
+
+  const TransformerDecoderLayerOptions& options() const noexcept { return opt_; }
+  std::size_t dim_feedforward() const noexcept { return width(opt_); }
+
+  Attention<Heads, Dim, T, B> self_attn;
+  Attention<Heads, Dim, T, B> multihead_attn;
+  detail::RuntimeLinear<T, B> linear1;
+  Dropout dropout;
+  detail::RuntimeLinear<T, B> linear2;
+  LayerNorm<Dim, T, B> norm1, norm2, norm3;
+  Dropout dropout1, dropout2, dropout3;
+
+ private:
+  TransformerDecoderLayerOptions opt_;
+
+  static std::size_t width(const TransformerDecoderLayerOptions& opt) { return opt.dim_feedforward ? opt.dim_feedforward : 4 * Dim; }
+  static const TransformerDecoderLayerOptions& checked(const TransformerDecoderLayerOptions& opt, const std::string& name) {
+    const std::string who = "nn::TransformerDecoderLayer '" + name + "'";
+    if (!(opt.dropout >= 0 && opt.dropout < 1)) throw ArgumentError(who + ": dropout must be in [0, 1), got " + std::to_string(opt.dropout));
+    if (opt.attention_dropout && !(*opt.attention_dropout >= 0 && *opt.attention_dropout < 1))
+      throw ArgumentError(who + ": attention_dropout must be in [0, 1), got " + std::to_string(*opt.attention_dropout));
+    if (!(opt.layer_norm_eps > 0)) throw ArgumentError(who + ": layer_norm_eps must be positive, got " + std::to_string(opt.layer_norm_eps));
+    return opt;
+  }
+
+  template <Context C, class S>
+  Var<T, S, B> feed_forward(C& ctx, const Var<T, S, B>& x) const {
+    auto h = linear1(ctx, x);
+    h = opt_.activation == Activation::gelu ? gelu(ctx, h) : relu(ctx, h);
+    return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
+  }
+
+  template <Context C, class S, class SM, class MT, class MM>
+  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT* tgt_mask, const MM* memory_mask,
+                       const DecoderExtras<T, B>& extras) const {
+    // The attentions check the shapes (tgt (B, T, Dim), memory (B, S, Dim)) and the masks.
+    auto sa = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
+      return tgt_mask ? self_attn(ctx, h, *tgt_mask, extras.tgt) : self_attn(ctx, h, extras.tgt);
+    };
+    auto ca = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
+      return memory_mask ? multihead_attn(ctx, h, memory, memory, *memory_mask, extras.memory)
+                         : multihead_attn(ctx, h, memory, memory, extras.memory);
+    };
+    Var<T, S, B> y = tgt;
+    if (opt_.norm_first) {
+      y = Var<T, S, B>(add(ctx, y, dropout1(ctx, sa(norm1(ctx, y)))));
+      y = Var<T, S, B>(add(ctx, y, dropout2(ctx, ca(norm2(ctx, y)))));
+      y = Var<T, S, B>(add(ctx, y, dropout3(ctx, feed_forward(ctx, norm3(ctx, y)))));
+    } else {
+      y = norm1(ctx, Var<T, S, B>(add(ctx, y, dropout1(ctx, sa(y)))));
+      y = norm2(ctx, Var<T, S, B>(add(ctx, y, dropout2(ctx, ca(y)))));
+      y = norm3(ctx, Var<T, S, B>(add(ctx, y, dropout3(ctx, feed_forward(ctx, y)))));
+    }
+    return y;
+  }
+};
+
+struct TransformerDecoderOptions {
+  std::size_t num_layers = 1;  // at run time; every layer has the same options
+  TransformerDecoderLayerOptions layer = {};
+  /// A LayerNorm "norm" after the last layer (PyTorch's TransformerDecoder(norm=LayerNorm(Dim))),
+  /// with the layers' layer_norm_eps and bias.
+  bool final_norm = false;
+  /// Each layer's forward goes through attn::checkpoint (recomputed during backward), as
+  /// TransformerEncoderOptions::checkpoint. Gradients are those of a plain run, bit for bit.
+  bool checkpoint = false;
+};
+
+/// num_layers TransformerDecoderLayers, "layers.0" ... "layers.<N-1>", each reading the same
+/// memory, then the optional "norm". Every layer starts from layers.0's initial values, as torch's
+/// deep copies do; Module::init(seed) draws them all from one stream.
+template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
+class TransformerDecoder : public Module {
+ public:
+  using Layer = TransformerDecoderLayer<Heads, Dim, T, B>;
+
+  TransformerDecoder(Module* parent, std::string name, TransformerDecoderOptions opt = {})
+      : Module(parent, std::move(name)), layers(this, "layers"), opt_(opt) {
+    if (opt.num_layers == 0) throw ArgumentError("nn::TransformerDecoder '" + this->name() + "': num_layers must be at least 1");
+    layers_.reserve(opt.num_layers);
+    for (std::size_t i = 0; i != opt.num_layers; ++i) layers_.push_back(std::make_unique<Layer>(&layers, std::to_string(i), opt.layer));
+    if (init_on_construction()) {
+      const auto first = layers_[0]->named_parameters();
+      std::vector<T> host;
+      for (std::size_t i = 1; i < layers_.size(); ++i) {
+        const auto other = layers_[i]->named_parameters();
+        for (std::size_t k = 0; k < first.size(); ++k) {
+          host.resize(first[k].second->numel());
+          first[k].second->copy_to_host(host.data());
+          other[k].second->copy_from_host(host.data());
+        }
+      }
+    }
+    if (opt.final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", opt.layer.layer_norm_eps, opt.layer.bias);
+  }
+
+  /// tgt (B, T, Dim), memory (B, S, Dim) -> (B, T, Dim), every layer with the same masks and
+  /// extras (see TransformerDecoderLayer).
+  template <Context C, class S, class SM, TokenMask MT, TokenMask MM>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT& tgt_mask, const MM& memory_mask,
+                          DecoderExtras<T, B> extras = {}) const {
+    return forward(ctx, tgt, memory, [&](const Layer* l, auto& c, const Var<T, S, B>& h, const Var<T, SM, B>& m) {
+      if (!opt_.checkpoint) return (*l)(c, h, m, tgt_mask, memory_mask, extras);
+      return attn::checkpoint(
+          c,
+          [l](auto& c2, const auto& v, const auto& mem, const MT& a, const MM& b, const DecoderExtras<T, B>& e) {
+            return (*l)(c2, v, mem, a, b, e);
+          },
+          h, m, tgt_mask, memory_mask, extras);
+    });
+  }
+  /// Every target and memory position a real token.
+  template <Context C, class S, class SM>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, DecoderExtras<T, B> extras = {}) const {
+    return forward(ctx, tgt, memory, [&](const Layer* l, auto& c, const Var<T, S, B>& h, const Var<T, SM, B>& m) {
+      if (!opt_.checkpoint) return (*l)(c, h, m, extras);
+      return attn::checkpoint(
+          c, [l](auto& c2, const auto& v, const auto& mem, const DecoderExtras<T, B>& e) { return (*l)(c2, v, mem, e); }, h, m, extras);
+    });
+  }
+
+  std::size_t size() const noexcept { return layers_.size(); }
+  const Layer& layer(std::size_t i) const { return *layers_.at(i); }
+  Layer& layer(std::size_t i) { return *layers_.at(i); }
+  /// The final norm, or null without one.
+  const LayerNorm<Dim, T, B>* norm() const noexcept { return norm_.get(); }
+  const TransformerDecoderOptions& options() const noexcept { return opt_; }
+
+  Module layers;  // the parent of "0", "1", ...
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<LayerNorm<Dim, T, B>> norm_;
+  TransformerDecoderOptions opt_;
+
+  template <Context C, class S, class SM, class Run>
+  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, Run&& run) const {
+    Var<T, S, B> h = tgt;
+    for (const auto& l : layers_) h = run(l.get(), ctx, h, memory);
+    return norm_ ? (*norm_)(ctx, h) : h;
+  }
+};
+
+}  // namespace attn::nn

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT
+// nn::TransformerDecoderLayer and nn::TransformerDecoder: PyTorch's parameter names, PyTorch goldens
+// (post-norm relu with a causal target and a memory mask, pre-norm gelu, a stack of two with a final
+// norm, checkpointed or not; padded targets and memories), a gradient check in double, dropout's
+// checkpointed gradients bit for bit, and errors.
+#include "../gradcheck_util.hpp"
+#include "attention_test_util.hpp"
+#include "../golden_util.hpp"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <attn/nn/decoder.hpp>
+
+using attn::Dims;
+using attn::dyn;
+using attn::Shape;
+using attn::Tape;
+using attn::Tensor;
+namespace nn = attn::nn;
+
+using testutil::set_value;
+
+namespace {
+
+template <class T>
+Tensor<T> random(attn::Rng& rng, const Dims& d, double lo = -1, double hi = 1) {
+  Tensor<T> t(d);
+  for (std::size_t i = 0; i < t.numel(); ++i) t[i] = T(rng.uniform(lo, hi));
+  return t;
+}
+
+const std::vector<std::string> torch_layer_names = {
+    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+    "multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias", "multihead_attn.out_proj.weight", "multihead_attn.out_proj.bias",
+    "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
+    "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "norm3.weight", "norm3.bias"};
+
+nn::TransformerDecoderLayerOptions golden_options(const attn::io::SafetensorsFile& f) {
+  return {.dim_feedforward = std::stoul(f.metadata.at("dim_feedforward")),
+          .dropout = 0.0,
+          .activation = f.metadata.at("activation") == "gelu" ? nn::Activation::gelu : nn::Activation::relu,
+          .norm_first = f.metadata.at("norm_first") == "true",
+          .layer_norm_eps = std::stod(f.metadata.at("layer_norm_eps")),
+          .causal = f.metadata.count("causal") && f.metadata.at("causal") == "true"};
+}
+
+/// Loads m's parameters from f by torch's names, runs (tgt, memory) with both padding masks (the
+/// target's as a KeepMask, the memory's as torch's PaddingMask) and the memory mask if stored, and
+/// compares out, both inputs' gradients and every parameter's.
+template <class T, class Model>
+void golden_check(const attn::io::SafetensorsFile& f, Model& m, double tol) {
+  INFO(f.metadata.at("case") << (sizeof(T) == 4 ? " float32" : " float64"));
+  for (auto& [name, v] : m.template named_parameter_vars<T>()) set_value(v, golden::tensor<T>(f, name));
+  m.train();
+  Tape tape;
+  attn::Var<T, Shape<dyn, dyn, 16>> tgt(golden::tensor<T>(f, "tgt"), true);
+  attn::Var<T, Shape<dyn, dyn, 16>> memory(golden::tensor<T>(f, "memory"), true);
+  Tensor<T> keep = golden::tensor<T>(f, "memory_key_mask"), pad(keep.dims());
+  for (std::size_t i = 0; i < keep.numel(); ++i) pad[i] = keep[i] == T(0) ? T(1) : T(0);
+  nn::DecoderExtras<T> extras;
+  if (f.tensors.count("memory_mask")) extras.memory.attn_mask = golden::tensor<T>(f, "memory_mask");
+  auto y = m(tape, tgt, memory, attn::KeepMask(golden::tensor<T>(f, "tgt_mask")), attn::PaddingMask(pad), extras);
+  static_assert(std::is_same_v<decltype(y), attn::Var<T, Shape<dyn, dyn, 16>>>);
+  golden::expect_close(f, "out", y.value(), tol);
+  tape.backward(y, golden::tensor<T>(f, "dout"));
+  golden::expect_close(f, "grad.tgt", tgt.grad(), tol);
+  golden::expect_close(f, "grad.memory", memory.grad(), tol);
+  for (auto& [name, v] : m.template named_parameter_vars<T>()) golden::expect_close(f, "grad." + name, v.grad(), tol);
+}
+
+template <class T>
+void golden_layer(const std::string& file, double tol) {
+  auto f = golden::load(file);
+  nn::TransformerDecoderLayer<4, 16, T> layer(nullptr, "layer", golden_options(f));
+  golden_check<T>(f, layer, tol);
+}
+
+template <class T>
+void golden_stack(bool checkpoint, double tol) {
+  auto f = golden::load("decoder_stack");
+  nn::TransformerDecoder<4, 16, T> dec(nullptr, "decoder",
+                                       {.num_layers = 2, .layer = golden_options(f), .final_norm = true, .checkpoint = checkpoint});
+  golden_check<T>(f, dec, tol);
+}
+
+}  // namespace
+
+TEST_CASE("TransformerDecoderLayer: PyTorch parameter names, shapes, options and errors") {
+  nn::TransformerDecoderLayer<4, 16> layer(nullptr, "layer", {.dim_feedforward = 32});
+  auto np = layer.named_parameters();
+  REQUIRE(np.size() == torch_layer_names.size());
+  for (std::size_t i = 0; i < np.size(); ++i) CHECK(np[i].first == torch_layer_names[i]);
+  CHECK(layer.parameter("linear1.weight").dims() == Dims{32, 16});
+  CHECK(layer.parameter("multihead_attn.in_proj_weight").dims() == Dims{48, 16});
+  CHECK(layer.dim_feedforward() == 32);
+  CHECK(nn::TransformerDecoderLayer<4, 16>(nullptr, "nb", {.bias = false}).named_parameters().size() == 9);  // 4 attention, 2 linear, 3 norm weights
+  CHECK_THROWS_WITH((nn::TransformerDecoderLayer<4, 16>(nullptr, "bad", {.dropout = 1.0})), Catch::Contains("TransformerDecoderLayer 'bad'"));
+  CHECK_THROWS_WITH((nn::TransformerDecoderLayer<4, 16>(nullptr, "bad", {.attention_dropout = -1.0})), Catch::Contains("attention_dropout"));
+  CHECK_THROWS_AS((nn::TransformerDecoderLayer<4, 16>(nullptr, "bad", {.layer_norm_eps = 0})), attn::ArgumentError);
+  CHECK_THROWS_WITH((nn::TransformerDecoder<4, 16>(nullptr, "bad", {.num_layers = 0})), Catch::Contains("num_layers must be at least 1"));
+
+  nn::TransformerDecoder<4, 16> dec(nullptr, "decoder", {.num_layers = 3, .layer = {.dim_feedforward = 32}, .final_norm = true});
+  auto names = dec.named_parameters();
+  REQUIRE(names.size() == 3 * 18 + 2);
+  CHECK(names[18].first == "layers.1.self_attn.in_proj_weight");
+  CHECK(names[55].first == "norm.bias");
+  CHECK(dec.size() == 3);
+  CHECK(dec.norm() != nullptr);
+  // Every layer starts as layers.0, as torch's deep copies do.
+  CHECK(dec.layer(2).multihead_attn.in_proj_weight.raw().to_vector() == dec.layer(0).multihead_attn.in_proj_weight.raw().to_vector());
+
+  attn::NoGrad ng;
+  attn::Rng rng(5);
+  attn::Var<float> tgt(random<float>(rng, {2, 3, 16})), memory(random<float>(rng, {2, 4, 16}));
+  CHECK(layer(ng, tgt, memory).dims() == Dims{2, 3, 16});
+  CHECK_THROWS_WITH(layer(ng, tgt, attn::Var<float>(random<float>(rng, {3, 4, 16}))),
+                    Catch::Contains("nn::Attention<4, 16>: key shape (3, 4, 16) is not (2, time, 16)"));
+  CHECK_THROWS_WITH(layer(ng, tgt, memory, attn::Lengths{3, 2}, attn::Lengths{4, 5}), Catch::Contains("lengths[1] = 5"));
+  CHECK_THROWS_WITH(layer(ng, tgt, memory, attn::Lengths{3, 4}, attn::Lengths{4, 4}), Catch::Contains("lengths[1] = 4"));
+  // Without masks every position is real.
+  layer.eval();
+  CHECK(layer(ng, tgt, memory).value().to_vector() == layer(ng, tgt, memory, attn::Lengths{3, 3}, attn::Lengths{4, 4}).value().to_vector());
+}
+
+TEST_CASE("golden: TransformerDecoderLayer matches torch.nn.TransformerDecoderLayer (post-norm relu causal with a memory mask, pre-norm gelu)") {
+  golden_layer<float>("decoder_layer_post_relu", 1e-5);
+  golden_layer<double>("decoder_layer_post_relu", 1e-10);
+  golden_layer<float>("decoder_layer_pre_gelu", 1e-5);
+  golden_layer<double>("decoder_layer_pre_gelu", 1e-10);
+}
+
+TEST_CASE("golden: TransformerDecoder (2 pre-norm causal layers and a final norm) matches torch.nn.TransformerDecoder, checkpointed or not") {
+  golden_stack<float>(false, 1e-5);
+  golden_stack<double>(false, 1e-10);
+  golden_stack<float>(true, 1e-5);
+  golden_stack<double>(true, 1e-10);
+}
+
+TEST_CASE("gradcheck: a decoder layer w.r.t. tgt and memory, both norm orders, padded target and memory") {
+  // The parameters' gradients are checked against torch's in double by the goldens above.
+  for (bool norm_first : {false, true}) {
+    nn::TransformerDecoderLayer<2, 4, double> layer(nullptr, "layer",
+                                                    {.dim_feedforward = 6, .dropout = 0.0, .norm_first = norm_first, .causal = true});
+    attn::Rng rng(11);
+    testutil::check_gradients(norm_first ? "pre-norm" : "post-norm", [&](Tape& t, std::vector<attn::Var<double>>& x) {
+      return layer(t, x[0], x[1], attn::Lengths{3, 2}, attn::Lengths{5, 3});
+    }, {random<double>(rng, {2, 3, 4}), random<double>(rng, {2, 5, 4})});
+  }
+}
+
+TEST_CASE("TransformerDecoder: checkpointed layers give the plain run's output and gradients bit for bit, with dropout") {
+  std::map<std::string, std::vector<float>> grads[2];
+  std::vector<float> outs[2], dtgt[2], dmem[2];
+  for (int c = 0; c < 2; ++c) {
+    nn::TransformerDecoder<2, 8> dec(nullptr, "decoder", {.num_layers = 2, .layer = {.dim_feedforward = 16, .dropout = 0.2, .causal = true},
+                                                          .checkpoint = c == 1});
+    dec.init(7);
+    attn::Rng rng(9);
+    Tape tape(123);
+    attn::Var<float> tgt(random<float>(rng, {2, 5, 8}), true), memory(random<float>(rng, {2, 6, 8}), true);
+    auto y = dec(tape, tgt, memory, attn::Lengths{5, 3}, attn::Lengths{6, 2});
+    tape.backward(attn::sum(tape, attn::mul(tape, y, y)));
+    outs[c] = y.value().to_vector();
+    dtgt[c] = tgt.grad().to_vector();
+    dmem[c] = memory.grad().to_vector();
+    for (auto& [name, v] : dec.named_parameter_vars<float>()) grads[c][name] = v.grad().to_vector();
+  }
+  CHECK(outs[0] == outs[1]);
+  CHECK(dtgt[0] == dtgt[1]);
+  CHECK(dmem[0] == dmem[1]);
+  CHECK(grads[0] == grads[1]);
+  CHECK(grads[0].size() == 2 * 18);
+}
