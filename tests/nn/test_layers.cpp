@@ -41,6 +41,9 @@ TEST_CASE("gradcheck: layer_norm, masked_mean, masked_max, dropout") {
   check_gradients("layer_norm", [](Tape& t, V& x) { return nn::layer_norm(t, x[0], x[1], x[2], 1e-5); }, {rnd({2, 3, 6}), rnd({6}), rnd({6})});
   check_gradients("layer_norm without bias", [](Tape& t, V& x) { return nn::layer_norm(t, x[0], x[1], std::decay_t<decltype(x[1])>{}, 1e-5); },
                   {rnd({2, 3, 6}), rnd({6})});
+  check_gradients("layer_norm without scale or shift", [](Tape& t, V& x) {
+    return nn::layer_norm(t, x[0], attn::Var<double>{}, attn::Var<double>{}, 1e-5);
+  }, {rnd({2, 3, 6})});
   auto mask = Tensor<double>::from({2, 3}, {1, 1, 0, 0, 0, 0});
   check_gradients("masked_mean", [&](Tape& t, V& x) { return nn::masked_mean(t, x[0], attn::KeepMask(mask)); }, {rnd({2, 3, 4})});
   auto mask2 = Tensor<double>::from({2, 3}, {1, 0, 1, 1, 1, 0});
@@ -325,6 +328,30 @@ TEST_CASE("LayerNorm without bias: torch's bias=False, the shift of a zero bias,
   tape2.backward(b2, g);
   for (std::size_t i = 0; i < x.grad().numel(); ++i) CHECK(x2.grad().data()[i] == x.grad().data()[i]);
   for (std::size_t i = 0; i < 6; ++i) CHECK(without.weight.grad().data()[i] == with.weight.grad().data()[i]);
+}
+
+TEST_CASE("LayerNorm(elementwise_affine = false): no parameters, the values and input gradient of weight 1 and bias 0") {
+  nn::LayerNorm<6, double> affine(nullptr, "affine"), plain(nullptr, "plain", 1e-5, true, false);
+  CHECK(plain.named_parameters().empty());
+  CHECK_FALSE(plain.weight.defined());
+  CHECK_FALSE(plain.bias.defined());
+  Tape tape;
+  attn::Var<double> x(rnd({2, 3, 6}), true), x2(Tensor<double>(x.value()), true);
+  auto a = affine(tape, x), b = plain(tape, x2);
+  const auto g = rnd({2, 3, 6});
+  tape.backward(a, g);
+  Tape tape2;
+  tape2.backward(plain(tape2, x2), g);
+  for (std::size_t i = 0; i < a.value().numel(); ++i) CHECK(b.value().data()[i] == a.value().data()[i]);
+  for (std::size_t i = 0; i < x.grad().numel(); ++i) CHECK(x2.grad().data()[i] == x.grad().data()[i]);
+  // Each row comes out with mean 0 and (biased) variance 1 / (1 + eps / var).
+  for (std::size_t r = 0; r < 6; ++r) {
+    double m = 0;
+    for (std::size_t c = 0; c < 6; ++c) m += b.value().data()[r * 6 + c];
+    CHECK(m == Approx(0).margin(1e-12));
+  }
+  CHECK_THROWS_WITH(attn::layer_norm(tape, x, attn::Var<double>(rnd({5})), attn::Var<double>{}, 1e-5),
+                    Catch::Contains("vs weight (5) and bias (none)"));
 }
 
 TEST_CASE("golden: Embedding with padding_idx matches torch.nn.Embedding") {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // nn::LayerNorm<Dim>: normalisation over the last axis with learned scale and shift (PyTorch's
 // names "weight" and "bias", initialised to ones and zeros; without the bias, torch's
-// LayerNorm(bias=False), as the encoder's norms with bias = false).
+// LayerNorm(bias=False), as the encoder's norms with bias = false; without either,
+// LayerNorm(elementwise_affine=False)).
 //   attn::nn::LayerNorm<128> norm{this, "norm"};   auto y = norm(ctx, x);   // (..., 128)
 #pragma once
 #include "functional.hpp"
@@ -14,18 +15,20 @@ template <std::size_t Dim, class T = float, class B = cpu>
 class LayerNorm : public Module {
  public:
   static_assert(Dim > 0 && Dim != dyn, "nn::LayerNorm: Dim must be a static, positive extent");
-  LayerNorm(Module* parent, std::string name, double eps = 1e-5, bool bias = true) : Module(parent, std::move(name)), eps_(eps) {
+  /// elementwise_affine = false: no parameters at all (torch ignores bias then, as here).
+  LayerNorm(Module* parent, std::string name, double eps = 1e-5, bool bias = true, bool elementwise_affine = true)
+      : Module(parent, std::move(name)), eps_(eps) {
     if (!(eps >= 0 && eps <= 1e30))  // torch accepts 0 too; negative or NaN eps gives NaN rows
       throw ArgumentError("nn::LayerNorm '" + this->name() + "': eps must be a finite value >= 0, got " + std::to_string(eps));
-    weight = register_parameter<T, Shape<Dim>, B>("weight", {Dim});
-    if (bias) this->bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
+    if (elementwise_affine) weight = register_parameter<T, Shape<Dim>, B>("weight", {Dim});
+    if (elementwise_affine && bias) this->bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
     if (init_on_construction()) {
       Rng rng(0);
       reset_parameters(rng);
     }
   }
   void reset_parameters(Rng&) override {
-    init::constant(weight, T(1));
+    if (weight.defined()) init::constant(weight, T(1));
     if (bias.defined()) init::constant(bias, T(0));
   }
   template <Context C, class S>
@@ -34,7 +37,7 @@ class LayerNorm : public Module {
       static_assert(shapes::may_equal(shapes::back<S, 0>, Dim), "nn::LayerNorm: the input's last extent differs from Dim");
     return layer_norm(ctx, x, weight, bias, eps_);
   }
-  Var<T, Shape<Dim>, B> weight, bias;  // bias undefined when constructed without it
+  Var<T, Shape<Dim>, B> weight, bias;  // undefined when constructed without them
 
  private:
   double eps_;
