@@ -964,7 +964,7 @@ def case_decoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
     dout = randn32(B, T, D)
     tgt_keep = mask_from_lengths(tgt_lengths, T)
     mem_keep = mask_from_lengths(mem_lengths, S)
-    t = {"tgt": f32(tgt), "memory": f32(memory), "tgt_mask": tgt_keep, "memory_key_mask": mem_keep}
+    t = {"tgt": f32(tgt), "memory": f32(memory), "tgt_key_mask": tgt_keep, "memory_key_mask": mem_keep}
     mm = None
     if memory_mask:
         mm = randn32(T, S, scale=0.5)

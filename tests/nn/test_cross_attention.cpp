@@ -200,9 +200,8 @@ TEST_CASE("nn::CrossAttention: PyTorch parameter names and shapes, Xavier-unifor
   nn::CrossAttention<4, 16, 24, 8> a(nullptr, "cross");
   std::vector<std::string> names;
   for (const auto& [name, p] : a.named_parameters()) names.push_back(name);
-  std::sort(names.begin(), names.end());
-  CHECK(names == std::vector<std::string>{"in_proj_bias", "k_proj_weight", "out_proj.bias", "out_proj.weight", "q_proj_weight",
-                                          "v_proj_weight"});
+  CHECK(names == std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight",
+                                          "out_proj.bias"});  // torch's named_parameters() order
   CHECK(a.k_proj_weight.dims() == Dims{16, 24});
   CHECK(a.v_proj_weight.dims() == Dims{16, 8});
   CHECK(a.in_proj_bias.dims() == Dims{48});
@@ -273,6 +272,10 @@ TEST_CASE("cross-attention: wrong shapes, self-attention options, the flash kern
                     Catch::Contains("attn_mask must be (Tq, Tk) or (batch * heads, Tq, Tk)"));
   CHECK_THROWS_WITH(a(ng, q, m, m, {.kernel = attn::AttentionKernel::flash}), Catch::Contains("not the flash kernel"));
   CHECK_THROWS_WITH(a(ng, q, m, m, {.global_mask = Tensor<float>::zeros({2, 5})}), Catch::Contains("global_mask applies to self-attention only"));
+  attn::AttentionStats stats;
+  CHECK_THROWS_WITH(a(ng, q, m, m, {.stats = &stats}), Catch::Contains("self-attention's kernels only"));
+  CHECK_THROWS_WITH(attn::cross_attention(ng, q, m, m, {.heads = 2, .attn_mask = Tensor<float>::zeros({2, 3, 5})}),
+                    Catch::Contains("(4, 3, 5)"));
   nn::Attention<2, 8> causal(nullptr, "causal", {.causal = true});
   CHECK_THROWS_WITH(causal(ng, q, m, m), Catch::Contains("self-attention patterns"));
   CHECK_THROWS_WITH((nn::CrossAttention<2, 8, 4>(nullptr, "c", {.window = 3})), Catch::Contains("nn::CrossAttention 'c'") &&
@@ -287,4 +290,21 @@ TEST_CASE("cross-attention: wrong shapes, self-attention options, the flash kern
   CHECK_THROWS_WITH(attn::cross_attention(ng, q, attn::Var<float>(random<float>({2, 0, 8})), attn::Var<float>(random<float>({2, 0, 8})),
                                           {.heads = 2}),
                     Catch::Contains("empty batch, queries or keys"));
+}
+
+TEST_CASE("cross-attention in int8 and bf16: the three-input call on x, x, x gives self-attention's output") {
+  attn::Rng r(17);
+  for (auto prec : {attn::Precision::int8, attn::Precision::bf16}) {
+    INFO(attn::precision_name(prec));
+    nn::Attention<2, 16> a(nullptr, "attn");
+    a.eval();
+    attn::Var<float> x(random<float>({2, 6, 16}));
+    const auto mask = attn::Lengths{6, 4};
+    if (prec == attn::Precision::int8) nn::quantize_dynamic(a);
+    attn::PrecisionScope scope(prec);
+    attn::NoGrad ng;
+    const auto self = a(ng, x, mask, {.kernel = attn::AttentionKernel::naive}).value();
+    const auto cross = a(ng, x, x, x, mask).value();
+    CHECK(rel_diff(cross.erased(), self.erased()) < 1e-5);
+  }
 }

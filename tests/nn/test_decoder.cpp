@@ -61,7 +61,7 @@ void golden_check(const attn::io::SafetensorsFile& f, Model& m, double tol) {
   for (std::size_t i = 0; i < keep.numel(); ++i) pad[i] = keep[i] == T(0) ? T(1) : T(0);
   nn::DecoderExtras<T> extras;
   if (f.tensors.count("memory_mask")) extras.memory.attn_mask = golden::tensor<T>(f, "memory_mask");
-  auto y = m(tape, tgt, memory, attn::KeepMask(golden::tensor<T>(f, "tgt_mask")), attn::PaddingMask(pad), extras);
+  auto y = m(tape, tgt, memory, attn::KeepMask(golden::tensor<T>(f, "tgt_key_mask")), attn::PaddingMask(pad), extras);
   static_assert(std::is_same_v<decltype(y), attn::Var<T, Shape<dyn, dyn, 16>>>);
   golden::expect_close(f, "out", y.value(), tol);
   tape.backward(y, golden::tensor<T>(f, "dout"));
@@ -119,9 +119,19 @@ TEST_CASE("TransformerDecoderLayer: PyTorch parameter names, shapes, options and
                     Catch::Contains("nn::Attention<4, 16>: key shape (3, 4, 16) is not (2, time, 16)"));
   CHECK_THROWS_WITH(layer(ng, tgt, memory, attn::Lengths{3, 2}, attn::Lengths{4, 5}), Catch::Contains("lengths[1] = 5"));
   CHECK_THROWS_WITH(layer(ng, tgt, memory, attn::Lengths{3, 4}, attn::Lengths{4, 4}), Catch::Contains("lengths[1] = 4"));
-  // Without masks every position is real.
+  // Without masks every position is real; nullptr stands for one side's mask.
   layer.eval();
-  CHECK(layer(ng, tgt, memory).value().to_vector() == layer(ng, tgt, memory, attn::Lengths{3, 3}, attn::Lengths{4, 4}).value().to_vector());
+  const auto all = layer(ng, tgt, memory).value().to_vector();
+  CHECK(all == layer(ng, tgt, memory, attn::Lengths{3, 3}, attn::Lengths{4, 4}).value().to_vector());
+  CHECK(all == layer(ng, tgt, memory, nullptr, nullptr).value().to_vector());
+  const auto mem_only = layer(ng, tgt, memory, nullptr, attn::Lengths{4, 2}).value().to_vector();
+  CHECK(mem_only == layer(ng, tgt, memory, attn::Lengths{3, 3}, attn::Lengths{4, 2}).value().to_vector());
+  CHECK(mem_only != all);
+  CHECK(layer(ng, tgt, memory, attn::Lengths{3, 1}, nullptr).value().to_vector() ==
+        layer(ng, tgt, memory, attn::Lengths{3, 1}, attn::Lengths{4, 4}).value().to_vector());
+  dec.eval();
+  CHECK(dec(ng, tgt, memory, nullptr, attn::Lengths{4, 2}).value().to_vector() ==
+        dec(ng, tgt, memory, attn::Lengths{3, 3}, attn::Lengths{4, 2}).value().to_vector());
 }
 
 TEST_CASE("golden: TransformerDecoderLayer matches torch.nn.TransformerDecoderLayer (post-norm relu causal with a memory mask, pre-norm gelu)") {

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Multi-head scaled dot-product cross-attention: queries from one sequence (B, Tq, D), keys and
 // values from another (B, Tk, D), as torch's scaled_dot_product_attention on split heads. Built
-// from autograd ops (batched products, masked softmax, dropout) on any backend; it keeps the
-// (B, H, Tq, Tk) weights, so its memory is O(Tq Tk), as self_attention's naive kernel.
+// from autograd ops (batched products, masked softmax, dropout) on any backend; the tape keeps
+// several (B, H, Tq, Tk) tensors until backward (the scores, the masked scores, the weights, with
+// dropout its mask and the dropped weights), so its memory is O(Tq Tk), a few times the naive
+// self-attention kernel's.
 //   auto o = attn::cross_attention(ctx, q, k, v, {.heads = 8, .key_mask = memory_mask});
 #pragma once
 #include <cmath>
@@ -46,7 +48,8 @@ Var<T, SQ, B> cross_attention(C& ctx, const Var<T, SQ, B>& q, const Var<T, SK, B
     throw ShapeError("cross_attention: q " + dq.str() + " must be (batch, Tq, D) with D divisible by heads = " + std::to_string(a.heads));
   const std::size_t nb = dq.v[0], tq = dq.v[1], D = dq.v[2], H = a.heads, hd = D / H;
   if (dk.n != 3 || dk.v[0] != nb || dk.v[2] != D)
-    shape_mismatch("cross_attention", "k must be (batch, Tk, D) with q's batch and D", dk, Dims{nb, dk.n == 3 ? dk.v[1] : 0, D});
+    throw ShapeError("cross_attention: k " + dk.str() + " must be (batch, Tk, D) with q's batch " + std::to_string(nb) + " and D " +
+                     std::to_string(D));
   const std::size_t tk = dk.v[1];
   if (!(dv == dk)) shape_mismatch("cross_attention", "v must have k's shape", dv, dk);
   if (nb == 0 || tq == 0 || tk == 0) throw ShapeError("cross_attention: empty batch, queries or keys: q " + dq.str() + ", k " + dk.str());
@@ -54,7 +57,8 @@ Var<T, SQ, B> cross_attention(C& ctx, const Var<T, SQ, B>& q, const Var<T, SK, B
     shape_mismatch("cross_attention", "key_mask must be (batch, Tk)", a.key_mask.dims(), Dims{nb, tk});
   const bool per_head = !a.attn_mask.empty() && a.attn_mask.rank() == 3;
   if (!a.attn_mask.empty() && !(a.attn_mask.dims() == Dims{tq, tk}) && !(a.attn_mask.dims() == Dims{nb * H, tq, tk}))
-    shape_mismatch("cross_attention", "attn_mask must be (Tq, Tk) or (batch * heads, Tq, Tk)", a.attn_mask.dims(), Dims{tq, tk});
+    shape_mismatch("cross_attention", "attn_mask must be (Tq, Tk) or (batch * heads, Tq, Tk)", a.attn_mask.dims(),
+                   a.attn_mask.rank() == 3 ? Dims{nb * H, tq, tk} : Dims{tq, tk});
   if (!(a.dropout >= 0 && a.dropout < 1)) throw ArgumentError("cross_attention: dropout must be in [0, 1), got " + std::to_string(a.dropout));
 
   // (B, T, D) -> (B, H, T, head_dim); the scale goes on q, before the copies, as torch's

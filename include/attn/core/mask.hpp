@@ -133,13 +133,14 @@ template <class M>
 concept TokenMask = mask_detail::kind<std::remove_cvref_t<M>>::value != 0;
 
 /// True for a bare tensor, which cannot say which of its values means padding (layers reject it
-/// at compile time, naming the typed forms).
+/// at compile time, naming the typed forms). Not for a Var (which has a gradient): a Var in a
+/// mask's place is an input of another overload (e.g. cross-attention's key and value).
 template <class M>
 concept BareMaskTensor = requires(const M& m) {
   typename std::remove_cvref_t<M>::backend;
   m.dims();
   m.data();
-} && !TokenMask<M>;
+} && !TokenMask<M> && !requires(const M& m) { m.grad(); };
 
 namespace mask_detail {
 

@@ -113,6 +113,7 @@ Var<T, SQ, B> cross_attend(C& ctx, const char* who, const AttentionOptions& opt,
   if (!extras.global_mask.empty()) throw ArgumentError(std::string(who) + ": global_mask applies to self-attention only");
   if (extras.kernel == AttentionKernel::flash)
     throw ArgumentError(std::string(who) + ": cross-attention runs attn::cross_attention, not the flash kernel");
+  if (extras.stats) throw ArgumentError(std::string(who) + ": AttentionStats are filled by self-attention's kernels only");
   const std::size_t nb = q.size(0), tk = k.size(1);
   const Tensor<T, AnyShape, B> mask = key_mask ? keep_mask<T, B>(*key_mask, nb, tk, who) : Tensor<T, AnyShape, B>{};
   auto o = cross_attention(ctx, q, k, v,
@@ -254,16 +255,30 @@ class Attention : public Module {
       static_assert(SQ::rank == 3, "nn::Attention: the query must be (batch, Tq, Dim)");
       static_assert(shapes::may_equal(shapes::back<SQ, 0>, Dim), "nn::Attention: the query's last extent differs from Dim");
     }
+    if constexpr (!std::is_same_v<SK, AnyShape>)
+      static_assert(shapes::may_equal(shapes::back<SK, 0>, Dim), "nn::Attention: the key's last extent differs from Dim");
+    if constexpr (!std::is_same_v<SV, AnyShape>)
+      static_assert(shapes::may_equal(shapes::back<SV, 0>, Dim), "nn::Attention: the value's last extent differs from Dim");
     const std::string who = "nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">";
     const Dims& dq = detail::check_attention_input(who, "query", query.dims(), Dim);
     const Dims& dk = detail::check_attention_input(who, "key", key.dims(), Dim, dq.v[0]);
     detail::check_attention_input(who, "value", value.dims(), Dim, dq.v[0], dk.v[1]);
-    // The Q, K and V rows of the packed projection, each applied to its own input.
-    auto project = [&](const auto& x, std::size_t part) {
-      auto w = slice(ctx, in_proj_weight, 0, part * Dim, Dim);
-      return in_proj_bias.defined() ? linear(ctx, x, w, slice(ctx, in_proj_bias, 0, part * Dim, Dim)) : linear(ctx, x, w);
-    };
-    Var<T, AnyShape, B> q = project(query, 0), k = project(key, 1), v = project(value, 2);
+    Var<T, AnyShape, B> q, k, v;
+    if (precision() != Precision::fp32) {
+      // In bf16 or int8 the product takes in_proj_weight's own pack (the one quantize_dynamic or
+      // load_quantized made; a slice would be packed or quantized afresh on every call): the whole
+      // projection of each input, then its Q, K or V columns. A key that is the value is projected once.
+      auto whole = [&](const auto& x) { return Var<T, AnyShape, B>(linear(ctx, x, in_proj_weight, in_proj_bias)); };
+      const auto qp = whole(query), kp = whole(key);
+      const auto vp = key.data() == value.data() ? kp : whole(value);
+      q = slice(ctx, qp, 2, 0, Dim), k = slice(ctx, kp, 2, Dim, Dim), v = slice(ctx, vp, 2, 2 * Dim, Dim);
+    } else {  // the Q, K and V rows of the packed projection, each applied to its own input
+      auto project = [&](const auto& x, std::size_t part) {
+        auto w = slice(ctx, in_proj_weight, 0, part * Dim, Dim);
+        return in_proj_bias.defined() ? linear(ctx, x, w, slice(ctx, in_proj_bias, 0, part * Dim, Dim)) : linear(ctx, x, w);
+      };
+      q = project(query, 0), k = project(key, 1), v = project(value, 2);
+    }
     return detail::cross_attend<Heads, SQ>(ctx, "nn::Attention", opt_, training(), q, k, v, mask, extras, weights, out_proj);
   }
 

@@ -6,9 +6,12 @@
 // residual, dropout and LayerNorm.
 //   attn::nn::TransformerDecoder<8, 256> decoder{this, "decoder", {.num_layers = 6, .layer = {.causal = true}}};
 //   auto y = decoder(ctx, tgt, memory, attn::Lengths{7, 5}, attn::Lengths{12, 9});  // target and memory padding
+//   auto z = decoder(ctx, tgt, memory, nullptr, attn::PaddingMask(memory_pad));     // memory padding only
 #pragma once
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../autograd/checkpoint.hpp"
@@ -34,6 +37,19 @@ struct DecoderExtras {
   AttentionExtras<T, B> tgt = {};
   AttentionExtras<T, B> memory = {};
 };
+
+/// A decoder's key mask of the target or of the memory: a token mask (attn::Lengths, KeepMask,
+/// PaddingMask), or nullptr for none (every position real).
+template <class M>
+concept DecoderKeyMask = TokenMask<M> || std::is_null_pointer_v<std::remove_cvref_t<M>>;
+
+namespace detail {
+template <class M>
+const auto* key_mask_ptr(const M& m) {
+  if constexpr (std::is_null_pointer_v<std::remove_cvref_t<M>>) return static_cast<const Lengths*>(nullptr);
+  else return &m;
+}
+}  // namespace detail
 
 /// One decoder layer, torch's order and names: self_attn, multihead_attn, linear1, dropout,
 /// linear2, norm1, norm2, norm3, dropout1, dropout2, dropout3. tgt (B, T, Dim) and memory (B, S,
@@ -71,18 +87,28 @@ class TransformerDecoderLayer : public Module {
         dropout3(this, "dropout3", opt.dropout),
         opt_(opt) {}
 
-  /// tgt (B, T, Dim), memory (B, S, Dim) -> (B, T, Dim). tgt_mask says which target positions are
-  /// real tokens (torch's tgt_key_padding_mask), memory_mask which memory positions are
-  /// (memory_key_padding_mask): attn::Lengths, attn::KeepMask(m) or attn::PaddingMask(m) each.
-  template <Context C, class S, class SM, TokenMask MT, TokenMask MM>
-  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT& tgt_mask, const MM& memory_mask,
-                          DecoderExtras<T, B> extras = {}) const {
-    return forward(ctx, tgt, memory, &tgt_mask, &memory_mask, extras);
+  /// tgt (B, T, Dim), memory (B, S, Dim) -> (B, T, Dim). tgt_key_mask says which target positions
+  /// are real tokens (torch's tgt_key_padding_mask), memory_key_mask which memory positions are
+  /// (memory_key_padding_mask): attn::Lengths, attn::KeepMask(m) or attn::PaddingMask(m) each, or
+  /// nullptr for none. torch's tgt_mask and memory_mask (additive) are extras.tgt.attn_mask and
+  /// extras.memory.attn_mask.
+  template <Context C, class S, class SM, DecoderKeyMask MT, DecoderKeyMask MM>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT& tgt_key_mask,
+                          const MM& memory_key_mask, DecoderExtras<T, B> extras = {}) const {
+    return forward(ctx, tgt, memory, detail::key_mask_ptr(tgt_key_mask), detail::key_mask_ptr(memory_key_mask), extras);
   }
   /// Every target and memory position a real token.
   template <Context C, class S, class SM>
   Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, DecoderExtras<T, B> extras = {}) const {
     return forward(ctx, tgt, memory, static_cast<const Lengths*>(nullptr), static_cast<const Lengths*>(nullptr), extras);
+  }
+  template <Context C, class S, class SM, class MT, class MM>
+    requires(BareMaskTensor<MT> || BareMaskTensor<MM>)
+  Var<T, S, B> operator()(C&, const Var<T, S, B>&, const Var<T, SM, B>&, const MT&, const MM&, DecoderExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<MT>,
+                  "nn::TransformerDecoderLayer: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
+                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's *_key_padding_mask), attn::Lengths or nullptr");
+    return {};
   }
 
   const TransformerDecoderLayerOptions& options() const noexcept { return opt_; }
@@ -117,15 +143,15 @@ class TransformerDecoderLayer : public Module {
   }
 
   template <Context C, class S, class SM, class MT, class MM>
-  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT* tgt_mask, const MM* memory_mask,
+  Var<T, S, B> forward(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT* tgt_key_mask, const MM* memory_key_mask,
                        const DecoderExtras<T, B>& extras) const {
     // The attentions check the shapes (tgt (B, T, Dim), memory (B, S, Dim)) and the masks.
     auto sa = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
-      return tgt_mask ? self_attn(ctx, h, *tgt_mask, extras.tgt) : self_attn(ctx, h, extras.tgt);
+      return tgt_key_mask ? self_attn(ctx, h, *tgt_key_mask, extras.tgt) : self_attn(ctx, h, extras.tgt);
     };
     auto ca = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
-      return memory_mask ? multihead_attn(ctx, h, memory, memory, *memory_mask, extras.memory)
-                         : multihead_attn(ctx, h, memory, memory, extras.memory);
+      return memory_key_mask ? multihead_attn(ctx, h, memory, memory, *memory_key_mask, extras.memory)
+                             : multihead_attn(ctx, h, memory, memory, extras.memory);
     };
     Var<T, S, B> y = tgt;
     if (opt_.norm_first) {
@@ -180,19 +206,19 @@ class TransformerDecoder : public Module {
     if (opt.final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", opt.layer.layer_norm_eps, opt.layer.bias);
   }
 
-  /// tgt (B, T, Dim), memory (B, S, Dim) -> (B, T, Dim), every layer with the same masks and
-  /// extras (see TransformerDecoderLayer).
-  template <Context C, class S, class SM, TokenMask MT, TokenMask MM>
-  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT& tgt_mask, const MM& memory_mask,
-                          DecoderExtras<T, B> extras = {}) const {
+  /// tgt (B, T, Dim), memory (B, S, Dim) -> (B, T, Dim), every layer with the same key masks (each
+  /// a token mask or nullptr) and extras (see TransformerDecoderLayer).
+  template <Context C, class S, class SM, DecoderKeyMask MT, DecoderKeyMask MM>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, const MT& tgt_key_mask,
+                          const MM& memory_key_mask, DecoderExtras<T, B> extras = {}) const {
     return forward(ctx, tgt, memory, [&](const Layer* l, auto& c, const Var<T, S, B>& h, const Var<T, SM, B>& m) {
-      if (!opt_.checkpoint) return (*l)(c, h, m, tgt_mask, memory_mask, extras);
+      if (!opt_.checkpoint) return (*l)(c, h, m, tgt_key_mask, memory_key_mask, extras);
       return attn::checkpoint(
           c,
           [l](auto& c2, const auto& v, const auto& mem, const MT& a, const MM& b, const DecoderExtras<T, B>& e) {
             return (*l)(c2, v, mem, a, b, e);
           },
-          h, m, tgt_mask, memory_mask, extras);
+          h, m, tgt_key_mask, memory_key_mask, extras);
     });
   }
   /// Every target and memory position a real token.
@@ -203,6 +229,14 @@ class TransformerDecoder : public Module {
       return attn::checkpoint(
           c, [l](auto& c2, const auto& v, const auto& mem, const DecoderExtras<T, B>& e) { return (*l)(c2, v, mem, e); }, h, m, extras);
     });
+  }
+  template <Context C, class S, class SM, class MT, class MM>
+    requires(BareMaskTensor<MT> || BareMaskTensor<MM>)
+  Var<T, S, B> operator()(C&, const Var<T, S, B>&, const Var<T, SM, B>&, const MT&, const MM&, DecoderExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<MT>,
+                  "nn::TransformerDecoder: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
+                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's *_key_padding_mask), attn::Lengths or nullptr");
+    return {};
   }
 
   std::size_t size() const noexcept { return layers_.size(); }
