@@ -65,7 +65,7 @@ TEST_CASE("gradcheck: cross_attention w.r.t. q, k and v, with key padding, a ful
   }, {in[0], in[1]});
 }
 
-TEST_CASE("cross_attention: a query with no visible key gets zero weights and output, never NaN; padded keys get no weight") {
+TEST_CASE("cross_attention: a query with no visible key gets zero weights and output, never NaN, and padded keys get no weight") {
   Tape tape;
   attn::Var<double> q(random<double>({2, 3, 4}), true), k(random<double>({2, 5, 4}), true);
   Tensor<double> am = Tensor<double>::zeros({3, 5});

@@ -89,7 +89,7 @@ TEST_CASE("init: Xavier and Kaiming draws have torch's bounds and spreads") {
   CHECK(s.max_abs > 0.999 / std::sqrt(512.0));
 }
 
-TEST_CASE("init: trunc_normal stays in [lo, hi] with the truncated law's spread; eye") {
+TEST_CASE("init: trunc_normal stays in [lo, hi] with the truncated law's spread, and eye") {
   attn::Rng rng(7);
   auto w = param(Dims{300, 400});
   init::trunc_normal(w, rng);  // N(0, 1) on [-2, 2]: std sqrt(1 - 4 phi(2) / (Phi(2) - Phi(-2)))

@@ -557,3 +557,61 @@ TEST_CASE("SGD with momentum: a sparse table no lookup reached stays, one reache
   CHECK(after_pad[2] == Approx(after_one[2] - 0.1 * 0.9 * 1.0));
   CHECK(after_pad[0] == after_one[0]);
 }
+
+namespace {
+struct FreezeNet : attn::nn::Module {
+  attn::nn::Embedding<4> emb{this, "emb", 10, {.freeze = true}};
+  attn::nn::Linear<4, 3> fc{this, "fc"};
+  attn::Var<float> forward(attn::Tape& tape, const Tensor<std::int64_t>& ids) const { return fc(tape, emb(tape, ids)); }
+};
+}  // namespace
+
+TEST_CASE("frozen parameters: no gradient, optimizers and clipping leave them, gradients still pass through to the inputs") {
+  FreezeNet net;
+  CHECK_FALSE(net.emb.weight.requires_grad());
+  CHECK(net.trainable_parameter_count() == 4 * 3 + 3);
+  CHECK(net.parameter_count() == 40 + 15);
+  const auto ids = Tensor<std::int64_t>::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  const auto emb0 = net.emb.weight.raw().to_vector();
+  auto steps = [&](auto& opt, int n) {
+    for (int s = 0; s < n; ++s) {
+      attn::Tape tape;
+      auto y = net.forward(tape, ids);
+      tape.backward(attn::sum(tape, attn::mul(tape, y, y)));
+      optim::clip_grad_norm(opt.params(), 0.5);
+      opt.step();
+      opt.zero_grad();
+    }
+  };
+  {
+    optim::Adam<float> adam(net, {.lr = 0.1, .weight_decay = 0.1, .decoupled = true});
+    const auto fc0 = net.fc.weight.raw().to_vector();
+    steps(adam, 3);
+    CHECK(net.emb.weight.raw().to_vector() == emb0);  // decoupled weight decay too leaves a frozen table alone
+    CHECK(net.fc.weight.raw().to_vector() != fc0);
+    CHECK_FALSE(net.emb.weight.data()->has_grad());
+  }
+  // Frozen Linear, unfrozen table: the table's gradient comes through the frozen weight.
+  net.fc.set_requires_grad(false);
+  net.emb.set_requires_grad(true);
+  CHECK(net.trainable_parameter_count() == 40);
+  const auto fc1 = net.fc.weight.raw().to_vector(), b1 = net.fc.bias.raw().to_vector();
+  optim::Sgd<float> sgd(net, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
+  steps(sgd, 2);
+  CHECK(net.fc.weight.raw().to_vector() == fc1);
+  CHECK(net.fc.bias.raw().to_vector() == b1);
+  CHECK(net.emb.weight.raw().to_vector() != emb0);
+  // Freezing drops a gradient that is there: a step after it moves nothing (momentum included).
+  {
+    attn::Tape tape;
+    auto y = net.forward(tape, ids);
+    tape.backward(attn::sum(tape, y));
+  }
+  REQUIRE(net.emb.weight.data()->has_grad());
+  net.set_requires_grad(false);
+  CHECK(net.trainable_parameter_count() == 0);
+  CHECK_FALSE(net.emb.weight.data()->has_grad());
+  const auto all = net.emb.weight.raw().to_vector();
+  sgd.step();
+  CHECK(net.emb.weight.raw().to_vector() == all);
+}

@@ -167,6 +167,15 @@ struct VarData {
     grad_materialized = !keep;
   }
 
+  /// Forgets the gradient, as torch's `grad = None`: no buffer, no recorded rows. Optimizers skip a
+  /// parameter without one (nn::Module::set_requires_grad(false) calls it).
+  void drop_grad() {
+    zero_grad();
+    grad = {};
+    grad_dense = false;
+    grad_materialized = false;
+  }
+
   /// Clears the gradient. A compact one keeps its row buffer for the next step; an in-place
   /// row-sparse one keeps its buffer and zeroes only its recorded rows (a device backend clears the
   /// whole buffer in one fill rather than one per row), unless materialize_grad() made it.

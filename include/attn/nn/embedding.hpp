@@ -23,6 +23,9 @@ struct EmbeddingOptions {
   /// torch.optim.SparseAdam's lazy update to this table. For large tables (word or n-gram
   /// vocabularies) where a batch uses a small fraction of the rows.
   bool sparse = false;
+  /// A frozen table (torch's Embedding(_freeze=True), from_pretrained's default): no gradient, the
+  /// optimizers leave it as loaded; set_requires_grad(true) unfreezes it.
+  bool freeze = false;
 };
 
 template <std::size_t Dim, class T = float, class B = cpu>
@@ -42,6 +45,7 @@ class Embedding : public Module {
     }
     weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
     weight.data()->sparse_rows = opt.sparse;
+    weight.data()->requires_grad = !opt.freeze;
     if (init_on_construction()) {
       Rng rng(name_seed(this->seed_name()));
       reset_parameters(rng);

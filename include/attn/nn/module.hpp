@@ -77,6 +77,11 @@ class ParameterSlot {
   virtual void copy_to_host(void* dst, std::size_t first, std::size_t count) const = 0;
   virtual void copy_from_host(const void* src, std::size_t first, std::size_t count) = 0;
   virtual void zero_grad() = 0;
+  /// Whether backward computes this parameter's gradient (false: frozen, as torch's requires_grad).
+  virtual bool requires_grad() const = 0;
+  /// Freezes (false: the gradient is dropped, and no backward writes one, so no optimizer moves
+  /// it) or unfreezes the parameter.
+  virtual void set_requires_grad(bool on) = 0;
   /// Whether the value is a weight matrix (Out, In) that the linear op or the LSTM multiplies by
   /// (nn::Linear's weight, nn::Attention's in_proj_weight, the LSTMs' weight_ih / weight_hh): the
   /// parameters nn::quantize_dynamic quantizes.
@@ -106,6 +111,11 @@ class TypedParameter final : public ParameterSlot {
     var.data()->mark_value_written();
   }
   void zero_grad() override { var.data()->zero_grad(); }
+  bool requires_grad() const override { return var.data()->requires_grad; }
+  void set_requires_grad(bool on) override {
+    var.data()->requires_grad = on;
+    if (!on) var.data()->drop_grad();
+  }
   Var<T, AnyShape, B> var;
 };
 
@@ -182,6 +192,21 @@ class Module {
   }
   void zero_grad() {
     for (auto& [n, p] : named_parameters()) p->zero_grad();
+  }
+  /// Freezes (false) or unfreezes (true) every parameter of this module and its children, as
+  /// torch's module.requires_grad_(on): a frozen parameter gets no gradient (backward still passes
+  /// gradients through it to its inputs), its gradient is dropped, and the optimizers, gradient
+  /// clipping and dist::DataParallel (which reads the flags when it is constructed) leave it alone.
+  /// One parameter: model.named_parameters()'s slot->set_requires_grad(on).
+  void set_requires_grad(bool on) {
+    for (auto& [n, p] : named_parameters()) p->set_requires_grad(on);
+  }
+  /// How many parameter elements get gradients (torch's sum(p.numel() for p in ... if p.requires_grad)).
+  std::size_t trainable_parameter_count() const {
+    std::size_t n = 0;
+    for (auto& [name, p] : named_parameters())
+      if (p->requires_grad()) n += p->numel();
+    return n;
   }
 
   /// Training mode (dropout active) or evaluation mode; applies to all children.
