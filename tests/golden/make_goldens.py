@@ -461,14 +461,17 @@ def case_lstm(out_dir: Path, written: list[Path], bidirectional: bool, seed: int
                loss="sum(out*dout)+sum(h_n*dh_n)+sum(c_n*dc_n)"), written)
 
 
-def case_lstm_state(out_dir: Path, written: list[Path], bidirectional: bool, seed: int, layers: int = 1) -> None:
+def case_lstm_state(out_dir: Path, written: list[Path], bidirectional: bool, seed: int, layers: int = 1,
+                    bias: bool = True) -> None:
     """nn.LSTM from a given initial state, lstm(packed, (h0, c0)), h0 and c0 (layers*dirs, B, H) in
-    the batch's order; gradients into them too. layers > 1: stacked (num_layers), dropout 0."""
+    the batch's order; gradients into them too. layers > 1: stacked (num_layers), dropout 0.
+    bias=False: no bias_ih / bias_hh in any layer."""
     B, T, I, H = 3, 6, 6, 5
     lengths = [4, 6, 2]
     dirs = 2 if bidirectional else 1
     torch.manual_seed(seed)
-    lstm = nn.LSTM(input_size=I, hidden_size=H, batch_first=True, bidirectional=bidirectional, num_layers=layers)
+    lstm = nn.LSTM(input_size=I, hidden_size=H, batch_first=True, bidirectional=bidirectional, num_layers=layers,
+                   bias=bias)
     x = randn32(B, T, I)
     h0 = randn32(layers * dirs, B, H)
     c0 = randn32(layers * dirs, B, H)
@@ -493,14 +496,15 @@ def case_lstm_state(out_dir: Path, written: list[Path], bidirectional: bool, see
     t.update({"out": f64(out), "h_n": f64(h_n), "c_n": f64(c_n), "grad.x": f64(x64.grad),
               "grad.h0": f64(h64.grad), "grad.c0": f64(c64.grad)})
     add_grads(t, lstm)
-    fname = ("lstm_bi" if bidirectional else "lstm_uni") + (f"_{layers}layers" if layers > 1 else "") + "_state.safetensors"
+    fname = (("lstm_bi" if bidirectional else "lstm_uni") + (f"_{layers}layers" if layers > 1 else "") +
+             ("" if bias else "_nobias") + "_state.safetensors")
     write(out_dir, fname, t,
           meta("lstm", seed, input_size=I, hidden_size=H, num_layers=layers, bidirectional=bidirectional,
                batch_first=True, batch=B, seq=T, lengths=lengths, gate_order="i,f,g,o",
                initial_state="(h0, c0), (num_layers*dirs, batch, hidden), batch order",
                packing="pack_padded_sequence(enforce_sorted=False) + "
                        "pad_packed_sequence(total_length=seq)",
-               loss="sum(out*dout)+sum(h_n*dh_n)+sum(c_n*dc_n)"), written)
+               loss="sum(out*dout)+sum(h_n*dh_n)+sum(c_n*dc_n)", **({} if bias else {"bias": False})), written)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1060,6 +1064,7 @@ def generate(out_dir: Path) -> list[Path]:
     case_lstm_state(out_dir, written, bidirectional=True, seed=34)
     case_lstm_state(out_dir, written, bidirectional=False, seed=35, layers=3)
     case_lstm_state(out_dir, written, bidirectional=True, seed=36, layers=2)
+    case_lstm_state(out_dir, written, bidirectional=True, seed=37, layers=2, bias=False)
     case_layernorm(out_dir, written)
     case_embedding(out_dir, written)
     case_cross_entropy(out_dir, written, 0.0, seed=61)

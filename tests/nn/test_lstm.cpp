@@ -144,16 +144,16 @@ TEST_CASE("LSTM state: a zero state equals none, a sequence split in two and con
                     Catch::Contains("lstm: c0 must be (directions, batch, hidden)"));
 }
 
-TEST_CASE("golden: LSTM and BiLSTM, one layer and stacked, from an initial state match torch.nn.LSTM(packed, (h0, c0)), gradients into h0 and c0 too") {
-  for (std::string name : {"lstm_uni_state", "lstm_bi_state", "lstm_uni_3layers_state", "lstm_bi_2layers_state"}) {
+TEST_CASE("golden: LSTM and BiLSTM, one layer and stacked, with and without biases, from an initial state match torch.nn.LSTM(packed, (h0, c0)), gradients into h0 and c0 too") {
+  for (std::string name : {"lstm_uni_state", "lstm_bi_state", "lstm_uni_3layers_state", "lstm_bi_2layers_state", "lstm_bi_2layers_nobias_state"}) {
     INFO(name);
     auto f = golden::load(name);
-    const bool bi = name.starts_with("lstm_bi");
+    const bool bi = name.starts_with("lstm_bi"), bias = name.find("nobias") == std::string::npos;
     const std::size_t layers = name.find("3layers") != std::string::npos ? 3 : name.find("2layers") != std::string::npos ? 2 : 1;
     auto run = [&](auto tag, double tol) {
       using T = decltype(tag);
       auto go = [&](auto& lstm) {
-        REQUIRE(lstm.named_parameters().size() == layers * (bi ? 8 : 4));  // torch's names, each in the file
+        REQUIRE(lstm.named_parameters().size() == layers * (bi ? 2 : 1) * (bias ? 4 : 2));  // torch's names, each in the file
         for (auto& [n, p] : lstm.named_parameters()) {
           auto v = golden::tensor<T>(f, n);
           REQUIRE(v.numel() == p->numel());
@@ -177,10 +177,10 @@ TEST_CASE("golden: LSTM and BiLSTM, one layer and stacked, from an initial state
         for (auto& [n, p] : lstm.template named_parameter_vars<T>()) golden::expect_close(f, "grad." + n, p.grad(), tol);
       };
       if (bi) {
-        nn::BiLSTM<6, 5, T> lstm(nullptr, "lstm", {.num_layers = layers});
+        nn::BiLSTM<6, 5, T> lstm(nullptr, "lstm", {.num_layers = layers, .bias = bias});
         go(lstm);
       } else {
-        nn::LSTM<6, 5, T> lstm(nullptr, "lstm", {.num_layers = layers});
+        nn::LSTM<6, 5, T> lstm(nullptr, "lstm", {.num_layers = layers, .bias = bias});
         go(lstm);
       }
     };
@@ -190,6 +190,18 @@ TEST_CASE("golden: LSTM and BiLSTM, one layer and stacked, from an initial state
 }
 
 TEST_CASE("stacked LSTM: torch's parameter names and order, dropout between layers only in training, bad options and state shapes") {
+  {  // bias = false: torch's LSTM(bias=False) names; the biases are zeros that are no parameters
+    nn::BiLSTM<3, 4> nb(nullptr, "nb", {.num_layers = 2, .bias = false});
+    std::vector<std::string> names;
+    for (auto& [n, p] : nb.named_parameters()) names.push_back(n);
+    CHECK(names == std::vector<std::string>{"weight_ih_l0", "weight_hh_l0", "weight_ih_l0_reverse", "weight_hh_l0_reverse", "weight_ih_l1",
+                                            "weight_hh_l1", "weight_ih_l1_reverse", "weight_hh_l1_reverse"});
+    CHECK_FALSE(nb.bias_ih_l0.requires_grad());
+    CHECK(nb.bias_hh_l0_reverse.raw().to_vector() == std::vector<float>(16, 0.0f));
+    nb.init(3);  // redrawing leaves them zero
+    CHECK(nb.upper_layers()[0][1].b_ih.raw().to_vector() == std::vector<float>(16, 0.0f));
+  }
+
   nn::BiLSTM<3, 4, double> bi(nullptr, "bi", {.num_layers = 2, .dropout = 0.5});
   std::vector<std::string> names;
   for (auto& [n, p] : bi.named_parameters()) names.push_back(n);

@@ -34,9 +34,19 @@ struct LstmOutput {
 struct LstmOptions {
   std::size_t num_layers = 1;  // stacked layers: layer k > 0 reads layer k-1's output (Dirs*Hidden wide)
   double dropout = 0;          // in training mode, on each layer's output but the last's
+  /// false: torch's LSTM(bias=False), no bias_ih / bias_hh parameters in any layer (the bias members
+  /// then hold constant zeros, which are no parameters and get no gradient).
+  bool bias = true;
 };
 
 namespace lstm_detail {
+
+/// A registered bias parameter, or with bias = false a constant zero (4H) that is no parameter.
+template <class T, class B, class S, class Reg>
+Var<T, S, B> bias_or_zero(bool bias, Reg&& reg, std::size_t n) {
+  if (bias) return reg();
+  return Var<T, S, B>(Tensor<T, AnyShape, B>::zeros(Dims{n}), false);
+}
 
 template <std::size_t In, class SX>
 void check_input(const Dims& x) {
@@ -98,7 +108,8 @@ LstmResult<T, B> stack_layers(C& ctx, LstmResult<T, B> r, std::span<const int> l
 /// Unidirectional LSTM, one layer or LstmOptions::num_layers stacked. In and Hidden are static;
 /// batch and time are dynamic. Parameters: weight_ih_l0 (4H, In), weight_hh_l0 (4H, H), bias_ih_l0
 /// (4H), bias_hh_l0 (4H), then the same with _l1 ... for the layers above (weight_ih_lk (4H, H)),
-/// gate rows stacked i, f, g, o, all drawn from U(-1/sqrt(H), 1/sqrt(H)) (PyTorch's default).
+/// gate rows stacked i, f, g, o, all drawn from U(-1/sqrt(H), 1/sqrt(H)) (PyTorch's default);
+/// LstmOptions::bias = false leaves the biases out (torch's bias=False).
 /// The initial state is zero unless one is passed (attn::LstmState{h0, c0}).
 template <std::size_t In, std::size_t Hidden, class T = float, class B = cpu>
 class LSTM : public Module {
@@ -111,8 +122,8 @@ class LSTM : public Module {
       : Module(parent, std::move(name)), opt_(lstm_detail::checked(opt, "nn::LSTM '" + this->name() + "'")) {
     weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In}, true);
     weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden}, true);
-    bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
-    bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
+    bias_ih_l0 = bias_param("bias_ih_l0");
+    bias_hh_l0 = bias_param("bias_hh_l0");
     add_upper_layers();
     if (init_on_construction()) {
       Rng rng(name_seed(this->seed_name()));
@@ -124,11 +135,14 @@ class LSTM : public Module {
     const double a = 1.0 / std::sqrt(double(Hidden));
     init::uniform(weight_ih_l0, rng, a);
     init::uniform(weight_hh_l0, rng, a);
-    init::uniform(bias_ih_l0, rng, a);
-    init::uniform(bias_hh_l0, rng, a);
+    if (opt_.bias) {
+      init::uniform(bias_ih_l0, rng, a);
+      init::uniform(bias_hh_l0, rng, a);
+    }
     for (auto& layer : upper_)
       for (auto& w : layer)
-        for (auto* v : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) init::uniform(*v, rng, a);
+        for (auto* v : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh})
+          if (opt_.bias || (v != &w.b_ih && v != &w.b_hh)) init::uniform(*v, rng, a);
   }
 
   /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, Hidden), h_n, c_n
@@ -172,13 +186,17 @@ class LSTM : public Module {
   Var<T, Shape<4 * Hidden>, B> bias_ih_l0, bias_hh_l0;
 
  private:
+  /// A bias parameter, or (bias = false) a constant zero that is none.
+  template <class S = Shape<4 * Hidden>>
+  Var<T, S, B> bias_param(const std::string& name) {
+    return lstm_detail::bias_or_zero<T, B, S>(opt_.bias, [&] { return register_parameter<T, S, B>(name, {4 * Hidden}); }, 4 * Hidden);
+  }
   void add_upper_layers() {
     for (std::size_t k = 1; k < opt_.num_layers; ++k) {
       const std::string l = "_l" + std::to_string(k);
       upper_.push_back({LstmWeights<T, B>{register_parameter<T, AnyShape, B>("weight_ih" + l, {4 * Hidden, Hidden}, true),
                                           register_parameter<T, AnyShape, B>("weight_hh" + l, {4 * Hidden, Hidden}, true),
-                                          register_parameter<T, AnyShape, B>("bias_ih" + l, {4 * Hidden}),
-                                          register_parameter<T, AnyShape, B>("bias_hh" + l, {4 * Hidden})}});
+                                          bias_param<AnyShape>("bias_ih" + l), bias_param<AnyShape>("bias_hh" + l)}});
     }
   }
   LstmOptions opt_;
@@ -202,12 +220,12 @@ class BiLSTM : public Module {
       : Module(parent, std::move(name)), opt_(lstm_detail::checked(opt, "nn::BiLSTM '" + this->name() + "'")) {
     weight_ih_l0 = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0", {4 * Hidden, In}, true);
     weight_hh_l0 = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0", {4 * Hidden, Hidden}, true);
-    bias_ih_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0", {4 * Hidden});
-    bias_hh_l0 = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0", {4 * Hidden});
+    bias_ih_l0 = bias_param("bias_ih_l0");
+    bias_hh_l0 = bias_param("bias_hh_l0");
     weight_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih_l0_reverse", {4 * Hidden, In}, true);
     weight_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh_l0_reverse", {4 * Hidden, Hidden}, true);
-    bias_ih_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_ih_l0_reverse", {4 * Hidden});
-    bias_hh_l0_reverse = register_parameter<T, Shape<4 * Hidden>, B>("bias_hh_l0_reverse", {4 * Hidden});
+    bias_ih_l0_reverse = bias_param("bias_ih_l0_reverse");
+    bias_hh_l0_reverse = bias_param("bias_hh_l0_reverse");
     add_upper_layers();
     if (init_on_construction()) {
       Rng rng(name_seed(this->seed_name()));
@@ -220,15 +238,16 @@ class BiLSTM : public Module {
     // Registration order, as torch draws them.
     init::uniform(weight_ih_l0, rng, a);
     init::uniform(weight_hh_l0, rng, a);
-    init::uniform(bias_ih_l0, rng, a);
-    init::uniform(bias_hh_l0, rng, a);
+    if (opt_.bias)
+      for (auto* v : {&bias_ih_l0, &bias_hh_l0}) init::uniform(*v, rng, a);
     init::uniform(weight_ih_l0_reverse, rng, a);
     init::uniform(weight_hh_l0_reverse, rng, a);
-    init::uniform(bias_ih_l0_reverse, rng, a);
-    init::uniform(bias_hh_l0_reverse, rng, a);
+    if (opt_.bias)
+      for (auto* v : {&bias_ih_l0_reverse, &bias_hh_l0_reverse}) init::uniform(*v, rng, a);
     for (auto& layer : upper_)
       for (auto& w : layer)
-        for (auto* v : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) init::uniform(*v, rng, a);
+        for (auto* v : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh})
+          if (opt_.bias || (v != &w.b_ih && v != &w.b_hh)) init::uniform(*v, rng, a);
   }
 
   /// x (B, T, In), lengths (B) each in [1, T] in any order -> out (B, T, 2*Hidden), h_n, c_n
@@ -276,6 +295,11 @@ class BiLSTM : public Module {
   Var<T, Shape<4 * Hidden>, B> bias_ih_l0, bias_hh_l0, bias_ih_l0_reverse, bias_hh_l0_reverse;
 
  private:
+  /// A bias parameter, or (bias = false) a constant zero that is none.
+  template <class S = Shape<4 * Hidden>>
+  Var<T, S, B> bias_param(const std::string& name) {
+    return lstm_detail::bias_or_zero<T, B, S>(opt_.bias, [&] { return register_parameter<T, S, B>(name, {4 * Hidden}); }, 4 * Hidden);
+  }
   void add_upper_layers() {
     for (std::size_t k = 1; k < opt_.num_layers; ++k) {
       std::array<LstmWeights<T, B>, 2> layer;
@@ -283,8 +307,7 @@ class BiLSTM : public Module {
         const std::string l = "_l" + std::to_string(k) + (d ? "_reverse" : "");
         layer[std::size_t(d)] = {register_parameter<T, AnyShape, B>("weight_ih" + l, {4 * Hidden, 2 * Hidden}, true),
                                  register_parameter<T, AnyShape, B>("weight_hh" + l, {4 * Hidden, Hidden}, true),
-                                 register_parameter<T, AnyShape, B>("bias_ih" + l, {4 * Hidden}),
-                                 register_parameter<T, AnyShape, B>("bias_hh" + l, {4 * Hidden})};
+                                 bias_param<AnyShape>("bias_ih" + l), bias_param<AnyShape>("bias_hh" + l)};
       }
       upper_.push_back(layer);
     }
