@@ -167,13 +167,12 @@ struct VarData {
     grad_materialized = !keep;
   }
 
-  /// Forgets the gradient, as torch's `grad = None`: no buffer, no recorded rows. Optimizers skip a
-  /// parameter without one (nn::Module::set_requires_grad(false) calls it).
+  /// Forgets the gradient, as torch's `grad = None`: zero_grad, then its buffers are freed too.
+  /// Optimizers skip a parameter without one (nn::Module::set_requires_grad(false) calls it).
   void drop_grad() {
     zero_grad();
     grad = {};
-    grad_dense = false;
-    grad_materialized = false;
+    grad_values = {};
   }
 
   /// Clears the gradient. A compact one keeps its row buffer for the next step; an in-place

@@ -125,10 +125,60 @@ Var<T, SQ, B> cross_attend(C& ctx, const char* who, const AttentionOptions& opt,
   return Var<T, SQ, B>(linear(ctx, o, out_proj.weight, out_proj.bias));
 }
 
+/// The public forms of a cross-attention call, shared by nn::Attention's (query, key, value) call
+/// and nn::CrossAttention: with a token mask or without, returning the weights or not. Derived
+/// provides cross_forward(ctx, query, key, value, const M* mask (null: every key real), extras,
+/// Tensor* weights (null: not wanted)).
+template <class Derived, std::size_t Heads, class T, class B>
+class CrossAttentionCalls {
+ public:
+  /// query (B, Tq, Dim), key and value (B, Tk, ...) -> (B, Tq, Dim); mask says which of the (B, Tk)
+  /// keys are real (attn::Lengths, KeepMask, PaddingMask).
+  template <Context C, class SQ, class SK, class SV, TokenMask M>
+  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M& mask,
+                           AttentionExtras<T, B> extras = {}) const {
+    return self().cross_forward(ctx, query, key, value, &mask, extras, nullptr);
+  }
+  /// Every key a real token.
+  template <Context C, class SQ, class SK, class SV>
+  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value,
+                           AttentionExtras<T, B> extras = {}) const {
+    return self().cross_forward(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, nullptr);
+  }
+  template <Context C, class SQ, class SK, class SV, BareMaskTensor M>
+  Var<T, SQ, B> operator()(C&, const Var<T, SQ, B>&, const Var<T, SK, B>&, const Var<T, SV, B>&, const M&, AttentionExtras<T, B> = {}) const {
+    static_assert(mask_detail::always_false<M>,
+                  "cross-attention: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
+                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's key_padding_mask) or attn::Lengths");
+    return {};
+  }
+  /// The same, also returning the weights (B, Heads, Tq, Tk), after dropout in training.
+  template <Context C, class SQ, class SK, class SV, TokenMask M>
+  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
+                                                        const Var<T, SV, B>& value, const M& mask, AttentionExtras<T, B> extras = {}) const {
+    return with_weights(ctx, query, key, value, &mask, extras);
+  }
+  template <Context C, class SQ, class SK, class SV>
+  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
+                                                        const Var<T, SV, B>& value, AttentionExtras<T, B> extras = {}) const {
+    return with_weights(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras);
+  }
+
+ private:
+  const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
+  template <Context C, class SQ, class SK, class SV, class M>
+  AttentionOutput<T, SQ, Heads, B> with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value,
+                                                const M* mask, const AttentionExtras<T, B>& extras) const {
+    Tensor<T, AnyShape, B> w;
+    auto out = self().cross_forward(ctx, query, key, value, mask, extras, &w);
+    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
+  }
+};
+
 }  // namespace detail
 
 template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
-class Attention : public Module {
+class Attention : public Module, public detail::CrossAttentionCalls<Attention<Heads, Dim, T, B>, Heads, T, B> {
   static_assert(Heads > 0 && Heads != dyn && Dim > 0 && Dim != dyn, "nn::Attention<Heads, Dim>: Heads and Dim must be static, positive");
   static_assert(Dim % Heads == 0, "nn::Attention<Heads, Dim>: Dim must be divisible by Heads (head_dim = Dim / Heads)");
 
@@ -207,39 +257,8 @@ class Attention : public Module {
   /// attn::cross_attention (memory O(Tq Tk)); every query row is computed (PaddedRows does not
   /// apply). The pattern options (window, causal, global_tokens) are self-attention's and are
   /// refused: a cross pattern is an extras.attn_mask of (Tq, Tk) or (B * Heads, Tq, Tk).
-  template <Context C, class SQ, class SK, class SV, TokenMask M>
-  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M& mask,
-                           AttentionExtras<T, B> extras = {}) const {
-    return cross(ctx, query, key, value, &mask, extras, nullptr);
-  }
-  /// Every key a real token.
-  template <Context C, class SQ, class SK, class SV>
-  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value,
-                           AttentionExtras<T, B> extras = {}) const {
-    return cross(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, nullptr);
-  }
-  template <Context C, class SQ, class SK, class SV, BareMaskTensor M>
-  Var<T, SQ, B> operator()(C&, const Var<T, SQ, B>&, const Var<T, SK, B>&, const Var<T, SV, B>&, const M&, AttentionExtras<T, B> = {}) const {
-    static_assert(mask_detail::always_false<M>,
-                  "nn::Attention: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
-                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's key_padding_mask) or attn::Lengths");
-    return {};
-  }
-  /// Cross-attention returning the weights too: (B, Heads, Tq, Tk), after dropout in training.
-  template <Context C, class SQ, class SK, class SV, TokenMask M>
-  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
-                                                        const Var<T, SV, B>& value, const M& mask, AttentionExtras<T, B> extras = {}) const {
-    Tensor<T, AnyShape, B> w;
-    auto out = cross(ctx, query, key, value, &mask, extras, &w);
-    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
-  }
-  template <Context C, class SQ, class SK, class SV>
-  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
-                                                        const Var<T, SV, B>& value, AttentionExtras<T, B> extras = {}) const {
-    Tensor<T, AnyShape, B> w;
-    auto out = cross(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, &w);
-    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
-  }
+  using detail::CrossAttentionCalls<Attention, Heads, T, B>::operator();
+  using detail::CrossAttentionCalls<Attention, Heads, T, B>::forward_with_weights;
 
   Var<T, Shape<3 * Dim, Dim>, B> in_proj_weight;
   Var<T, Shape<3 * Dim>, B> in_proj_bias;  // undefined when !bias
@@ -248,9 +267,11 @@ class Attention : public Module {
  private:
   AttentionOptions opt_;
 
+  friend class detail::CrossAttentionCalls<Attention, Heads, T, B>;
+
   template <Context C, class SQ, class SK, class SV, class M>
-  Var<T, SQ, B> cross(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M* mask,
-                      const AttentionExtras<T, B>& extras, Tensor<T, AnyShape, B>* weights) const {
+  Var<T, SQ, B> cross_forward(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M* mask,
+                              const AttentionExtras<T, B>& extras, Tensor<T, AnyShape, B>* weights) const {
     if constexpr (!std::is_same_v<SQ, AnyShape>) {
       static_assert(SQ::rank == 3, "nn::Attention: the query must be (batch, Tq, Dim)");
       static_assert(shapes::may_equal(shapes::back<SQ, 0>, Dim), "nn::Attention: the query's last extent differs from Dim");
@@ -348,7 +369,8 @@ class Attention : public Module {
 ///   attn::nn::CrossAttention<8, 256, 512> cross{this, "cross"};
 ///   auto y = cross(ctx, x, memory, memory, attn::Lengths{9, 4});  // x (B, Tq, 256), memory (B, Tk, 512)
 template <std::size_t Heads, std::size_t Dim, std::size_t KDim, std::size_t VDim = KDim, class T = float, class B = cpu>
-class CrossAttention : public Module {
+class CrossAttention : public Module,
+                       public detail::CrossAttentionCalls<CrossAttention<Heads, Dim, KDim, VDim, T, B>, Heads, T, B> {
   static_assert(Heads > 0 && Heads != dyn && Dim > 0 && Dim != dyn && KDim > 0 && KDim != dyn && VDim > 0 && VDim != dyn,
                 "nn::CrossAttention<Heads, Dim, KDim, VDim>: all static, positive");
   static_assert(Dim % Heads == 0, "nn::CrossAttention<Heads, Dim, KDim, VDim>: Dim must be divisible by Heads (head_dim = Dim / Heads)");
@@ -393,39 +415,9 @@ class CrossAttention : public Module {
 
   /// query (B, Tq, Dim), key (B, Tk, KDim), value (B, Tk, VDim) -> (B, Tq, Dim); mask says which of
   /// the (B, Tk) keys are real (attn::Lengths, KeepMask, PaddingMask). As nn::Attention's
-  /// cross-attention call otherwise.
-  template <Context C, class SQ, class SK, class SV, TokenMask M>
-  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M& mask,
-                           AttentionExtras<T, B> extras = {}) const {
-    return forward(ctx, query, key, value, &mask, extras, nullptr);
-  }
-  template <Context C, class SQ, class SK, class SV>
-  Var<T, SQ, B> operator()(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value,
-                           AttentionExtras<T, B> extras = {}) const {
-    return forward(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, nullptr);
-  }
-  template <Context C, class SQ, class SK, class SV, BareMaskTensor M>
-  Var<T, SQ, B> operator()(C&, const Var<T, SQ, B>&, const Var<T, SK, B>&, const Var<T, SV, B>&, const M&, AttentionExtras<T, B> = {}) const {
-    static_assert(mask_detail::always_false<M>,
-                  "nn::CrossAttention: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
-                  "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's key_padding_mask) or attn::Lengths");
-    return {};
-  }
-  /// The same, also returning the weights (B, Heads, Tq, Tk), after dropout in training.
-  template <Context C, class SQ, class SK, class SV, TokenMask M>
-  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
-                                                        const Var<T, SV, B>& value, const M& mask, AttentionExtras<T, B> extras = {}) const {
-    Tensor<T, AnyShape, B> w;
-    auto out = forward(ctx, query, key, value, &mask, extras, &w);
-    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
-  }
-  template <Context C, class SQ, class SK, class SV>
-  AttentionOutput<T, SQ, Heads, B> forward_with_weights(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key,
-                                                        const Var<T, SV, B>& value, AttentionExtras<T, B> extras = {}) const {
-    Tensor<T, AnyShape, B> w;
-    auto out = forward(ctx, query, key, value, static_cast<const Lengths*>(nullptr), extras, &w);
-    return {out, Tensor<T, Shape<dyn, Heads, dyn, dyn>, B>(w)};
-  }
+  /// cross-attention call otherwise; forward_with_weights also returns the weights (B, Heads, Tq, Tk).
+  using detail::CrossAttentionCalls<CrossAttention, Heads, T, B>::operator();
+  using detail::CrossAttentionCalls<CrossAttention, Heads, T, B>::forward_with_weights;
 
   Var<T, Shape<Dim, Dim>, B> q_proj_weight;
   Var<T, Shape<Dim, KDim>, B> k_proj_weight;
@@ -436,9 +428,11 @@ class CrossAttention : public Module {
  private:
   AttentionOptions opt_;
 
+  friend class detail::CrossAttentionCalls<CrossAttention, Heads, T, B>;
+
   template <Context C, class SQ, class SK, class SV, class M>
-  Var<T, SQ, B> forward(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M* mask,
-                        const AttentionExtras<T, B>& extras, Tensor<T, AnyShape, B>* weights) const {
+  Var<T, SQ, B> cross_forward(C& ctx, const Var<T, SQ, B>& query, const Var<T, SK, B>& key, const Var<T, SV, B>& value, const M* mask,
+                              const AttentionExtras<T, B>& extras, Tensor<T, AnyShape, B>* weights) const {
     if constexpr (!std::is_same_v<SQ, AnyShape>) {
       static_assert(SQ::rank == 3, "nn::CrossAttention: the query must be (batch, Tq, Dim)");
       static_assert(shapes::may_equal(shapes::back<SQ, 0>, Dim), "nn::CrossAttention: the query's last extent differs from Dim");

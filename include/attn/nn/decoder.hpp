@@ -19,6 +19,7 @@
 #include "attention.hpp"
 #include "encoder.hpp"
 #include "layer_norm.hpp"
+#include "layer_stack.hpp"
 #include "module.hpp"
 
 namespace attn::nn {
@@ -182,29 +183,15 @@ struct TransformerDecoderOptions {
 /// memory, then the optional "norm". Every layer starts from layers.0's initial values, as torch's
 /// deep copies do; Module::init(seed) draws them all from one stream.
 template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
-class TransformerDecoder : public Module {
+class TransformerDecoder : public detail::LayerStack<TransformerDecoderLayer<Heads, Dim, T, B>, Dim, T, B> {
+  using Stack = detail::LayerStack<TransformerDecoderLayer<Heads, Dim, T, B>, Dim, T, B>;
+  using Stack::layers_;
+
  public:
   using Layer = TransformerDecoderLayer<Heads, Dim, T, B>;
 
   TransformerDecoder(Module* parent, std::string name, TransformerDecoderOptions opt = {})
-      : Module(parent, std::move(name)), layers(this, "layers"), opt_(opt) {
-    if (opt.num_layers == 0) throw ArgumentError("nn::TransformerDecoder '" + this->name() + "': num_layers must be at least 1");
-    layers_.reserve(opt.num_layers);
-    for (std::size_t i = 0; i != opt.num_layers; ++i) layers_.push_back(std::make_unique<Layer>(&layers, std::to_string(i), opt.layer));
-    if (init_on_construction()) {
-      const auto first = layers_[0]->named_parameters();
-      std::vector<T> host;
-      for (std::size_t i = 1; i < layers_.size(); ++i) {
-        const auto other = layers_[i]->named_parameters();
-        for (std::size_t k = 0; k < first.size(); ++k) {
-          host.resize(first[k].second->numel());
-          first[k].second->copy_to_host(host.data());
-          other[k].second->copy_from_host(host.data());
-        }
-      }
-    }
-    if (opt.final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", opt.layer.layer_norm_eps, opt.layer.bias);
-  }
+      : Stack(parent, std::move(name), "nn::TransformerDecoder", opt.num_layers, opt.layer, opt.final_norm), opt_(opt) {}
 
   /// tgt (B, T, Dim), memory (B, S, Dim) -> (B, T, Dim), every layer with the same key masks (each
   /// a token mask or nullptr) and extras (see TransformerDecoderLayer).
@@ -239,25 +226,16 @@ class TransformerDecoder : public Module {
     return {};
   }
 
-  std::size_t size() const noexcept { return layers_.size(); }
-  const Layer& layer(std::size_t i) const { return *layers_.at(i); }
-  Layer& layer(std::size_t i) { return *layers_.at(i); }
-  /// The final norm, or null without one.
-  const LayerNorm<Dim, T, B>* norm() const noexcept { return norm_.get(); }
   const TransformerDecoderOptions& options() const noexcept { return opt_; }
 
-  Module layers;  // the parent of "0", "1", ...
-
  private:
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::unique_ptr<LayerNorm<Dim, T, B>> norm_;
   TransformerDecoderOptions opt_;
 
   template <Context C, class S, class SM, class Run>
   Var<T, S, B> forward(C& ctx, const Var<T, S, B>& tgt, const Var<T, SM, B>& memory, Run&& run) const {
     Var<T, S, B> h = tgt;
     for (const auto& l : layers_) h = run(l.get(), ctx, h, memory);
-    return norm_ ? (*norm_)(ctx, h) : h;
+    return this->finish(ctx, h);
   }
 };
 

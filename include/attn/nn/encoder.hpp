@@ -25,6 +25,7 @@
 #include "attention.hpp"
 #include "init.hpp"
 #include "layer_norm.hpp"
+#include "layer_stack.hpp"
 #include "module.hpp"
 
 namespace attn::nn {
@@ -355,29 +356,15 @@ struct TransformerEncoderOptions {
 /// initial values, those of layers.0; Module::init(seed) draws them all from one stream, each layer
 /// its own values.
 template <std::size_t Heads, std::size_t Dim, class T = float, class B = cpu>
-class TransformerEncoder : public Module {
+class TransformerEncoder : public detail::LayerStack<TransformerEncoderLayer<Heads, Dim, T, B>, Dim, T, B> {
+  using Stack = detail::LayerStack<TransformerEncoderLayer<Heads, Dim, T, B>, Dim, T, B>;
+  using Stack::layers_;
+
  public:
   using Layer = TransformerEncoderLayer<Heads, Dim, T, B>;
 
   TransformerEncoder(Module* parent, std::string name, TransformerEncoderOptions opt = {})
-      : Module(parent, std::move(name)), layers(this, "layers"), opt_(opt) {
-    if (opt.num_layers == 0) throw ArgumentError("nn::TransformerEncoder '" + this->name() + "': num_layers must be at least 1");
-    layers_.reserve(opt.num_layers);
-    for (std::size_t i = 0; i != opt.num_layers; ++i) layers_.push_back(std::make_unique<Layer>(&layers, std::to_string(i), opt.layer));
-    if (init_on_construction()) {  // the layers of PyTorch's are deep copies of one: every layer starts as layers.0
-      const auto first = layers_[0]->named_parameters();
-      std::vector<T> host;
-      for (std::size_t i = 1; i < layers_.size(); ++i) {
-        const auto other = layers_[i]->named_parameters();
-        for (std::size_t k = 0; k < first.size(); ++k) {
-          host.resize(first[k].second->numel());
-          first[k].second->copy_to_host(host.data());
-          other[k].second->copy_from_host(host.data());
-        }
-      }
-    }
-    if (opt.final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", opt.layer.layer_norm_eps, opt.layer.bias);
-  }
+      : Stack(parent, std::move(name), "nn::TransformerEncoder", opt.num_layers, opt.layer, opt.final_norm), opt_(opt) {}
 
   /// x (B, T, Dim) -> (B, T, Dim), every layer with the same mask (see TransformerEncoderLayer).
   template <Context C, class S, TokenMask M>
@@ -417,7 +404,7 @@ class TransformerEncoder : public Module {
       r.out = o.out;
       r.weights.push_back(o.weights);
     }
-    if (norm_) r.out = (*norm_)(ctx, r.out);
+    r.out = this->finish(ctx, r.out);
     return r;
   }
 
@@ -435,7 +422,7 @@ class TransformerEncoder : public Module {
     Var<T, AnyShape, B> y =
         opt_.checkpoint ? attn::checkpoint(ctx, [last, rows](auto& c, const auto& v, const M& m) { return last->forward_rows(c, v, m, rows); }, h, mask)
                         : last->forward_rows(ctx, h, mask, rows);
-    return norm_ ? (*norm_)(ctx, y) : y;
+    return this->finish(ctx, y);
   }
 
   /// forward_rows, also giving the last layer's attention weights of those rows (B, Heads, rows,
@@ -451,29 +438,20 @@ class TransformerEncoder : public Module {
       h = opt_.checkpoint ? attn::checkpoint(ctx, [l](auto& c, const auto& v, const M& m) { return (*l)(c, v, m); }, h, mask) : (*l)(ctx, h, mask);
     }
     auto r = layers_.back()->forward_rows_with_weights(ctx, h, mask, rows);
-    if (norm_) r.out = (*norm_)(ctx, r.out);
+    r.out = this->finish(ctx, r.out);
     return r;
   }
 
-  std::size_t size() const noexcept { return layers_.size(); }
-  const Layer& layer(std::size_t i) const { return *layers_.at(i); }
-  Layer& layer(std::size_t i) { return *layers_.at(i); }
-  /// The final norm, or null without one.
-  const LayerNorm<Dim, T, B>* norm() const noexcept { return norm_.get(); }
   const TransformerEncoderOptions& options() const noexcept { return opt_; }
 
-  Module layers;  // the parent of "0", "1", ...
-
  private:
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::unique_ptr<LayerNorm<Dim, T, B>> norm_;
   TransformerEncoderOptions opt_;
 
   template <Context C, class S, class Plain, class Checkpointed>
   Var<T, S, B> forward(C& ctx, const Var<T, S, B>& x, Plain&& plain, Checkpointed&& checkpointed) const {
     Var<T, S, B> h = x;
     for (const auto& l : layers_) h = opt_.checkpoint ? checkpointed(l.get(), ctx, h) : plain(*l, ctx, h);
-    return norm_ ? (*norm_)(ctx, h) : h;
+    return this->finish(ctx, h);
   }
 };
 
