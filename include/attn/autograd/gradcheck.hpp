@@ -4,6 +4,7 @@
 //   REQUIRE(r.ok);
 #pragma once
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,16 +27,16 @@ struct GradcheckOptions {
   std::uint64_t seed = 1234;
 };
 
-/// f(Tape&, std::vector<Var<double>>& inputs) returns a Var of any shape. The check projects it
-/// onto random weights w, L = sum(f * w), and compares dL/dinput from the tape against
-/// (L(x + eps) - L(x - eps)) / (2 eps) for every element of every input.
-template <class F>
-GradcheckResult gradcheck(F&& f, const std::vector<Tensor<double>>& inputs, GradcheckOptions opt = {}) {
+/// The function a gradient check evaluates, its result with the shape erased.
+using GradcheckFunction = std::function<Var<double>(Tape&, std::vector<Var<double>>&)>;
+
+/// gradcheck on an erased function: the check's body is compiled once, not once per caller's lambda.
+inline GradcheckResult gradcheck_function(const GradcheckFunction& f, const std::vector<Tensor<double>>& inputs, GradcheckOptions opt = {}) {
   GradcheckResult res;
   std::vector<Var<double>> vars;
   for (const auto& x : inputs) vars.emplace_back(x.clone(), true);
   Tape tape;
-  auto out = f(tape, vars).erased();
+  auto out = f(tape, vars);
   Rng rng(opt.seed);
   auto w = Tensor<double>(out.dims());
   for (std::size_t i = 0; i < w.numel(); ++i) w[i] = rng.uniform(-1, 1);
@@ -45,7 +46,7 @@ GradcheckResult gradcheck(F&& f, const std::vector<Tensor<double>>& inputs, Grad
     std::vector<Var<double>> vs;
     for (auto& x : xs) vs.emplace_back(x, false);
     Tape t;
-    auto o = f(t, vs).erased();
+    auto o = f(t, vs);
     double s = 0;
     for (std::size_t i = 0; i < o.numel(); ++i) s += o.raw()[i] * w[i];
     return s;
@@ -75,6 +76,14 @@ GradcheckResult gradcheck(F&& f, const std::vector<Tensor<double>>& inputs, Grad
   }
   res.ok = res.max_rel_error <= opt.tolerance;
   return res;
+}
+
+/// f(Tape&, std::vector<Var<double>>& inputs) returns a Var of any shape. The check projects it
+/// onto random weights w, L = sum(f * w), and compares dL/dinput from the tape against
+/// (L(x + eps) - L(x - eps)) / (2 eps) for every element of every input.
+template <class F>
+GradcheckResult gradcheck(F&& f, const std::vector<Tensor<double>>& inputs, GradcheckOptions opt = {}) {
+  return gradcheck_function([&f](Tape& t, std::vector<Var<double>>& in) { return f(t, in).erased(); }, inputs, opt);
 }
 
 /// A tensor of the given dims with values uniform in [lo, hi) from rng.
