@@ -4,6 +4,8 @@
 #include "../gradcheck_util.hpp"
 #include <catch2/catch.hpp>
 
+#include <utility>
+
 #include <attn/attn.hpp>
 
 using attn::Dims;
@@ -37,6 +39,30 @@ TEST_CASE("gradcheck: unary functions") {
   check_gradients("relu", [](Tape& t, V& x) { return attn::relu(t, x[0]); }, {rnd({3, 4})});
   check_gradients("gelu", [](Tape& t, V& x) { return attn::gelu(t, x[0]); }, {rnd({3, 4}, -3, 3)});
   check_gradients("neg/scale", [](Tape& t, V& x) { return attn::scale(t, attn::neg(t, x[0]), 2.5); }, {rnd({5})});
+  check_gradients("sqrt", [](Tape& t, V& x) { return attn::sqrt(t, x[0]); }, {rnd({3, 4}, 0.2, 3)});
+  check_gradients("abs", [](Tape& t, V& x) { return attn::mul(t, attn::abs(t, x[0]), attn::abs(t, x[1])); },
+                  {rnd({3, 4}, 0.1, 2), rnd({3, 4}, -2, -0.1)});
+  check_gradients("log_sigmoid", [](Tape& t, V& x) { return attn::log_sigmoid(t, x[0]); }, {rnd({3, 4}, -6, 6)});
+}
+
+TEST_CASE("gradcheck: activations away from their kinks") {
+  // Smooth ones anywhere; piecewise ones on each side of each kink (inputs at least 0.05 from it).
+  check_gradients("gelu_tanh", [](Tape& t, V& x) { return attn::gelu_tanh(t, x[0]); }, {rnd({3, 4}, -4, 4)});
+  check_gradients("silu", [](Tape& t, V& x) { return attn::silu(t, x[0]); }, {rnd({3, 4}, -6, 6)});
+  check_gradients("mish", [](Tape& t, V& x) { return attn::mish(t, x[0]); }, {rnd({3, 4}, -5, 5)});
+  check_gradients("softplus", [](Tape& t, V& x) { return attn::softplus(t, x[0]); }, {rnd({3, 4}, -6, 6)});
+  for (auto [lo, hi] : {std::pair{-3.0, 2.45}, std::pair{2.55, 4.0}})  // beta x on each side of the threshold
+    check_gradients("softplus beta 2 threshold 5", [](Tape& t, V& x) { return attn::softplus(t, x[0], 2.0, 5.0); }, {rnd({3, 4}, lo, hi)});
+  for (double lo : {-3.0, 0.05}) {
+    const double hi = lo < 0 ? -0.05 : 3.0;
+    check_gradients("leaky_relu", [](Tape& t, V& x) { return attn::leaky_relu(t, x[0], 0.2); }, {rnd({3, 4}, lo, hi)});
+    check_gradients("elu", [](Tape& t, V& x) { return attn::elu(t, x[0], 0.7); }, {rnd({3, 4}, lo, hi)});
+    check_gradients("selu", [](Tape& t, V& x) { return attn::selu(t, x[0]); }, {rnd({3, 4}, lo, hi)});
+  }
+  for (auto [lo, hi] : {std::pair{-3.0, -0.55}, std::pair{-0.45, 1.95}, std::pair{2.05, 4.0}})
+    check_gradients("hardtanh", [](Tape& t, V& x) { return attn::hardtanh(t, x[0], -0.5, 2.0); }, {rnd({4}, lo, hi)});
+  for (auto [lo, hi] : {std::pair{-2.0, -0.05}, std::pair{0.05, 5.95}, std::pair{6.05, 8.0}})
+    check_gradients("relu6", [](Tape& t, V& x) { return attn::relu6(t, x[0]); }, {rnd({4}, lo, hi)});
 }
 
 TEST_CASE("gradcheck: matmul, batched matmul and matmul_nt") {

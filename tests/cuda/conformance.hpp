@@ -3,7 +3,7 @@
 // on a backend B with inputs drawn on the host from a seed (so every backend sees the same values),
 // and returns every output and gradient as named host arrays. The cases are templates over
 // (T, B) in conformance_ops.hpp and conformance_layers.hpp, instantiated for the CPU by g++
-// (conformance_cpu.cpp) and for CUDA by nvcc (conformance_cuda_*.cu); test_conformance.cu compares.
+// (conformance_cpu_*.cpp) and for CUDA by nvcc (conformance_cuda_*.cu); test_conformance.cu compares.
 //   auto want = conformance::run<float, attn::cpu>("matmul", 7), got = conformance::run<float, attn::cuda>("matmul", 7);
 #pragma once
 #include <cstdint>
@@ -24,7 +24,8 @@ using Result = std::vector<Array>;
 // X(name): the cases of each group, in the order the test runs them.
 #define ATTN_CONFORMANCE_OPS(X)                                                                                        \
   X(add_broadcast) X(sub_broadcast) X(mul_broadcast) X(div_broadcast) X(add_large) X(unary_exp) X(unary_log)           \
-  X(unary_tanh) X(unary_sigmoid) X(unary_relu) X(unary_gelu) X(scalar_affine) X(matmul) X(matmul_batched)             \
+  X(unary_tanh) X(unary_sigmoid) X(unary_relu) X(unary_gelu) X(activations) X(scalar_affine) X(matmul)                \
+  X(matmul_batched)                                                                                                    \
   X(matmul_nt) X(matmul_nt_batched) X(permute) X(transpose) X(reshape) X(slice) X(concat) X(sum_all) X(mean_all)       \
   X(sum_axis_first) X(sum_axis_middle) X(sum_axis_last) X(mean_axis_keepdim) X(softmax) X(softmax_wide) X(log_softmax) \
   X(masked_fill_softmax) X(embedding_i32) X(embedding_i64) X(cross_entropy) X(cross_entropy_smoothing)

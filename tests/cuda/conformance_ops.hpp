@@ -99,6 +99,33 @@ template <class T, class B>
 Result unary_gelu(std::uint64_t seed) {
   return unary<T, B>(seed, {7, 33}, [](Tape& t, auto& x) { return attn::gelu(t, x); }, -4, 4);
 }
+/// torch's other activations, each on its own input drawn from [-8, 8] (sqrt: from [0.1, 8]) with
+/// its own upstream gradient: y.<name> and its input's gradient.
+template <class T, class B>
+Result activations(std::uint64_t seed) {
+  Result r;
+  auto one = [&](const std::string& name, auto f, double lo = -8, double hi = 8) {
+    Rng rng(seed + r.size());
+    Tape tape;
+    auto x = input<T, B>(rng, {7, 33}, lo, hi);
+    auto y = f(tape, x);
+    backward_from(tape, y, rng);
+    record_value(r, "y." + name, y);
+    record_grad(r, name, x);
+  };
+  one("gelu_tanh", [](Tape& t, auto& x) { return attn::gelu_tanh(t, x); });
+  one("silu", [](Tape& t, auto& x) { return attn::silu(t, x); });
+  one("mish", [](Tape& t, auto& x) { return attn::mish(t, x); });
+  one("softplus", [](Tape& t, auto& x) { return attn::softplus(t, x, 2.0, 5.0); });
+  one("log_sigmoid", [](Tape& t, auto& x) { return attn::log_sigmoid(t, x); });
+  one("leaky_relu", [](Tape& t, auto& x) { return attn::leaky_relu(t, x, 0.2); });
+  one("elu", [](Tape& t, auto& x) { return attn::elu(t, x, 0.5); });
+  one("selu", [](Tape& t, auto& x) { return attn::selu(t, x); });
+  one("hardtanh", [](Tape& t, auto& x) { return attn::hardtanh(t, x, -0.5, 2.0); });
+  one("abs", [](Tape& t, auto& x) { return attn::abs(t, x); });
+  one("sqrt", [](Tape& t, auto& x) { return attn::sqrt(t, x); }, 0.1, 8);
+  return r;
+}
 /// Scalar arithmetic: -(x * 2.5 + 1) / 3 - 0.5.
 template <class T, class B>
 Result scalar_affine(std::uint64_t seed) {

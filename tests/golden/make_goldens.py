@@ -733,6 +733,48 @@ def case_pooling(out_dir: Path, written: list[Path], seed: int) -> None:
     write(out_dir, "pooling.safetensors", t, meta("masked mean and max pooling", seed, B=B, T=T, D=D), written)
 
 
+ACTIVATIONS = {
+    # name: (input, torch function); the inputs hold the kinks (0, the hardtanh ends, softplus's
+    # threshold on both sides), where the result is torch's convention for the gradient
+    "relu": ("x", F.relu),
+    "relu6": ("x", F.relu6),
+    "leaky_relu_0.2": ("x", lambda v: F.leaky_relu(v, 0.2)),
+    "elu_0.5": ("x", lambda v: F.elu(v, 0.5)),
+    "selu": ("x", F.selu),
+    "gelu": ("x", F.gelu),
+    "gelu_tanh": ("x", lambda v: F.gelu(v, approximate="tanh")),
+    "silu": ("x", F.silu),
+    "mish": ("x", F.mish),
+    "softplus": ("x", F.softplus),
+    "softplus_2_5": ("x", lambda v: F.softplus(v, beta=2.0, threshold=5.0)),
+    "hardtanh_-0.5_2": ("x", lambda v: F.hardtanh(v, -0.5, 2.0)),
+    "sigmoid": ("x", torch.sigmoid),
+    "log_sigmoid": ("x", F.logsigmoid),
+    "tanh": ("x", torch.tanh),
+    "abs": ("x", torch.abs),
+    "sqrt": ("x_pos", torch.sqrt),
+}
+
+
+def case_activations(out_dir: Path, written: list[Path], seed: int) -> None:
+    """Element-wise activations of torch.nn.functional in float64, each with the gradient of
+    sum(out * dout)."""
+    torch.manual_seed(seed)
+    x = torch.cat([torch.linspace(-6, 6, 49), torch.tensor([-30.0, -12.0, 2.4, 2.6, 12.0, 30.0])]).to(torch.float32)
+    x_pos = x.abs() + 0.125
+    dout = randn32(x.numel())
+    t = {"x": f32(x), "x_pos": f32(x_pos), "dout": f32(dout)}
+    inputs = {"x": x, "x_pos": x_pos}
+    for name, (which, fn) in ACTIVATIONS.items():
+        v = inputs[which].double().clone().requires_grad_(True)
+        out = fn(v)
+        (out * dout.double()).sum().backward()
+        t["out." + name] = f64(out.detach())
+        t["grad." + name] = f64(v.grad)
+    write(out_dir, "activations.safetensors", t,
+          meta("activations", seed, functions=list(ACTIVATIONS), loss="sum(out*dout)"), written)
+
+
 def case_sparse_adam(out_dir: Path, written: list[Path], seed: int) -> None:
     """nn.Embedding(6, 3, padding_idx=0, sparse=True) + torch.optim.SparseAdam over three steps;
     each step's loss is sum(emb(ids) * upstream), with repeated ids and padding."""
@@ -1076,6 +1118,7 @@ def generate(out_dir: Path) -> list[Path]:
     case_optimizer(out_dir, written, "sgd_nesterov", seed=75)
     case_optimizer(out_dir, written, "sgd_dampening", seed=76)
     case_pooling(out_dir, written, seed=77)
+    case_activations(out_dir, written, seed=78)
     case_sparse_adam(out_dir, written, seed=74)
     case_roundtrip(out_dir, written)
     case_encoder(out_dir, written, "encoder_layer_post_relu.safetensors", 0, False, "relu", False, seed=91)

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Element-wise ops on Vars with numpy broadcasting: add, sub, mul, div (also with scalars and as
-// operators), exp, log, tanh, sigmoid, relu, gelu, neg. A broadcast operand's gradient is summed
+// operators), neg, exp, log, sqrt, abs, tanh, sigmoid, log_sigmoid, and torch's activations relu,
+// relu6, leaky_relu, elu, selu, gelu (erf and tanh forms), silu, mish, softplus, hardtanh. A broadcast operand's gradient is summed
 // back over its broadcast axes.
 //   auto y = attn::tanh(tape, x * w + b);      // (B, D) * (D) + (D)
 #pragma once
 #include <cmath>
+#include <string>
 
 #include "../backend/kernels.hpp"
+#include "../core/error.hpp"
 #include "var.hpp"
 
 namespace attn {
@@ -28,6 +31,61 @@ struct GeluGrad {
     return g * (cdf + x * pdf);
   }
 };
+/// gelu_tanh'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3)).
+struct GeluTanhGrad {
+  template <class T> ATTN_HD T operator()(T x, T g) const {
+    using std::tanh;
+    const T k = T(0.79788456080286535588), c = T(0.044715);
+    const T t = tanh(k * (x + c * x * x * x));
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
+  }
+};
+/// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x).
+struct SiluGrad {
+  template <class T> ATTN_HD T operator()(T x, T g) const {
+    const T sg = expr::Sigmoid{}(x);
+    return g * sg * (T(1) + x * (T(1) - sg));
+  }
+};
+/// softplus'(x) = sigmoid(beta x), and 1 where beta x > threshold.
+struct SoftplusGrad {
+  double beta = 1, threshold = 20;
+  template <class T> ATTN_HD T operator()(T x, T g) const {
+    const T bx = T(beta) * x;
+    return bx > T(threshold) ? g : g * expr::Sigmoid{}(bx);
+  }
+};
+/// mish'(x) = tanh(sp) + x (1 - tanh(sp)^2) sigmoid(x), sp = softplus(x).
+struct MishGrad {
+  template <class T> ATTN_HD T operator()(T x, T g) const {
+    using std::tanh;
+    const T t = tanh(expr::Softplus{}(x));
+    return g * (t + x * (T(1) - t * t) * expr::Sigmoid{}(x));
+  }
+};
+/// log_sigmoid'(x) = sigmoid(-x).
+struct LogSigmoidGrad { template <class T> ATTN_HD T operator()(T x, T g) const { return g * expr::Sigmoid{}(-x); } };
+struct LeakyReluGrad {
+  double negative_slope = 0.01;
+  template <class T> ATTN_HD T operator()(T x, T g) const { return x > T(0) ? g : T(negative_slope) * g; }
+};
+/// elu'(x) = scale where x > 0, else scale alpha exp(x).
+struct EluGrad {
+  double alpha = 1, scale = 1;
+  template <class T> ATTN_HD T operator()(T x, T g) const {
+    using std::exp;
+    return g * T(scale) * (x > T(0) ? T(1) : T(alpha) * exp(x));
+  }
+};
+/// 1 strictly inside (min_val, max_val), 0 outside and at the ends (as torch's).
+struct HardtanhGrad {
+  double min_val = -1, max_val = 1;
+  template <class T> ATTN_HD T operator()(T x, T g) const { return x > T(min_val) && x < T(max_val) ? g : T(0); }
+};
+/// sqrt'(x) = 0.5 / sqrt(x), from the output.
+struct SqrtGrad { template <class T> ATTN_HD T operator()(T y, T g) const { return g * T(0.5) / y; } };
+/// abs'(x) = sign(x), 0 at 0 (as torch's).
+struct AbsGrad { template <class T> ATTN_HD T operator()(T x, T g) const { return x > T(0) ? g : x < T(0) ? -g : T(0); } };
 }  // namespace grad_fn
 
 namespace detail {
@@ -101,20 +159,20 @@ auto binary(Tape* tape, const Var<T, SA, B>& a, const Var<T, SB, B>& b) {
 
 /// y = f(x) with backward dx += Grad(saved, g), saved = y when UsesOutput, else x.
 template <class Op, class Grad, bool UsesOutput, class T, class S, class B>
-Var<T, S, B> unary(Tape* tape, const Var<T, S, B>& x) {
-  Tensor<T, AnyShape, B> out = apply<Op>(x.raw());
+Var<T, S, B> unary(Tape* tape, const Var<T, S, B>& x, Op op = {}, Grad grad = {}) {
+  Tensor<T, AnyShape, B> out = apply<Op>(x.raw(), op);
   const bool rg = needs_grad(tape, x);
   auto o = make_out<S>(tape, std::move(out), rg);
   if (rg) {
-    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data()] {
+    tape->push(o.data(), {x.data().get()}, [xd = x.data(), od = o.data(), grad] {
       if (od->grad.empty()) return;
       const auto& saved = UsesOutput ? od->value : xd->value;
       if (can_take_grad(*xd, *od)) {
         auto& g = take_grad(*xd, *od);  // dx = Grad(saved, g), element by element in g's buffer
-        g = apply<Grad>(saved, g);
+        g = apply<Grad>(saved, g, grad);
         return;
       }
-      accumulate(*xd, apply<Grad>(saved, od->grad), od->grad.dims());
+      accumulate(*xd, apply<Grad>(saved, od->grad, grad), od->grad.dims());
     });
   }
   return o;
@@ -187,6 +245,46 @@ ATTN_VAR_UNARY(tanh, Tanh, TanhGrad, true)
 ATTN_VAR_UNARY(sigmoid, Sigmoid, SigmoidGrad, true)
 ATTN_VAR_UNARY(relu, Relu, ReluGrad, false)
 ATTN_VAR_UNARY(gelu, Gelu, GeluGrad, false)
+ATTN_VAR_UNARY(gelu_tanh, GeluTanh, GeluTanhGrad, false)  // torch's gelu(approximate="tanh")
+ATTN_VAR_UNARY(silu, Silu, SiluGrad, false)
+ATTN_VAR_UNARY(mish, Mish, MishGrad, false)
+ATTN_VAR_UNARY(log_sigmoid, LogSigmoid, LogSigmoidGrad, false)
+ATTN_VAR_UNARY(sqrt, Sqrt, SqrtGrad, true)
+ATTN_VAR_UNARY(abs, Abs, AbsGrad, false)
 #undef ATTN_VAR_UNARY
+
+/// torch's leaky_relu: x where x > 0, else negative_slope x.
+template <Context C, class T, class S, class B>
+Var<T, S, B> leaky_relu(C& ctx, const Var<T, S, B>& x, double negative_slope = 0.01) {
+  return detail::unary<expr::LeakyRelu, grad_fn::LeakyReluGrad, false>(detail::tape_of(ctx), x, {negative_slope}, {negative_slope});
+}
+/// torch's elu: x where x > 0, else alpha (exp(x) - 1).
+template <Context C, class T, class S, class B>
+Var<T, S, B> elu(C& ctx, const Var<T, S, B>& x, double alpha = 1.0) {
+  return detail::unary<expr::Elu, grad_fn::EluGrad, false>(detail::tape_of(ctx), x, {alpha, 1.0}, {alpha, 1.0});
+}
+/// torch's selu: scale * elu(x, alpha) with the fixed SELU constants.
+template <Context C, class T, class S, class B>
+Var<T, S, B> selu(C& ctx, const Var<T, S, B>& x) {
+  return detail::unary<expr::Elu, grad_fn::EluGrad, false>(detail::tape_of(ctx), x, {expr::kSeluAlpha, expr::kSeluScale},
+                                                           {expr::kSeluAlpha, expr::kSeluScale});
+}
+/// torch's softplus: log(1 + exp(beta x)) / beta, linear where beta x > threshold. beta > 0.
+template <Context C, class T, class S, class B>
+Var<T, S, B> softplus(C& ctx, const Var<T, S, B>& x, double beta = 1.0, double threshold = 20.0) {
+  if (!(beta > 0)) throw ArgumentError("attn::softplus: beta must be positive, got " + std::to_string(beta));
+  return detail::unary<expr::Softplus, grad_fn::SoftplusGrad, false>(detail::tape_of(ctx), x, {beta, threshold}, {beta, threshold});
+}
+/// torch's hardtanh: x clamped to [min_val, max_val]; relu6 is hardtanh(x, 0, 6).
+template <Context C, class T, class S, class B>
+Var<T, S, B> hardtanh(C& ctx, const Var<T, S, B>& x, double min_val = -1.0, double max_val = 1.0) {
+  if (!(min_val < max_val))
+    throw ArgumentError("attn::hardtanh: min_val must be below max_val, got " + std::to_string(min_val) + " and " + std::to_string(max_val));
+  return detail::unary<expr::Hardtanh, grad_fn::HardtanhGrad, false>(detail::tape_of(ctx), x, {min_val, max_val}, {min_val, max_val});
+}
+template <Context C, class T, class S, class B>
+Var<T, S, B> relu6(C& ctx, const Var<T, S, B>& x) {
+  return hardtanh(ctx, x, 0.0, 6.0);
+}
 
 }  // namespace attn

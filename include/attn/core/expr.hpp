@@ -47,6 +47,62 @@ struct Gelu {
   }
 };
 
+/// GELU, tanh form (torch's gelu(approximate="tanh")): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+struct GeluTanh {
+  template <class T> ATTN_HD T operator()(T a) const {
+    using std::tanh;
+    return T(0.5) * a * (T(1) + tanh(T(0.79788456080286535588) * (a + T(0.044715) * a * a * a)));
+  }
+};
+/// SiLU (swish): x sigmoid(x).
+struct Silu { template <class T> ATTN_HD T operator()(T a) const { return a * Sigmoid{}(a); } };
+/// softplus(x) = log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch's form).
+struct Softplus {
+  double beta = 1, threshold = 20;
+  template <class T> ATTN_HD T operator()(T a) const {
+    using std::exp;
+    using std::log1p;
+    const T bx = T(beta) * a;
+    return bx > T(threshold) ? a : log1p(exp(bx)) / T(beta);
+  }
+};
+/// Mish: x tanh(softplus(x)).
+struct Mish {
+  template <class T> ATTN_HD T operator()(T a) const {
+    using std::tanh;
+    return a * tanh(Softplus{}(a));
+  }
+};
+/// log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), finite for every x.
+struct LogSigmoid {
+  template <class T> ATTN_HD T operator()(T a) const {
+    using std::exp;
+    using std::log1p;
+    return (a < T(0) ? a : T(0)) - log1p(exp(a < T(0) ? a : -a));
+  }
+};
+/// x where x > 0, else negative_slope x.
+struct LeakyRelu {
+  double negative_slope = 0.01;
+  template <class T> ATTN_HD T operator()(T a) const { return a > T(0) ? a : T(negative_slope) * a; }
+};
+/// x where x > 0, else alpha (exp(x) - 1); scale times that (SELU: scale and alpha fixed).
+struct Elu {
+  double alpha = 1, scale = 1;
+  template <class T> ATTN_HD T operator()(T a) const {
+    using std::expm1;
+    return T(scale) * (a > T(0) ? a : T(alpha) * expm1(a));
+  }
+};
+/// x clamped to [min_val, max_val].
+struct Hardtanh {
+  double min_val = -1, max_val = 1;
+  template <class T> ATTN_HD T operator()(T a) const { return a < T(min_val) ? T(min_val) : a > T(max_val) ? T(max_val) : a; }
+};
+/// SELU's constants (Klambauer et al.), as torch's.
+inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+inline constexpr double kSeluScale = 1.0507009873554804934193349852946;
+
 /// Marker base; every expression node has `is_expression`, `value_type`, `shape_type`,
 /// `backend_type` (where its tensors live; void for scalars), `dims()` (its broadcast extents)
 /// and `bind(out_dims)` returning an evaluator with `row(idx)`. Evaluators and their rows are
@@ -360,6 +416,10 @@ ATTN_UNARY_FN(tanh, Tanh)
 ATTN_UNARY_FN(sigmoid, Sigmoid)
 ATTN_UNARY_FN(relu, Relu)
 ATTN_UNARY_FN(gelu, Gelu)
+ATTN_UNARY_FN(gelu_tanh, GeluTanh)
+ATTN_UNARY_FN(silu, Silu)
+ATTN_UNARY_FN(mish, Mish)
+ATTN_UNARY_FN(log_sigmoid, LogSigmoid)
 #undef ATTN_UNARY_FN
 
 template <class L, class R>
