@@ -12,4 +12,5 @@
 #include "nn/attention.hpp"
 #include "nn/encoder.hpp"
 #include "nn/decoder.hpp"
+#include "nn/transformer.hpp"
 #include "nn/quantize.hpp"

@@ -365,6 +365,30 @@ Result cross_attention(std::uint64_t seed) {
   return r;
 }
 
+/// nn::Transformer decoding from its key/value cache (one encoder layer, two causal pre-norm decoder
+/// layers with a window of 2 and a global token, a padded source): the whole call, then a prompt of
+/// 3 positions and one position per step.
+template <class T, class B>
+Result decoder_incremental(std::uint64_t seed) {
+  Rng rng(seed);
+  attn::NoGrad ng;
+  nn::Transformer<2, 16, T, B> model(nullptr, "t",
+                                     {.num_encoder_layers = 1,
+                                      .num_decoder_layers = 2,
+                                      .layer = {.dim_feedforward = 32, .norm_first = true, .window = 2, .global_tokens = 1},
+                                      .tgt_causal = true});
+  model.eval();
+  auto src = input<T, B>(rng, {2, 7, 16});
+  auto tgt = input<T, B>(rng, {2, 6, 16});
+  const attn::Lengths src_lengths{7, 4};
+  Result r;
+  record_value(r, "whole", model(ng, src, tgt, src_lengths, nullptr));
+  auto state = model.start(ng, src, src_lengths);
+  record_value(r, "prompt", model.decoder.step(ng, attn::slice(ng, tgt, 1, 0, 3), state));
+  for (std::size_t t = 3; t < 6; ++t) record_value(r, "step " + std::to_string(t), model.decoder.step(ng, attn::slice(ng, tgt, 1, t, 1), state));
+  return r;
+}
+
 /// A sparse word table, a dense position table and a linear head trained three steps: AdamW
 /// (SparseAdam's lazy update for the word table), gradient clipping that binds, the non-finite
 /// guard, a moving average; then a step with a NaN loss that the guard skips; then SGD with

@@ -881,6 +881,20 @@ def check_attn(in_path: str, out_path: str, expect_golden: bool) -> int:
 # ----------------------------------------------------------------------------------------------
 # 9. Transformer encoder
 
+def redraw_transformer_parameters(model: nn.Module) -> None:
+    """Every parameter of a Transformer module redrawn, in registration order: matrices with
+    scale 1/sqrt(fan_in), norm weights near 1, the rest (biases) at scale 0.5. (The stacks' layers
+    start as copies of one layer; torch zeroes the attention biases and starts the norms at ones
+    and zeros: the goldens should see none of that.)"""
+    for n, q in model.named_parameters():
+        if q.dim() == 2:
+            q.copy_(randn32(*q.shape, scale=1.0 / math.sqrt(q.shape[1])))
+        elif "norm" in n and n.endswith("weight"):
+            q.copy_(1.0 + randn32(*q.shape, scale=0.2))
+        else:
+            q.copy_(randn32(*q.shape, scale=0.5))
+
+
 def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activation, eps):
     """Hand-written torch.nn.TransformerEncoderLayer (dropout 0) on parameters p[prefix + name]
     (a bias that p lacks, bias=False, adds nothing)."""
@@ -926,15 +940,7 @@ def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
                                       norm=nn.LayerNorm(D, eps=eps, bias=bias) if final_norm else None,
                                       enable_nested_tensor=False)
     with torch.no_grad():
-        # Every parameter redrawn (the stack's layers start as copies of one layer; torch zeroes
-        # the attention biases and starts the norms at ones and zeros).
-        for n, q in model.named_parameters():
-            if q.dim() == 2:
-                q.copy_(randn32(*q.shape, scale=1.0 / math.sqrt(q.shape[1])))
-            elif "norm" in n and n.endswith("weight"):
-                q.copy_(1.0 + randn32(*q.shape, scale=0.2))
-            else:
-                q.copy_(randn32(*q.shape, scale=0.5))
+        redraw_transformer_parameters(model)
     x = randn32(B, T, D)
     dout = randn32(B, T, D)
     mask = mask_from_lengths(lengths, T)
@@ -998,13 +1004,7 @@ def case_decoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
         model = nn.TransformerDecoder(layer, num_layers=layers,
                                       norm=nn.LayerNorm(D, eps=eps) if final_norm else None)
     with torch.no_grad():
-        for n, q in model.named_parameters():
-            if q.dim() == 2:
-                q.copy_(randn32(*q.shape, scale=1.0 / math.sqrt(q.shape[1])))
-            elif "norm" in n and n.endswith("weight"):
-                q.copy_(1.0 + randn32(*q.shape, scale=0.2))
-            else:
-                q.copy_(randn32(*q.shape, scale=0.5))
+        redraw_transformer_parameters(model)
     tgt = randn32(B, T, D)
     memory = randn32(B, S, D)
     dout = randn32(B, T, D)
@@ -1043,6 +1043,42 @@ def case_decoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
     if causal:
         md["causal"] = "true"
     write(out_dir, fname, t, md, written)
+
+
+def case_transformer(out_dir: Path, written: list[Path], seed: int) -> None:
+    """nn.Transformer (2 encoder layers, 1 decoder layer, post-norm relu), src and tgt padded, the
+    causal tgt_mask, the source's padding as memory_key_padding_mask too (attn's Transformer applies
+    the source mask to the memory)."""
+    B, S, T, D, H, FF, eps = 2, 6, 5, 16, 4, 32, 1e-5
+    src_lengths, tgt_lengths = [6, 4], [5, 3]
+    torch.manual_seed(seed)
+    model = nn.Transformer(d_model=D, nhead=H, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=FF,
+                           dropout=0.0, activation="relu", layer_norm_eps=eps, batch_first=True, norm_first=False)
+    with torch.no_grad():
+        redraw_transformer_parameters(model)
+    src, tgt, dout = randn32(B, S, D), randn32(B, T, D), randn32(B, T, D)
+    src_keep, tgt_keep = mask_from_lengths(src_lengths, S), mask_from_lengths(tgt_lengths, T)
+    t = {"src": f32(src), "tgt": f32(tgt), "src_key_mask": src_keep, "tgt_key_mask": tgt_keep}
+    for n, q in model.named_parameters():
+        t[n] = f32(q)
+    t["dout"] = f32(dout)
+    model = model.double()
+    model.train()  # dropout is 0; training mode keeps torch off its fused inference fast path
+    src64, tgt64 = src.double().requires_grad_(), tgt.double().requires_grad_()
+    skpm = torch.zeros(B, S, dtype=torch.float64).masked_fill(~src_keep.bool(), float("-inf"))
+    tkpm = torch.zeros(B, T, dtype=torch.float64).masked_fill(~tgt_keep.bool(), float("-inf"))
+    causal = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)
+    out = model(src64, tgt64, tgt_mask=causal, src_key_padding_mask=skpm, tgt_key_padding_mask=tkpm,
+                memory_key_padding_mask=skpm, tgt_is_causal=True)
+    (out * dout.double()).sum().backward()
+    t.update({"out": f64(out), "grad.src": f64(src64.grad), "grad.tgt": f64(tgt64.grad)})
+    add_grads(t, model)
+    write(out_dir, "transformer.safetensors", t,
+          meta("transformer", seed, d_model=D, nhead=H, num_encoder_layers=2, num_decoder_layers=1,
+               dim_feedforward=FF, dropout=0.0, activation="relu", layer_norm_eps=eps, batch_first=True,
+               norm_first=False, batch=B, src_len=S, tgt_len=T, src_lengths=src_lengths, tgt_lengths=tgt_lengths,
+               tgt_mask="generate_square_subsequent_mask (tgt_is_causal=True)",
+               memory_key_padding_mask="src_key_padding_mask", loss="sum(out*dout)"), written)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1128,6 +1164,7 @@ def generate(out_dir: Path) -> list[Path]:
     case_decoder(out_dir, written, "decoder_layer_post_relu.safetensors", 0, False, "relu", False, True, True, seed=95)
     case_decoder(out_dir, written, "decoder_layer_pre_gelu.safetensors", 0, True, "gelu", False, False, False, seed=96)
     case_decoder(out_dir, written, "decoder_stack.safetensors", 2, True, "gelu", True, True, False, seed=97)
+    case_transformer(out_dir, written, seed=98)
     case_quantized_dynamic(out_dir, written, seed=101)
     return written
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Helpers of the attention and encoder tests: padding masks from lengths, writing a parameter's
-// value, relative differences, finiteness.
+// Helpers of the attention, encoder and decoder tests: random tensors, padding masks from lengths,
+// writing a parameter's value, relative differences, finiteness.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -12,6 +12,14 @@
 #include <attn/attn.hpp>
 
 namespace testutil {
+
+/// A tensor of dims d with values uniform in [lo, hi) from rng.
+template <class T>
+attn::Tensor<T> random(attn::Rng& rng, const attn::Dims& d, double lo = -1, double hi = 1) {
+  attn::Tensor<T> t(d);
+  for (std::size_t i = 0; i < t.numel(); ++i) t[i] = T(rng.uniform(lo, hi));
+  return t;
+}
 
 /// (B, T) mask with the given lengths: 1 for t < len, else 0.
 template <class T>

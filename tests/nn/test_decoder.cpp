@@ -20,16 +20,10 @@ using attn::Tape;
 using attn::Tensor;
 namespace nn = attn::nn;
 
+using testutil::random;
 using testutil::set_value;
 
 namespace {
-
-template <class T>
-Tensor<T> random(attn::Rng& rng, const Dims& d, double lo = -1, double hi = 1) {
-  Tensor<T> t(d);
-  for (std::size_t i = 0; i < t.numel(); ++i) t[i] = T(rng.uniform(lo, hi));
-  return t;
-}
 
 const std::vector<std::string> torch_layer_names = {
     "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
@@ -182,4 +176,72 @@ TEST_CASE("TransformerDecoder: checkpointed layers give the plain run's output a
   CHECK(dmem[0] == dmem[1]);
   CHECK(grads[0] == grads[1]);
   CHECK(grads[0].size() == 2 * 18);
+}
+
+namespace {
+
+/// The decoder's output for tgt (B, T, 8) in one call, and step by step: a prompt of `prompt`
+/// positions, then one position per step; the steps' rows must be the full call's.
+template <class T>
+void check_incremental(const nn::TransformerDecoderOptions& opt, std::size_t prompt, double tol) {
+  nn::TransformerDecoder<2, 8, T> dec(nullptr, "decoder", opt);
+  dec.init(21);
+  dec.eval();
+  attn::NoGrad ng;
+  attn::Rng rng(17);
+  const std::size_t nb = 2, nt = 7, ns = 6;
+  attn::Var<T> tgt(random<T>(rng, {nb, nt, 8})), memory(random<T>(rng, {nb, ns, 8}));
+  const attn::Lengths mem_lengths{6, 3};
+  const auto full = dec(ng, tgt, memory, nullptr, mem_lengths).value();
+  auto state = dec.start(ng, memory, mem_lengths);
+  std::size_t at = 0;
+  double worst = 0;
+  while (at < nt) {
+    const std::size_t n = at == 0 ? prompt : 1;
+    const auto y = dec.step(ng, attn::slice(ng, tgt, 1, at, n), state).value();
+    REQUIRE(y.dims() == Dims{nb, n, 8});
+    for (std::size_t b = 0; b < nb; ++b)
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t c = 0; c < 8; ++c)
+          worst = std::max(worst, std::abs(double(y[(b * n + i) * 8 + c]) - double(full[(b * nt + at + i) * 8 + c])));
+    at += n;
+    CHECK(state.length == at);
+  }
+  CHECK(state.layers[0].self_k.dims() == Dims{nb, nt, 8});
+  CHECK(worst <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("TransformerDecoder: incremental decoding with the key/value cache gives the full call's rows") {
+  for (bool norm_first : {false, true})
+    for (std::size_t prompt : {1, 3}) {
+      INFO("norm_first " << norm_first << ", prompt " << prompt);
+      const nn::TransformerDecoderOptions opt{
+          .num_layers = 2, .layer = {.dim_feedforward = 16, .dropout = 0.1, .norm_first = norm_first, .causal = true}, .final_norm = norm_first};
+      check_incremental<double>(opt, prompt, 1e-12);
+      check_incremental<float>(opt, prompt, 1e-5);
+    }
+  // The self-attention patterns: a causal window of 2 with a global first token.
+  const nn::TransformerDecoderOptions local{.num_layers = 2, .layer = {.dim_feedforward = 16, .window = 2, .causal = true, .global_tokens = 1}};
+  check_incremental<double>(local, 4, 1e-12);
+  check_incremental<double>(local, 1, 1e-12);
+}
+
+TEST_CASE("TransformerDecoder: incremental decoding's errors") {
+  attn::NoGrad ng;
+  attn::Rng rng(3);
+  attn::Var<float> memory(random<float>(rng, {2, 4, 8})), tgt(random<float>(rng, {2, 1, 8}));
+  nn::TransformerDecoder<2, 8> plain(nullptr, "plain", {.layer = {.dim_feedforward = 16}});
+  CHECK_THROWS_WITH(plain.start(ng, memory), Catch::Contains("nn::TransformerDecoder 'plain': incremental decoding needs causal self-attention"));
+  nn::TransformerDecoder<2, 8> dec(nullptr, "dec", {.num_layers = 2, .layer = {.dim_feedforward = 16, .causal = true}});
+  auto state = dec.start(ng, memory, attn::Lengths{4, 2});
+  CHECK_THROWS_WITH(dec.step(ng, attn::Var<float>(random<float>(rng, {3, 1, 8})), state), Catch::Contains("target shape (3, 1, 8) is not (2, time, 8)"));
+  CHECK_THROWS_WITH(dec.step(ng, attn::Var<float>(random<float>(rng, {2, 0, 8})), state), Catch::Contains("the target has no positions"));
+  CHECK_THROWS_WITH(dec.start(ng, memory, attn::Lengths{4, 5}), Catch::Contains("lengths[1] = 5"));
+  nn::TransformerDecoder<2, 8> one(nullptr, "one", {.num_layers = 1, .layer = {.dim_feedforward = 16, .causal = true}});
+  CHECK_THROWS_WITH(one.step(ng, tgt, state), Catch::Contains("the state holds 2 layers' caches, not 1"));
+  CHECK(state.length == 0);
+  CHECK(dec.step(ng, tgt, state).dims() == Dims{2, 1, 8});
+  CHECK(state.length == 1);
 }

@@ -21,16 +21,10 @@ using attn::Tape;
 using attn::Tensor;
 namespace nn = attn::nn;
 
+using testutil::random;
 using testutil::set_value;
 
 namespace {
-
-template <class T>
-Tensor<T> random(attn::Rng& rng, const Dims& d, double lo = -1, double hi = 1) {
-  Tensor<T> t(d);
-  for (std::size_t i = 0; i < t.numel(); ++i) t[i] = T(rng.uniform(lo, hi));
-  return t;
-}
 
 /// Every parameter's gradient, by name.
 template <class T>

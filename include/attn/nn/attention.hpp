@@ -74,6 +74,12 @@ struct AttentionOutput {
   Tensor<T, Shape<dyn, Heads, dyn, dyn>, B> weights;
 };
 
+/// Attention::project's result: the query, key and value projections of one input, each (B, T, Dim).
+template <class T, class B>
+struct Projections {
+  Var<T, AnyShape, B> q, k, v;
+};
+
 namespace detail {
 
 /// torch's MultiheadAttention.out_proj: a Linear whose bias starts at zero.
@@ -260,6 +266,40 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
   using detail::CrossAttentionCalls<Attention, Heads, T, B>::operator();
   using detail::CrossAttentionCalls<Attention, Heads, T, B>::forward_with_weights;
 
+  /// The two halves of a call, for a caller that keeps keys and values between calls (a
+  /// decoder's key/value cache): project gives x's query, key and value projections (B, T, Dim)
+  /// each, in one product with the packed in_proj_weight; project_query the query's alone. attend
+  /// runs attention of projected queries (B, Tq, Dim) over projected keys and values (B, Tk, Dim)
+  /// (attn::cross_attention), then out_proj: mask (or nullptr) says which keys are real, and
+  /// extras.attn_mask (Tq, Tk) carries any pattern (the options' window, causal and global tokens
+  /// are not applied here). attention(ctx, x, y, y, mask) is attend(ctx, project_query(ctx, x),
+  /// project(ctx, y).k, project(ctx, y).v, &mask).
+  template <Context C, class S>
+  Projections<T, B> project(C& ctx, const Var<T, S, B>& x) const {
+    detail::check_attention_input("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">::project", "input", x.dims(), Dim);
+    const Var<T, AnyShape, B> all(linear(ctx, x, in_proj_weight, in_proj_bias));
+    return {slice(ctx, all, 2, 0, Dim), slice(ctx, all, 2, Dim, Dim), slice(ctx, all, 2, 2 * Dim, Dim)};
+  }
+  template <Context C, class S>
+  Var<T, AnyShape, B> project_query(C& ctx, const Var<T, S, B>& x) const {
+    detail::check_attention_input("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">::project_query", "input", x.dims(),
+                                  Dim);
+    return project_part(ctx, x, 0);
+  }
+  template <Context C, class M = Lengths>
+  Var<T, AnyShape, B> attend(C& ctx, const Var<T, AnyShape, B>& q, const Var<T, AnyShape, B>& k, const Var<T, AnyShape, B>& v,
+                             const M* mask = nullptr, const AttentionExtras<T, B>& extras = {}) const {
+    const std::string who = "nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">::attend";
+    const Dims& dq = detail::check_attention_input(who, "query", q.dims(), Dim);
+    const Dims& dk = detail::check_attention_input(who, "key", k.dims(), Dim, dq.v[0]);
+    detail::check_attention_input(who, "value", v.dims(), Dim, dq.v[0], dk.v[1]);
+    AttentionOptions o = opt_;
+    o.window.reset(), o.causal = false, o.global_tokens = 0;
+    return detail::cross_attend<Heads, AnyShape>(ctx, "nn::Attention::attend", o, training(), q, k, v, mask, extras, static_cast<Tensor<T, AnyShape, B>*>(nullptr), out_proj);
+  }
+
+  const AttentionOptions& options() const noexcept { return opt_; }
+
   Var<T, Shape<3 * Dim, Dim>, B> in_proj_weight;
   Var<T, Shape<3 * Dim>, B> in_proj_bias;  // undefined when !bias
   detail::MhaOutProj<Dim, T, B> out_proj;
@@ -285,22 +325,27 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
     const Dims& dk = detail::check_attention_input(who, "key", key.dims(), Dim, dq.v[0]);
     detail::check_attention_input(who, "value", value.dims(), Dim, dq.v[0], dk.v[1]);
     Var<T, AnyShape, B> q, k, v;
+    if (precision() != Precision::fp32 && key.data() == value.data()) {  // a key that is the value is projected once
+      const auto kv = project(ctx, key);
+      q = project_part(ctx, query, 0), k = kv.k, v = kv.v;
+    } else {
+      q = project_part(ctx, query, 0), k = project_part(ctx, key, 1), v = project_part(ctx, value, 2);
+    }
+    return detail::cross_attend<Heads, SQ>(ctx, "nn::Attention", opt_, training(), q, k, v, mask, extras, weights, out_proj);
+  }
+
+  /// x's projection by in_proj_weight's part-th block of Dim rows (0: Q, 1: K, 2: V).
+  template <Context C, class S>
+  Var<T, AnyShape, B> project_part(C& ctx, const Var<T, S, B>& x, std::size_t part) const {
     if (precision() != Precision::fp32) {
       // In bf16 or int8 the product takes in_proj_weight's own pack (the one quantize_dynamic or
       // load_quantized made; a slice would be packed or quantized afresh on every call): the whole
-      // projection of each input, then its Q, K or V columns. A key that is the value is projected once.
-      auto whole = [&](const auto& x) { return Var<T, AnyShape, B>(linear(ctx, x, in_proj_weight, in_proj_bias)); };
-      const auto qp = whole(query), kp = whole(key);
-      const auto vp = key.data() == value.data() ? kp : whole(value);
-      q = slice(ctx, qp, 2, 0, Dim), k = slice(ctx, kp, 2, Dim, Dim), v = slice(ctx, vp, 2, 2 * Dim, Dim);
-    } else {  // the Q, K and V rows of the packed projection, each applied to its own input
-      auto project = [&](const auto& x, std::size_t part) {
-        auto w = slice(ctx, in_proj_weight, 0, part * Dim, Dim);
-        return in_proj_bias.defined() ? linear(ctx, x, w, slice(ctx, in_proj_bias, 0, part * Dim, Dim)) : linear(ctx, x, w);
-      };
-      q = project(query, 0), k = project(key, 1), v = project(value, 2);
+      // projection, then the part's columns.
+      const Var<T, AnyShape, B> all(linear(ctx, x, in_proj_weight, in_proj_bias));
+      return slice(ctx, all, 2, part * Dim, Dim);
     }
-    return detail::cross_attend<Heads, SQ>(ctx, "nn::Attention", opt_, training(), q, k, v, mask, extras, weights, out_proj);
+    auto w = slice(ctx, in_proj_weight, 0, part * Dim, Dim);
+    return in_proj_bias.defined() ? linear(ctx, x, w, slice(ctx, in_proj_bias, 0, part * Dim, Dim)) : linear(ctx, x, w);
   }
 
   template <Context C, class S, class M>

@@ -9,6 +9,8 @@
 //   auto z = decoder(ctx, tgt, memory, nullptr, attn::PaddingMask(memory_pad));     // memory padding only
 #pragma once
 #include <cstddef>
+#include <limits>
+#include <span>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -49,6 +51,45 @@ template <class M>
 const auto* key_mask_ptr(const M& m) {
   if constexpr (std::is_null_pointer_v<std::remove_cvref_t<M>>) return static_cast<const Lengths*>(nullptr);
   else return &m;
+}
+}  // namespace detail
+
+/// One decoder layer's cached keys and values for incremental decoding, each (B, length, Dim):
+/// the self-attention's of the target positions so far, and the cross-attention's of the memory.
+template <class T, class B = cpu>
+struct DecoderLayerCache {
+  Var<T, AnyShape, B> self_k, self_v;
+  Var<T, AnyShape, B> memory_k, memory_v;
+};
+
+/// The state of an incremental decode (TransformerDecoder::start, step): every layer's cache, the
+/// memory's key mask ((B, S), 1 = real; empty: all real), and how many target positions have run.
+template <class T, class B = cpu>
+struct DecoderState {
+  std::vector<DecoderLayerCache<T, B>> layers;
+  Tensor<T, AnyShape, B> memory_keep;
+  std::size_t batch = 0;
+  std::size_t length = 0;
+};
+
+namespace detail {
+/// The additive mask (n, past + n) of the self-attention pattern for target positions past ..
+/// past + n - 1 over every position so far (causal, with opt's window and global tokens), or an
+/// empty tensor where every one of those keys is visible.
+template <class T, class B>
+Tensor<T, AnyShape, B> step_pattern(const AttentionOptions& opt, std::size_t past, std::size_t n) {
+  const std::size_t tk = past + n, g = opt.global_tokens;
+  std::vector<T> host(n * tk, T(0));
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t p = past + i;
+    for (std::size_t j = 0; j < tk; ++j) {
+      const bool near = !opt.window || p - j <= std::size_t(*opt.window) || j < g || p < g;
+      if (j > p || !near) host[i * tk + j] = -std::numeric_limits<T>::infinity(), any = true;
+    }
+  }
+  if (!any) return {};
+  return Tensor<T, AnyShape, B>::from(Dims{n, tk}, std::span<const T>(host));
 }
 }  // namespace detail
 
@@ -154,6 +195,13 @@ class TransformerDecoderLayer : public Module {
       return memory_key_mask ? multihead_attn(ctx, h, memory, memory, *memory_key_mask, extras.memory)
                              : multihead_attn(ctx, h, memory, memory, extras.memory);
     };
+    return blocks(ctx, tgt, sa, ca);
+  }
+
+  /// The three residual blocks around sa (self-attention) and ca (cross-attention), in the layer's
+  /// norm order.
+  template <Context C, class S, class SA, class CA>
+  Var<T, S, B> blocks(C& ctx, const Var<T, S, B>& tgt, SA&& sa, CA&& ca) const {
     Var<T, S, B> y = tgt;
     if (opt_.norm_first) {
       y = Var<T, S, B>(add(ctx, y, dropout1(ctx, sa(norm1(ctx, y)))));
@@ -165,6 +213,37 @@ class TransformerDecoderLayer : public Module {
       y = norm3(ctx, Var<T, S, B>(add(ctx, y, dropout3(ctx, feed_forward(ctx, y)))));
     }
     return y;
+  }
+
+ public:
+  /// Incremental decoding, one layer (TransformerDecoder::start and step use these): the memory's
+  /// cross-attention keys and values, projected once.
+  template <Context C, class SM>
+  DecoderLayerCache<T, B> start(C& ctx, const Var<T, SM, B>& memory) const {
+    const auto p = multihead_attn.project(ctx, memory);
+    return {.self_k = {}, .self_v = {}, .memory_k = p.k, .memory_v = p.v};
+  }
+  /// The next n target positions x (B, n, Dim), after `past` earlier ones whose keys and values
+  /// are in cache (which gets x's appended): the rows past .. past + n - 1 of a full causal call.
+  template <Context C, class S>
+  Var<T, S, B> step(C& ctx, const Var<T, S, B>& x, DecoderLayerCache<T, B>& cache, const Tensor<T, AnyShape, B>& memory_keep,
+                    std::size_t past) const {
+    const std::size_t n = x.size(1);
+    auto sa = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
+      const auto p = self_attn.project(ctx, h);
+      cache.self_k = past ? concat(ctx, std::vector<Var<T, AnyShape, B>>{cache.self_k, p.k}, 1) : p.k;
+      cache.self_v = past ? concat(ctx, std::vector<Var<T, AnyShape, B>>{cache.self_v, p.v}, 1) : p.v;
+      AttentionExtras<T, B> e;
+      e.attn_mask = detail::step_pattern<T, B>(self_attn.options(), past, n);
+      return Var<T, S, B>(self_attn.attend(ctx, p.q, cache.self_k, cache.self_v, static_cast<const Lengths*>(nullptr), e));
+    };
+    auto ca = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
+      const auto q = multihead_attn.project_query(ctx, h);
+      if (memory_keep.empty()) return Var<T, S, B>(multihead_attn.attend(ctx, q, cache.memory_k, cache.memory_v));
+      const KeepMask<T, AnyShape, B> keep(memory_keep);
+      return Var<T, S, B>(multihead_attn.attend(ctx, q, cache.memory_k, cache.memory_v, &keep));
+    };
+    return blocks(ctx, x, sa, ca);
   }
 };
 
@@ -224,6 +303,48 @@ class TransformerDecoder : public detail::LayerStack<TransformerDecoderLayer<Hea
                   "nn::TransformerDecoder: a bare mask tensor does not say which value means padding; pass attn::KeepMask(m) "
                   "(1 = real token), attn::PaddingMask(m) (1 = padding, torch's *_key_padding_mask), attn::Lengths or nullptr");
     return {};
+  }
+
+  /// Incremental (autoregressive) decoding with a key/value cache. start projects every layer's
+  /// keys and values of the memory (B, S, Dim) once, with its key mask (or nullptr); each
+  /// step(ctx, tgt, state) runs the next n target positions tgt (B, n, Dim) against the cached keys
+  /// and values of every earlier position and of the memory, appends theirs, and returns their
+  /// outputs (B, n, Dim): the rows a full call on the whole target so far would give (within
+  /// rounding; the layers must be causal). A prompt goes in one step, then a position per step:
+  ///   auto state = decoder.start(ctx, memory, attn::Lengths{12, 9});
+  ///   auto y = decoder.step(ctx, prompt, state);   // (B, n, Dim)
+  ///   auto z = decoder.step(ctx, next, state);     // (B, 1, Dim)
+  /// For inference (NoGrad): under a Tape the cache's Vars keep their graphs, and checkpoint is not
+  /// applied. Dropout follows the layers' training mode.
+  template <Context C, class SM, DecoderKeyMask MM>
+  DecoderState<T, B> start(C& ctx, const Var<T, SM, B>& memory, const MM& memory_key_mask) const {
+    const std::string who = "nn::TransformerDecoder '" + this->name() + "'";
+    if (!opt_.layer.causal)
+      throw ArgumentError(who + ": incremental decoding needs causal self-attention (layer option causal = true), as a " +
+                          "position's output may not depend on later ones");
+    const Dims& d = detail::check_attention_input(who + "::start", "memory", memory.dims(), Dim);
+    DecoderState<T, B> state;
+    state.batch = d.v[0];
+    if constexpr (!std::is_null_pointer_v<std::remove_cvref_t<MM>>) state.memory_keep = keep_mask<T, B>(memory_key_mask, d.v[0], d.v[1], "nn::TransformerDecoder::start");
+    for (const auto& l : this->layers_) state.layers.push_back(l->start(ctx, memory));
+    return state;
+  }
+  template <Context C, class SM>
+  DecoderState<T, B> start(C& ctx, const Var<T, SM, B>& memory) const {
+    return start(ctx, memory, nullptr);
+  }
+  template <Context C, class S>
+  Var<T, S, B> step(C& ctx, const Var<T, S, B>& tgt, DecoderState<T, B>& state) const {
+    const std::string who = "nn::TransformerDecoder '" + this->name() + "'::step";
+    if (state.layers.size() != this->layers_.size())
+      throw ArgumentError(who + ": the state holds " + std::to_string(state.layers.size()) + " layers' caches, not " +
+                          std::to_string(this->layers_.size()) + " (start it with this decoder's start)");
+    const Dims& d = detail::check_attention_input(who, "target", tgt.dims(), Dim, state.batch);
+    if (d.v[1] == 0) throw ShapeError(who + ": the target has no positions");
+    Var<T, S, B> h = tgt;
+    for (std::size_t i = 0; i < this->layers_.size(); ++i) h = this->layers_[i]->step(ctx, h, state.layers[i], state.memory_keep, state.length);
+    state.length += d.v[1];
+    return this->finish(ctx, h);
   }
 
   const TransformerDecoderOptions& options() const noexcept { return opt_; }

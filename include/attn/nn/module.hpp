@@ -218,13 +218,16 @@ class Module {
   bool training() const noexcept { return training_; }
 
   /// Re-initialises every parameter from one seeded stream: this module's own, then each child's
-  /// (recursively) in registration order.
+  /// (recursively) in registration order, then this module's reset_after_children.
   void init(std::uint64_t seed) {
     Rng rng(seed);
     init_recursive(rng);
   }
   /// Draws this module's own parameters (not its children's) from rng. Layers override it.
   virtual void reset_parameters(Rng&) {}
+  /// Runs after the children's draws in init(seed): for a container that redraws its children's
+  /// values (nn::Transformer: Xavier uniform on every matrix, as torch's). Nothing by default.
+  virtual void reset_after_children(Rng&) {}
 
   const std::vector<std::pair<std::string, Module*>>& children() const noexcept { return children_; }
 
@@ -270,6 +273,7 @@ class Module {
   void init_recursive(Rng& rng) {
     reset_parameters(rng);
     for (auto& [n, c] : children_) c->init_recursive(rng);
+    reset_after_children(rng);
   }
 
   std::string name_;
