@@ -568,6 +568,37 @@ def case_embedding(out_dir: Path, written: list[Path]) -> None:
                loss="sum(out*dout)"), written)
 
 
+def case_embedding_max_norm(out_dir: Path, written: list[Path], seed: int) -> None:
+    """nn.Embedding(max_norm=...): each looked-up row whose norm exceeds max_norm is rescaled in
+    place before the lookup. Two tables, "p2." (max_norm 1.5, 2-norm) and "p1." (max_norm 2, 1-norm):
+    the weights before and after one forward, the output and the weight's gradient."""
+    torch.manual_seed(seed)
+    V, E = 10, 4
+    ids = torch.tensor([[3, 7, 7, 1, 9], [0, 3, 5, 8, 2], [9, 9, 4, 7, 0]], dtype=torch.int64)
+    dout = randn32(3, 5, E)
+    t = {"ids": ids.clone(), "dout": f32(dout)}
+    for prefix, max_norm, norm_type in (("p2.", 1.5, 2.0), ("p1.", 2.0, 1.0)):
+        w = randn32(V, E, scale=1.2)
+        w[4] = w[4] * 0.1  # a row under the limit
+        w[6] = w[6] * 3.0  # an unused row above it
+        emb = nn.Embedding(V, E, max_norm=max_norm, norm_type=norm_type).double()
+        with torch.no_grad():
+            emb.weight.copy_(w.double())
+        out = emb(ids)
+        (out * dout.double()).sum().backward()
+        after = emb.weight.detach()
+        for r in range(V):
+            n = w[r].double().norm(p=norm_type)
+            want = w[r].double() * (max_norm / (n + 1e-7)) if (r in ids) and n > max_norm else w[r].double()
+            assert_close(f"embedding_max_norm.{prefix}row{r}", after[r], want)
+        t.update({prefix + "weight": f32(w), prefix + "weight_after": f64(after), prefix + "out": f64(out),
+                  prefix + "grad.weight": f64(emb.weight.grad)})
+    write(out_dir, "embedding_max_norm.safetensors", t,
+          meta("embedding max_norm", seed, num_embeddings=V, embedding_dim=E, p2="max_norm=1.5, norm_type=2",
+               p1="max_norm=2, norm_type=1", unused_rows="6 (above the limit, not rescaled)",
+               loss="sum(out*dout)"), written)
+
+
 # ----------------------------------------------------------------------------------------------
 # 6. Cross-entropy
 
@@ -1145,6 +1176,7 @@ def generate(out_dir: Path) -> list[Path]:
     case_lstm_state(out_dir, written, bidirectional=True, seed=37, layers=2, bias=False)
     case_layernorm(out_dir, written)
     case_embedding(out_dir, written)
+    case_embedding_max_norm(out_dir, written, seed=6)
     case_cross_entropy(out_dir, written, 0.0, seed=61)
     case_cross_entropy(out_dir, written, 0.1, seed=62)
     case_cross_entropy_weighted(out_dir, written, seed=63)

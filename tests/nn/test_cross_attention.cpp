@@ -308,3 +308,26 @@ TEST_CASE("cross-attention in int8 and bf16: the three-input call on x, x, x giv
     CHECK(rel_diff(cross.erased(), self.erased()) < 1e-5);
   }
 }
+
+TEST_CASE("average_heads: torch's average_attn_weights, the mean of the per-head weights") {
+  nn::Attention<4, 16, double> att(nullptr, "attn");
+  attn::NoGrad ng;
+  attn::Rng rng(8);
+  attn::Var<double> q(testutil::random<double>(rng, {2, 3, 16})), memory(testutil::random<double>(rng, {2, 5, 16}));
+  const auto r = att.forward_with_weights(ng, q, memory, memory, attn::Lengths{5, 2});
+  const auto avg = nn::average_heads(r.weights);
+  REQUIRE(avg.dims() == Dims{2, 3, 5});
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t i = 0; i < 3; ++i) {
+      double row = 0;
+      for (std::size_t j = 0; j < 5; ++j) {
+        double m = 0;
+        for (std::size_t h = 0; h < 4; ++h) m += r.weights[((b * 4 + h) * 3 + i) * 5 + j];
+        CHECK(avg[(b * 3 + i) * 5 + j] == Approx(m / 4).margin(1e-15));
+        row += avg[(b * 3 + i) * 5 + j];
+      }
+      CHECK(row == Approx(1.0).margin(1e-12));  // still a distribution over the keys
+    }
+  CHECK(avg[(1 * 3 + 0) * 5 + 3] == 0.0);  // a padded key keeps no weight
+  CHECK_THROWS_WITH(nn::average_heads(Tensor<double>(Dims{2, 3, 5})), Catch::Contains("is not (batch, heads, Tq, Tk)"));
+}

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using attn::Dims;
@@ -364,6 +365,35 @@ TEST_CASE("golden: Embedding with padding_idx matches torch.nn.Embedding") {
   golden::expect_close(f, "out", y.value(), 1e-15);
   tape.backward(y, golden::tensor<double>(f, "dout"));
   golden::expect_close(f, "grad.weight", emb.weight.grad(), 1e-12);
+}
+
+TEST_CASE("golden: Embedding with max_norm renormalises the looked-up rows as torch.nn.Embedding, 2-norm and 1-norm") {
+  auto f = golden::load("embedding_max_norm");
+  const auto ids = golden::tensor<std::int64_t>(f, "ids");
+  for (const auto& [prefix, max_norm, norm_type] : {std::tuple{"p2.", 1.5, 2.0}, std::tuple{"p1.", 2.0, 1.0}}) {
+    INFO(prefix);
+    auto run = [&, prefix = std::string(prefix), max_norm = max_norm, norm_type = norm_type](auto tag, double tol) {
+      using T = decltype(tag);
+      nn::Embedding<4, T> emb(nullptr, "emb", 10, {.max_norm = max_norm, .norm_type = norm_type});
+      copy_param<T>(emb.weight, f, prefix + "weight");
+      Tape tape;
+      auto y = emb(tape, ids);
+      golden::expect_close(f, prefix + "weight_after", emb.weight.value(), tol);  // rows 0, 5, 7, 8, 9 (p2) rescaled; 4 and unused 6 not
+      golden::expect_close(f, prefix + "out", y.value(), tol);
+      tape.backward(y, golden::tensor<T>(f, "dout"));
+      golden::expect_close(f, prefix + "grad.weight", emb.weight.grad(), tol);
+    };
+    run(float{}, 1e-6);
+    run(double{}, 1e-12);
+  }
+  // An id outside the table is refused before any row changes; bad options are refused.
+  nn::Embedding<4, double> emb(nullptr, "emb", 10, {.max_norm = 0.5});
+  const auto before = emb.weight.raw().to_vector();
+  Tape tape;
+  CHECK_THROWS_AS(emb(tape, Tensor<std::int64_t>::from({3}, {1, 2, 10})), attn::ShapeError);
+  CHECK(emb.weight.raw().to_vector() == before);
+  CHECK_THROWS_WITH((nn::Embedding<4>(nullptr, "e", 10, {.max_norm = 0.0})), Catch::Contains("nn::Embedding 'e': max_norm must be positive"));
+  CHECK_THROWS_WITH((nn::Embedding<4>(nullptr, "e", 10, {.max_norm = 1.0, .norm_type = 0.0})), Catch::Contains("norm_type must be positive"));
 }
 
 TEST_CASE("Embedding: a negative padding_idx counts from the end as torch's, and out of range is an error") {

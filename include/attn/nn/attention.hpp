@@ -74,6 +74,18 @@ struct AttentionOutput {
   Tensor<T, Shape<dyn, Heads, dyn, dyn>, B> weights;
 };
 
+/// torch's average_attn_weights=True: forward_with_weights' per-head weights (B, Heads, Tq, Tk)
+/// averaged over the heads -> (B, Tq, Tk), on the weights' backend.
+template <class T, class S, class B>
+Tensor<T, AnyShape, B> average_heads(const Tensor<T, S, B>& weights) {
+  const Dims& d = weights.dims();
+  if (d.n != 4 || d.v[1] == 0) throw ShapeError("nn::average_heads: weights shape " + d.str() + " is not (batch, heads, Tq, Tk)");
+  Tensor<T, AnyShape, B> sum(Dims{d.v[0], 1, d.v[2], d.v[3]});
+  kernels::sum_to(B{}, weights.data(), d, sum.data(), sum.dims(), false);
+  sum = sum * T(1.0 / double(d.v[1]));
+  return sum.reshape(Dims{d.v[0], d.v[2], d.v[3]});
+}
+
 /// Attention::project's result: the query, key and value projections of one input, each (B, T, Dim).
 template <class T, class B>
 struct Projections {

@@ -8,7 +8,10 @@
 #include "init.hpp"
 #include "module.hpp"
 
+#include <cmath>
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace attn::nn {
 
@@ -26,6 +29,11 @@ struct EmbeddingOptions {
   /// A frozen table (torch's Embedding(_freeze=True), from_pretrained's default): no gradient, the
   /// optimizers leave it as loaded; set_requires_grad(true) unfreezes it.
   bool freeze = false;
+  /// torch's max_norm: before each lookup, every row the ids name whose norm_type-norm exceeds
+  /// max_norm is rescaled in place to max_norm (times max_norm / (norm + 1e-7)), outside the graph.
+  /// Empty: rows are never rescaled. Host tables only.
+  std::optional<double> max_norm = {};
+  double norm_type = 2.0;
 };
 
 template <std::size_t Dim, class T = float, class B = cpu>
@@ -43,6 +51,11 @@ class Embedding : public Module {
                             std::to_string(num_embeddings) + " rows (a negative index counts from the end)");
       padding_ = p < 0 ? rows + p : p;
     }
+    if (opt.max_norm) {
+      if (!(*opt.max_norm > 0)) throw ArgumentError("nn::Embedding '" + this->name() + "': max_norm must be positive, got " + std::to_string(*opt.max_norm));
+      if (!(opt.norm_type > 0)) throw ArgumentError("nn::Embedding '" + this->name() + "': norm_type must be positive, got " + std::to_string(opt.norm_type));
+      if (!B::host_accessible) throw ArgumentError("nn::Embedding '" + this->name() + "': max_norm rescales rows on the host; this backend's table is not");
+    }
     weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
     weight.data()->sparse_rows = opt.sparse;
     weight.data()->requires_grad = !opt.freeze;
@@ -57,9 +70,12 @@ class Embedding : public Module {
     if (padding_ >= 0) weight.data()->value.fill(T(0), static_cast<std::size_t>(padding_) * Dim, Dim);
   }
 
-  /// ids (...) -> (..., Dim). Ids outside the table throw ShapeError.
+  /// ids (...) -> (..., Dim). Ids outside the table throw ShapeError. With max_norm, the rows the
+  /// ids name are rescaled first (see EmbeddingOptions::max_norm).
   template <Context C, std::integral I, class SI>
   auto operator()(C& ctx, const Tensor<I, SI, B>& ids) const {
+    if constexpr (B::host_accessible)
+      if (opt_.max_norm) renorm(ids);
     return embedding(ctx, weight, ids, padding_);
   }
 
@@ -69,6 +85,35 @@ class Embedding : public Module {
   Var<T, Shape<dyn, Dim>, B> weight;
 
  private:
+  /// torch's embedding_renorm_: each distinct row of ids above max_norm scaled down to it. Nothing
+  /// changes when an id is outside the table (the lookup then throws).
+  template <std::integral I, class SI>
+  void renorm(const Tensor<I, SI, B>& ids) const {
+    const I* id = ids.data();
+    const std::size_t n = ids.numel();
+    for (std::size_t i = 0; i < n; ++i)
+      if (id[i] < 0 || static_cast<std::size_t>(id[i]) >= rows_) return;
+    std::vector<std::uint8_t> seen(rows_, 0);
+    T* w = const_cast<T*>(weight.raw().data());
+    const double max_norm = *opt_.max_norm, p = opt_.norm_type;
+    bool changed = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t r = static_cast<std::size_t>(id[i]);
+      if (seen[r]) continue;
+      seen[r] = 1;
+      T* row = w + r * Dim;
+      double norm = 0;
+      for (std::size_t j = 0; j < Dim; ++j) norm += p == 2.0 ? double(row[j]) * double(row[j]) : std::pow(std::abs(double(row[j])), p);
+      norm = p == 2.0 ? std::sqrt(norm) : std::pow(norm, 1.0 / p);
+      if (norm > max_norm) {
+        const T scale = T(max_norm / (norm + 1e-7));
+        for (std::size_t j = 0; j < Dim; ++j) row[j] *= scale;
+        changed = true;
+      }
+    }
+    if (changed) weight.data()->mark_value_written();
+  }
+
   std::size_t rows_;
   EmbeddingOptions opt_;
   long long padding_ = -1;
