@@ -570,14 +570,15 @@ def case_embedding(out_dir: Path, written: list[Path]) -> None:
 
 def case_embedding_max_norm(out_dir: Path, written: list[Path], seed: int) -> None:
     """nn.Embedding(max_norm=...): each looked-up row whose norm exceeds max_norm is rescaled in
-    place before the lookup. Two tables, "p2." (max_norm 1.5, 2-norm) and "p1." (max_norm 2, 1-norm):
+    place before the lookup. Three tables, "p2." (max_norm 1.5, 2-norm), "p1." (max_norm 2, 1-norm)
+    and "pinf." (max_norm 1, the largest |element|):
     the weights before and after one forward, the output and the weight's gradient."""
     torch.manual_seed(seed)
     V, E = 10, 4
     ids = torch.tensor([[3, 7, 7, 1, 9], [0, 3, 5, 8, 2], [9, 9, 4, 7, 0]], dtype=torch.int64)
     dout = randn32(3, 5, E)
     t = {"ids": ids.clone(), "dout": f32(dout)}
-    for prefix, max_norm, norm_type in (("p2.", 1.5, 2.0), ("p1.", 2.0, 1.0)):
+    for prefix, max_norm, norm_type in (("p2.", 1.5, 2.0), ("p1.", 2.0, 1.0), ("pinf.", 1.0, math.inf)):
         w = randn32(V, E, scale=1.2)
         w[4] = w[4] * 0.1  # a row under the limit
         w[6] = w[6] * 3.0  # an unused row above it
@@ -595,7 +596,7 @@ def case_embedding_max_norm(out_dir: Path, written: list[Path], seed: int) -> No
                   prefix + "grad.weight": f64(emb.weight.grad)})
     write(out_dir, "embedding_max_norm.safetensors", t,
           meta("embedding max_norm", seed, num_embeddings=V, embedding_dim=E, p2="max_norm=1.5, norm_type=2",
-               p1="max_norm=2, norm_type=1", unused_rows="6 (above the limit, not rescaled)",
+               p1="max_norm=2, norm_type=1", pinf="max_norm=1, norm_type=inf", unused_rows="6 (above the limit, not rescaled)",
                loss="sum(out*dout)"), written)
 
 

@@ -244,4 +244,14 @@ TEST_CASE("TransformerDecoder: incremental decoding's errors") {
   CHECK(state.length == 0);
   CHECK(dec.step(ng, tgt, state).dims() == Dims{2, 1, 8});
   CHECK(state.length == 1);
+  // A layer's step checks its cache against the position count; a failed step leaves the state alone.
+  CHECK_THROWS_WITH(dec.layer(0).step(ng, tgt, state.layers[0], state.memory_keep, 3),
+                    Catch::Contains("nn::TransformerDecoderLayer '0'::step: the cache holds 1 positions, not 3"));
+  auto broken = state;  // layer 1's cache claims 2 positions: layer 0 extends its copy, layer 1 throws
+  broken.layers[1].self_k = attn::Var<float>(random<float>(rng, {2, 2, 8}));
+  CHECK_THROWS_WITH(dec.step(ng, tgt, broken), Catch::Contains("'1'::step: the cache holds 2 positions, not 1"));
+  CHECK(broken.length == 1);
+  CHECK(broken.layers[0].self_k.dims() == Dims{2, 1, 8});
+  CHECK(dec.step(ng, tgt, state).dims() == Dims{2, 1, 8});
+  CHECK(state.layers[0].self_k.dims() == Dims{2, 2, 8});
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -367,10 +368,11 @@ TEST_CASE("golden: Embedding with padding_idx matches torch.nn.Embedding") {
   golden::expect_close(f, "grad.weight", emb.weight.grad(), 1e-12);
 }
 
-TEST_CASE("golden: Embedding with max_norm renormalises the looked-up rows as torch.nn.Embedding, 2-norm and 1-norm") {
+TEST_CASE("golden: Embedding with max_norm renormalises the looked-up rows as torch.nn.Embedding, 2-, 1- and infinity norm") {
   auto f = golden::load("embedding_max_norm");
   const auto ids = golden::tensor<std::int64_t>(f, "ids");
-  for (const auto& [prefix, max_norm, norm_type] : {std::tuple{"p2.", 1.5, 2.0}, std::tuple{"p1.", 2.0, 1.0}}) {
+  for (const auto& [prefix, max_norm, norm_type] :
+       {std::tuple{"p2.", 1.5, 2.0}, std::tuple{"p1.", 2.0, 1.0}, std::tuple{"pinf.", 1.0, std::numeric_limits<double>::infinity()}}) {
     INFO(prefix);
     auto run = [&, prefix = std::string(prefix), max_norm = max_norm, norm_type = norm_type](auto tag, double tol) {
       using T = decltype(tag);
@@ -394,6 +396,7 @@ TEST_CASE("golden: Embedding with max_norm renormalises the looked-up rows as to
   CHECK(emb.weight.raw().to_vector() == before);
   CHECK_THROWS_WITH((nn::Embedding<4>(nullptr, "e", 10, {.max_norm = 0.0})), Catch::Contains("nn::Embedding 'e': max_norm must be positive"));
   CHECK_THROWS_WITH((nn::Embedding<4>(nullptr, "e", 10, {.max_norm = 1.0, .norm_type = 0.0})), Catch::Contains("norm_type must be positive"));
+  CHECK_THROWS_AS((nn::Embedding<4>(nullptr, "e", 10, {.max_norm = 1.0, .norm_type = std::nan("")})), attn::ArgumentError);
 }
 
 TEST_CASE("Embedding: a negative padding_idx counts from the end as torch's, and out of range is an error") {

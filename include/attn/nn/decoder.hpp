@@ -225,16 +225,20 @@ class TransformerDecoderLayer : public Module {
   }
   /// The next n target positions x (B, n, Dim), after `past` earlier ones whose keys and values
   /// are in cache (which gets x's appended): the rows past .. past + n - 1 of a full causal call.
+  /// pattern: detail::step_pattern's mask for those positions (null: made here).
   template <Context C, class S>
   Var<T, S, B> step(C& ctx, const Var<T, S, B>& x, DecoderLayerCache<T, B>& cache, const Tensor<T, AnyShape, B>& memory_keep,
-                    std::size_t past) const {
+                    std::size_t past, const Tensor<T, AnyShape, B>* pattern = nullptr) const {
+    if (past != (cache.self_k.defined() ? cache.self_k.size(1) : 0))
+      throw ArgumentError("nn::TransformerDecoderLayer '" + this->name() + "'::step: the cache holds " +
+                          std::to_string(cache.self_k.defined() ? cache.self_k.size(1) : 0) + " positions, not " + std::to_string(past));
     const std::size_t n = x.size(1);
     auto sa = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
       const auto p = self_attn.project(ctx, h);
       cache.self_k = past ? concat(ctx, std::vector<Var<T, AnyShape, B>>{cache.self_k, p.k}, 1) : p.k;
       cache.self_v = past ? concat(ctx, std::vector<Var<T, AnyShape, B>>{cache.self_v, p.v}, 1) : p.v;
       AttentionExtras<T, B> e;
-      e.attn_mask = detail::step_pattern<T, B>(self_attn.options(), past, n);
+      e.attn_mask = pattern ? *pattern : detail::step_pattern<T, B>(self_attn.options(), past, n);
       return Var<T, S, B>(self_attn.attend(ctx, p.q, cache.self_k, cache.self_v, static_cast<const Lengths*>(nullptr), e));
     };
     auto ca = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
@@ -341,10 +345,16 @@ class TransformerDecoder : public detail::LayerStack<TransformerDecoderLayer<Hea
                           std::to_string(this->layers_.size()) + " (start it with this decoder's start)");
     const Dims& d = detail::check_attention_input(who, "target", tgt.dims(), Dim, state.batch);
     if (d.v[1] == 0) throw ShapeError(who + ": the target has no positions");
+    // The layers extend copies of their caches (handles, not data): a step that throws leaves the
+    // state as it was. The pattern mask is the same for every layer.
+    auto caches = state.layers;
+    const auto pattern = detail::step_pattern<T, B>(this->layers_[0]->self_attn.options(), state.length, d.v[1]);
     Var<T, S, B> h = tgt;
-    for (std::size_t i = 0; i < this->layers_.size(); ++i) h = this->layers_[i]->step(ctx, h, state.layers[i], state.memory_keep, state.length);
+    for (std::size_t i = 0; i < this->layers_.size(); ++i) h = this->layers_[i]->step(ctx, h, caches[i], state.memory_keep, state.length, &pattern);
+    h = this->finish(ctx, h);
+    state.layers = std::move(caches);
     state.length += d.v[1];
-    return this->finish(ctx, h);
+    return h;
   }
 
   const TransformerDecoderOptions& options() const noexcept { return opt_; }

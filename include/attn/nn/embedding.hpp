@@ -8,6 +8,7 @@
 #include "init.hpp"
 #include "module.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -31,7 +32,8 @@ struct EmbeddingOptions {
   bool freeze = false;
   /// torch's max_norm: before each lookup, every row the ids name whose norm_type-norm exceeds
   /// max_norm is rescaled in place to max_norm (times max_norm / (norm + 1e-7)), outside the graph.
-  /// Empty: rows are never rescaled. Host tables only.
+  /// Empty: rows are never rescaled. norm_type: p > 0, or infinity (the largest |element|). Host
+  /// tables only.
   std::optional<double> max_norm = {};
   double norm_type = 2.0;
 };
@@ -53,7 +55,8 @@ class Embedding : public Module {
     }
     if (opt.max_norm) {
       if (!(*opt.max_norm > 0)) throw ArgumentError("nn::Embedding '" + this->name() + "': max_norm must be positive, got " + std::to_string(*opt.max_norm));
-      if (!(opt.norm_type > 0)) throw ArgumentError("nn::Embedding '" + this->name() + "': norm_type must be positive, got " + std::to_string(opt.norm_type));
+      if (!(opt.norm_type > 0))
+        throw ArgumentError("nn::Embedding '" + this->name() + "': norm_type must be positive (or infinity), got " + std::to_string(opt.norm_type));
       if (!B::host_accessible) throw ArgumentError("nn::Embedding '" + this->name() + "': max_norm rescales rows on the host; this backend's table is not");
     }
     weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
@@ -90,21 +93,25 @@ class Embedding : public Module {
   template <std::integral I, class SI>
   void renorm(const Tensor<I, SI, B>& ids) const {
     const I* id = ids.data();
-    const std::size_t n = ids.numel();
-    for (std::size_t i = 0; i < n; ++i)
+    std::vector<std::size_t> rows(ids.numel());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
       if (id[i] < 0 || static_cast<std::size_t>(id[i]) >= rows_) return;
-    std::vector<std::uint8_t> seen(rows_, 0);
+      rows[i] = static_cast<std::size_t>(id[i]);
+    }
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     T* w = const_cast<T*>(weight.raw().data());
     const double max_norm = *opt_.max_norm, p = opt_.norm_type;
     bool changed = false;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t r = static_cast<std::size_t>(id[i]);
-      if (seen[r]) continue;
-      seen[r] = 1;
+    for (const std::size_t r : rows) {
       T* row = w + r * Dim;
       double norm = 0;
-      for (std::size_t j = 0; j < Dim; ++j) norm += p == 2.0 ? double(row[j]) * double(row[j]) : std::pow(std::abs(double(row[j])), p);
-      norm = p == 2.0 ? std::sqrt(norm) : std::pow(norm, 1.0 / p);
+      if (std::isinf(p)) {
+        for (std::size_t j = 0; j < Dim; ++j) norm = std::max(norm, std::abs(double(row[j])));
+      } else {
+        for (std::size_t j = 0; j < Dim; ++j) norm += p == 2.0 ? double(row[j]) * double(row[j]) : std::pow(std::abs(double(row[j])), p);
+        norm = p == 2.0 ? std::sqrt(norm) : std::pow(norm, 1.0 / p);
+      }
       if (norm > max_norm) {
         const T scale = T(max_norm / (norm + 1e-7));
         for (std::size_t j = 0; j < Dim; ++j) row[j] *= scale;

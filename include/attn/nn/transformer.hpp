@@ -31,6 +31,7 @@ namespace attn::nn {
 /// kernel skip the masked tiles).
 template <class T = float, class B = cpu>
 Tensor<T, AnyShape, B> square_subsequent_mask(std::size_t n) {
+  static_assert(std::is_floating_point_v<T>, "nn::square_subsequent_mask: an additive mask holds -inf, so T must be a floating-point type");
   std::vector<T> host(n * n, T(0));
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = i + 1; j < n; ++j) host[i * n + j] = -std::numeric_limits<T>::infinity();
@@ -91,9 +92,9 @@ class Transformer : public Module {
 
   /// src (B, S, Dim) and tgt (B, T, Dim) -> (B, T, Dim): decoder(tgt, encoder(src)). src_key_mask
   /// says which source positions are real tokens (torch's src_key_padding_mask) and applies to the
-  /// memory as well (torch's memory_key_padding_mask, which torch users pass the same mask as);
-  /// tgt_key_mask is torch's tgt_key_padding_mask. Each is attn::Lengths, KeepMask(m),
-  /// PaddingMask(m), or nullptr for none.
+  /// memory as well (torch's memory_key_padding_mask, None unless passed in torch: its users pass
+  /// the source's mask; encode and decoder take the two separately); tgt_key_mask is torch's
+  /// tgt_key_padding_mask. Each is attn::Lengths, KeepMask(m), PaddingMask(m), or nullptr for none.
   template <Context C, class SS, class ST, DecoderKeyMask MS, DecoderKeyMask MT>
   Var<T, ST, B> operator()(C& ctx, const Var<T, SS, B>& src, const Var<T, ST, B>& tgt, const MS& src_key_mask, const MT& tgt_key_mask,
                            TransformerExtras<T, B> extras = {}) const {
