@@ -331,6 +331,30 @@ Result attention_weights_mask(std::uint64_t seed) {
   return r;
 }
 
+/// Self-attention under a per-head attn_mask (batch * heads, T, T) with a causal window of 2, a
+/// global token and a global_mask folded into it, attention dropout, padded rows skipped
+/// (PaddedRows::zero): the output, the weights and every gradient.
+template <class T, class B>
+Result attention_per_head_mask(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape(seed);
+  nn::Attention<2, 16, T, B> att(nullptr, "attn",
+                                 {.dropout = 0.1, .padded = nn::PaddedRows::zero, .window = 2, .causal = true, .global_tokens = 1});
+  auto x = input<T, B>(rng, {2, 8, 16});
+  std::vector<T> per_head(2 * 2 * 8 * 8), global(2 * 8, T(0));
+  for (std::size_t i = 0; i < per_head.size(); ++i) per_head[i] = i % 11 == 5 ? -std::numeric_limits<T>::infinity() : T(0.02) * T(i % 9);
+  global[5] = T(1);
+  auto res = att.forward_with_weights(tape, x, attn::Lengths{8, 6},
+                                      {.attn_mask = tensor<T, B>({4, 8, 8}, per_head), .global_mask = tensor<T, B>({2, 8}, global)});
+  backward_from(tape, res.out, rng);
+  Result r;
+  record_value(r, "y", res.out);
+  record(r, "weights", res.weights);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, att);
+  return r;
+}
+
 /// Cross-attention: nn::Attention's (query, memory, memory) call with attention dropout, padded
 /// keys and a (Tq, Tk) attn_mask, returning the weights; then nn::CrossAttention (key width 12,
 /// value width 8) under a PaddingMask and a per-head mask. Outputs, weights and every gradient.

@@ -157,7 +157,8 @@ def mha_reference(x, in_w, in_b, out_w, out_b, heads, key_valid, attn_mask=None)
     """Hand-written MHA with the attn contract: a query row whose keys are all masked gets zero
     attention weights (so its attention output is 0), never NaN.
 
-    x [B,T,D]; key_valid bool [B,T] (True = real token); attn_mask [T,T] additive float or None.
+    x [B,T,D]; key_valid bool [B,T] (True = real token); attn_mask additive float [T,T] or
+    [B*heads,T,T] (per sample and head), or None.
     Returns out [B,T,D], weights [B,H,T,T].
     """
     B, T, D = x.shape
@@ -171,7 +172,7 @@ def mha_reference(x, in_w, in_b, out_w, out_b, heads, key_valid, attn_mask=None)
     q, k, v = split(q), split(k), split(v)
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)          # [B,H,T,T]
     if attn_mask is not None:
-        scores = scores + attn_mask
+        scores = scores + (attn_mask.reshape(B, heads, T, T) if attn_mask.dim() == 3 else attn_mask)
     scores = scores.masked_fill(~key_valid[:, None, None, :], float("-inf"))
     # Equivalent to softmax followed by nan_to_num(0.0) in the forward pass, but written so that
     # no NaN enters the backward pass either (nan_to_num would let softmax's NaN gradient through).
@@ -214,7 +215,9 @@ def mha_check_torch_vs_reference(mha64, x, dout, key_valid, attn_mask, heads, wh
 def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int, variant: str):
     """variant: "" (key padding only), "attnmask" (plus additive causal attn_mask), "fullpad",
     "causal" (is_causal=True with the causal mask: attn's AttentionOptions::causal, no attn_mask
-    stored)."""
+    stored), "perhead" (a 3-D attn_mask (B*heads, T, T): random values, -inf at random places
+    but never on key 0, so no row is fully masked), "perhead_causal" (the same stored mask;
+    torch gets it with -inf above the diagonal added: attn's AttentionOptions::causal)."""
     B, T = 3, 5
     lengths = [5, 0, 3] if variant == "fullpad" else [5, 3, 1]
     torch.manual_seed(seed)
@@ -238,6 +241,15 @@ def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int
         t["attn_mask"] = attn_mask.clone()
     elif variant == "causal":
         attn_mask = torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    elif variant.startswith("perhead"):
+        per_head = randn32(B * heads, T, T, scale=0.5)
+        hidden = torch.rand(B * heads, T, T) < 0.3
+        hidden[:, :, 0] = False
+        per_head = per_head.masked_fill(hidden, float("-inf"))
+        t["attn_mask"] = per_head.clone()
+        attn_mask = per_head
+        if variant == "perhead_causal":
+            attn_mask = per_head.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     for n, p in mha.named_parameters():
         t[n] = f32(p)
     t["dout"] = f32(dout)
@@ -289,11 +301,14 @@ def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int
               seq=T, lengths=lengths, batch_first=True, dropout=0.0,
               scaling="1/sqrt(head_dim)", average_attn_weights=False,
               attn_mask="additive causal (-inf above diagonal)" if variant == "attnmask"
-              else "causal (is_causal=True): attn's causal option" if variant == "causal" else "none",
+              else "causal (is_causal=True): attn's causal option" if variant == "causal"
+              else "additive per head (B*heads, T, T)" if variant == "perhead"
+              else "additive per head (B*heads, T, T), torch's with -inf above the diagonal: attn's causal option"
+              if variant == "perhead_causal" else "none",
               loss="sum(out*dout)",
               reference="hand-written (fully masked rows -> zero weights)" if variant == "fullpad"
               else "torch.nn.MultiheadAttention")
-    if variant == "causal":
+    if variant in ("causal", "perhead_causal"):
         md["causal"] = "true"
     if variant == "fullpad":
         md["torch_gives_nan_on_fully_padded_sample"] = "true" if torch_nan else "false"
@@ -1166,6 +1181,8 @@ def generate(out_dir: Path) -> list[Path]:
         case_mha(out_dir, written, heads, dim, seed + 10, "attnmask")
     case_mha(out_dir, written, 2, 16, 41, "fullpad")
     case_mha(out_dir, written, 2, 16, 42, "causal")
+    case_mha(out_dir, written, 4, 16, 45, "perhead")
+    case_mha(out_dir, written, 4, 16, 46, "perhead_causal")
     case_mha_cross(out_dir, written, 4, 16, 16, 16, seed=43)
     case_mha_cross(out_dir, written, 2, 16, 12, 10, seed=44)
     case_lstm(out_dir, written, bidirectional=False, seed=31)

@@ -317,7 +317,8 @@ namespace {
 template <std::size_t H, std::size_t D, class T>
 void golden_case(const std::string& name, AttentionKernel kernel, double tol) {
   auto f = golden::load(name);
-  INFO(name << (kernel == AttentionKernel::flash ? " flash" : " naive") << (sizeof(T) == 4 ? " float32" : " float64"));
+  INFO(name << (kernel == AttentionKernel::flash ? " flash" : kernel == AttentionKernel::naive ? " naive" : " automatic")
+            << (sizeof(T) == 4 ? " float32" : " float64"));
   const bool causal = f.metadata.count("causal") && f.metadata.at("causal") == "true";  // torch's is_causal
   nn::Attention<H, D, T> a(nullptr, "attn", {.causal = causal});
   set_value(a.in_proj_weight, golden::tensor<T>(f, "in_proj_weight"));
@@ -335,7 +336,7 @@ void golden_case(const std::string& name, AttentionKernel kernel, double tol) {
     golden::expect_close(f, "weights", r.weights, tol);
     y = r.out;
   } else {
-    y = a(tape, x, attn::KeepMask(mask), {.attn_mask = am, .kernel = AttentionKernel::flash});
+    y = a(tape, x, attn::KeepMask(mask), {.attn_mask = am, .kernel = kernel});
   }
   golden::expect_close(f, "out", y.value(), tol);
   tape.backward(y, golden::tensor<T>(f, "dout"));
@@ -364,6 +365,78 @@ TEST_CASE("golden: Attention matches torch.nn.MultiheadAttention (1, 2, 8 heads,
   golden_all<2, 16>("mha_h2_attnmask");
   golden_all<8, 32>("mha_h8_attnmask");
   golden_all<2, 16>("mha_h2_causal");  // AttentionOptions::causal against torch's is_causal
+}
+
+TEST_CASE("golden: a per-head attn_mask (batch * heads, T, T) matches torch's 3-D attn_mask, alone and with the causal option") {
+  for (const char* name : {"mha_h4_perhead", "mha_h4_perhead_causal"})
+    for (auto k : {AttentionKernel::naive, AttentionKernel::automatic}) {
+      golden_case<4, 16, float>(name, k, 1e-5);
+      golden_case<4, 16, double>(name, k, 1e-12);
+    }
+}
+
+TEST_CASE("per-head attn_mask: equal rows for every head give the (T, T) call, with window, causal, global tokens and a global_mask") {
+  const std::size_t nb = 2, n = 9, heads = 2;
+  const auto mask = lengths_mask<double>({9, 6}, n);
+  Tensor<double> am2 = random<double>({n, n});
+  am2(4, 2) = am2(7, 8) = -std::numeric_limits<double>::infinity();
+  auto am3 = Tensor<double>::zeros(Dims{nb * heads, n, n});
+  for (std::size_t r = 0; r < nb * heads; ++r) std::copy_n(am2.data(), n * n, am3.data() + r * n * n);
+  auto global = Tensor<double>::zeros(Dims{nb, n});
+  global(0, 5) = global(1, 3) = 1;
+  const Tensor<double> x0 = random<double>({nb, n, 8}), dout = random<double>({nb, n, 8});
+  for (int pattern = 0; pattern < 4; ++pattern) {
+    nn::AttentionOptions opt;
+    if (pattern >= 1) opt.window = 1, opt.global_tokens = 1;
+    if (pattern >= 2) opt.causal = true;
+    if (pattern == 3) opt.window.reset();
+    INFO("pattern " << pattern);
+    nn::Attention<heads, 8, double> a(nullptr, "attn", opt);
+    std::vector<std::vector<Tensor<double>>> grads;
+    std::vector<Tensor<double>> outs;
+    for (int per_head = 0; per_head < 2; ++per_head) {
+      a.zero_grad();
+      Tape tape;
+      attn::Var<double, Shape<dyn, dyn, 8>> x(x0, true);
+      auto y = a(tape, x, attn::KeepMask(mask), {.attn_mask = per_head ? am3 : am2, .global_mask = pattern ? global : Tensor<double>()});
+      tape.backward(y, dout);
+      outs.push_back(y.value().erased().clone());
+      std::vector<Tensor<double>> g;
+      g.reserve(2);
+      g.push_back(x.grad().erased().clone());
+      g.push_back(a.in_proj_weight.grad().erased().clone());
+      grads.push_back(g);
+    }
+    CHECK(rel_diff(outs[1], outs[0]) < 1e-12);
+    for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(rel_diff(grads[1][i], grads[0][i]) < 1e-12);
+  }
+  // Distinct heads: head 1 of sample 0 hides key 0 from query 3, which changes that row only.
+  nn::Attention<heads, 8, double> a(nullptr, "attn");
+  attn::NoGrad ng;
+  attn::Var<double, Shape<dyn, dyn, 8>> x(x0);
+  auto base = a.forward_with_weights(ng, x, attn::KeepMask(mask), {.attn_mask = am3});
+  Tensor<double> am3b = am3.clone();
+  am3b(1, 3, 0) = -std::numeric_limits<double>::infinity();
+  auto other = a.forward_with_weights(ng, x, attn::KeepMask(mask), {.attn_mask = am3b});
+  CHECK(other.weights(0, 1, 3, 0) == 0.0);
+  CHECK(base.weights(0, 1, 3, 0) > 0.0);
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        if (!(h == 1 && i == 3)) CHECK(other.weights(0, h, i, j) == base.weights(0, h, i, j));
+}
+
+TEST_CASE("per-head attn_mask: a wrong shape, the flash kernel and AttentionStats are errors naming the layer") {
+  nn::Attention<2, 8> a(nullptr, "attn");
+  attn::NoGrad ng;
+  attn::Var<float, Shape<dyn, dyn, 8>> x(random<float>({3, 4, 8}));
+  CHECK_THROWS_WITH(a(ng, x, {.attn_mask = random<float>({3, 4, 4})}), Catch::Contains("(batch * heads, time, time)"));
+  CHECK_THROWS_AS(a(ng, x, {.attn_mask = random<float>({6, 4, 5})}), attn::ShapeError);
+  CHECK_THROWS_WITH(a(ng, x, {.attn_mask = random<float>({6, 4, 4}), .kernel = AttentionKernel::flash}), Catch::Contains("not the flash kernel"));
+  attn::AttentionStats stats;
+  CHECK_THROWS_WITH(a(ng, x, {.attn_mask = random<float>({6, 4, 4}), .stats = &stats}), Catch::Contains("AttentionStats"));
+  CHECK_THROWS_WITH(a(ng, x, {.attn_mask = random<float>({4, 5})}), Catch::Contains("(time, time) or (batch * heads, time, time)"));
+  CHECK_NOTHROW(a(ng, x, {.attn_mask = random<float>({6, 4, 4})}));
 }
 
 TEST_CASE("golden: a fully padded sample gives zero weights and out = out_proj.bias, never NaN") {
@@ -513,22 +586,24 @@ TEST_CASE("Attention, PaddedRows::zero: the real rows and every gradient match P
       Tensor<float> y, gx;
       std::vector<Tensor<float>> gp;
     };
-    auto run = [&](nn::Attention<4, 32>& a, AttentionKernel kernel) {
+    auto run = [&](nn::Attention<4, 32>& a, AttentionKernel kernel, const Tensor<float>& am) {
       // Leaves NaN in the host pool's block of qkv's size: a padded row that is read but not
       // written would turn the result into NaN.
       Tensor<float>::full({bn, n, 96}, std::numeric_limits<float>::quiet_NaN());
       Tape tape;
       attn::Var<float, Shape<dyn, dyn, 32>> xv(x.clone(), true);
-      auto y = a(tape, xv, attn::KeepMask(mask), {.kernel = kernel});
+      auto y = a(tape, xv, attn::KeepMask(mask), {.attn_mask = am, .kernel = kernel});
       tape.backward(y, dout);
       Run r{y.value().erased().clone(), xv.grad().erased().clone(), {}};
       for (auto& p : a.parameters<float>()) r.gp.push_back(p.grad().erased().clone());
       a.zero_grad();
       return r;
     };
-    for (auto kernel : {AttentionKernel::flash, AttentionKernel::naive}) {
-      INFO("mask " << config << (kernel == AttentionKernel::flash ? " flash" : " naive"));
-      Run a = run(ref, kernel), b = run(skip, kernel);
+    for (int mode = 0; mode < 3; ++mode) {  // the flash kernel, the naive one, a per-head attn_mask (cross_attention)
+      INFO("mask " << config << (mode == 0 ? " flash" : mode == 1 ? " naive" : " per-head attn_mask"));
+      const auto kernel = mode == 0 ? AttentionKernel::flash : mode == 1 ? AttentionKernel::naive : AttentionKernel::automatic;
+      const Tensor<float> am = mode == 2 ? random<float>({bn * 4, n, n}) : Tensor<float>();
+      Run a = run(ref, kernel, am), b = run(skip, kernel, am);
       double real = 0, pad = 0, scale = 1e-30;
       for (std::size_t i = 0; i < bn * n; ++i)
         for (std::size_t c = 0; c < 32; ++c) {

@@ -12,7 +12,9 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -53,8 +55,10 @@ struct AttentionOptions {
 /// Optional inputs of one forward call.
 template <class T, class B = cpu>
 struct AttentionExtras {
-  // Added to the scores, may hold -inf (e.g. causal); empty: none. Self-attention: (T, T).
-  // Cross-attention: (Tq, Tk), or (B * Heads, Tq, Tk) per sample and head (torch's 3-D attn_mask).
+  // Added to the scores, may hold -inf (e.g. causal); empty: none. Self-attention: (T, T), or
+  // (B * Heads, T, T) per sample and head (torch's 3-D attn_mask; sample b's head h is row
+  // b * Heads + h; the call then runs attn::cross_attention, memory O(T^2) per head, not the flash
+  // kernel). Cross-attention: (Tq, Tk), or (B * Heads, Tq, Tk).
   Tensor<T, AnyShape, B> attn_mask = {};
   // (B, T): != 0 marks a global token at a chosen position of each sample (Longformer's
   // global_attention_mask), on top of AttentionOptions::global_tokens; empty: none
@@ -90,6 +94,12 @@ Tensor<T, AnyShape, B> average_heads(const Tensor<T, S, B>& weights) {
 template <class T, class B>
 struct Projections {
   Var<T, AnyShape, B> q, k, v;
+};
+
+/// Attention::project_key_value's result: the key and value projections of one input, each (B, T, Dim).
+template <class T, class B>
+struct KeyValues {
+  Var<T, AnyShape, B> k, v;
 };
 
 namespace detail {
@@ -141,6 +151,30 @@ Var<T, SQ, B> cross_attend(C& ctx, const char* who, const AttentionOptions& opt,
                                                     .dropout = training ? opt.dropout : 0.0,
                                                     .weights = weights});
   return Var<T, SQ, B>(linear(ctx, o, out_proj.weight, out_proj.bias));
+}
+
+/// A per-head additive mask (nb * heads, T, T) with the self-attention pattern of opt (window,
+/// causal, global_tokens) and global_mask ((nb, T), != 0: a global position) folded in as -inf;
+/// the mask itself where the pattern hides nothing.
+template <class T, class B>
+Tensor<T, AnyShape, B> with_pattern(const Tensor<T, AnyShape, B>& attn_mask, const AttentionOptions& opt, const Tensor<T, AnyShape, B>& global_mask,
+                                    std::size_t nb, std::size_t heads) {
+  const AttentionPattern pattern{.window = opt.window ? std::size_t(*opt.window) : 0, .causal = opt.causal, .global = opt.global_tokens};
+  const std::size_t n = attn_mask.size(1);
+  if (!global_mask.empty() && !(global_mask.dims() == Dims{nb, n}))
+    shape_mismatch("nn::Attention", "global_mask must be (batch, time)", global_mask.dims(), Dims{nb, n});
+  if (!pattern.active()) return attn_mask;  // global tokens widen a window only
+  std::vector<T> m = attn_mask.to_vector();
+  std::vector<T> g;
+  if (!global_mask.empty()) g = global_mask.to_vector();
+  for (std::size_t b = 0; b < nb; ++b)
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        const bool gi = !g.empty() && g[b * n + i] != T(0), gj = !g.empty() && g[b * n + j] != T(0);
+        if (pattern.visible(i, j, gi, gj)) continue;
+        for (std::size_t h = 0; h < heads; ++h) m[((b * heads + h) * n + i) * n + j] = -std::numeric_limits<T>::infinity();
+      }
+  return Tensor<T, AnyShape, B>::from(attn_mask.dims(), std::span<const T>(m));
 }
 
 /// The public forms of a cross-attention call, shared by nn::Attention's (query, key, value) call
@@ -280,17 +314,33 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
 
   /// The two halves of a call, for a caller that keeps keys and values between calls (a
   /// decoder's key/value cache): project gives x's query, key and value projections (B, T, Dim)
-  /// each, in one product with the packed in_proj_weight; project_query the query's alone. attend
+  /// each, in one product with the packed in_proj_weight; project_key_value the key's and value's
+  /// (in one product with in_proj_weight's K and V rows); project_query the query's alone. attend
   /// runs attention of projected queries (B, Tq, Dim) over projected keys and values (B, Tk, Dim)
   /// (attn::cross_attention), then out_proj: mask (or nullptr) says which keys are real, and
   /// extras.attn_mask (Tq, Tk) carries any pattern (the options' window, causal and global tokens
   /// are not applied here). attention(ctx, x, y, y, mask) is attend(ctx, project_query(ctx, x),
-  /// project(ctx, y).k, project(ctx, y).v, &mask).
+  /// kv.k, kv.v, &mask) with kv = project_key_value(ctx, y).
   template <Context C, class S>
   Projections<T, B> project(C& ctx, const Var<T, S, B>& x) const {
     detail::check_attention_input("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">::project", "input", x.dims(), Dim);
     const Var<T, AnyShape, B> all(linear(ctx, x, in_proj_weight, in_proj_bias));
     return {slice(ctx, all, 2, 0, Dim), slice(ctx, all, 2, Dim, Dim), slice(ctx, all, 2, 2 * Dim, Dim)};
+  }
+  template <Context C, class S>
+  KeyValues<T, B> project_key_value(C& ctx, const Var<T, S, B>& x) const {
+    detail::check_attention_input("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">::project_key_value", "input",
+                                  x.dims(), Dim);
+    Var<T, AnyShape, B> kv;
+    std::size_t at = Dim;  // K's first column in kv
+    if (precision() != Precision::fp32) {
+      kv = linear(ctx, x, in_proj_weight, in_proj_bias);  // the weight's own bf16/int8 pack, as project_part
+    } else {
+      auto w = slice(ctx, in_proj_weight, 0, Dim, 2 * Dim);
+      kv = in_proj_bias.defined() ? linear(ctx, x, w, slice(ctx, in_proj_bias, 0, Dim, 2 * Dim)) : linear(ctx, x, w);
+      at = 0;
+    }
+    return {slice(ctx, kv, 2, at, Dim), slice(ctx, kv, 2, at + Dim, Dim)};
   }
   template <Context C, class S>
   Var<T, AnyShape, B> project_query(C& ctx, const Var<T, S, B>& x) const {
@@ -337,8 +387,8 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
     const Dims& dk = detail::check_attention_input(who, "key", key.dims(), Dim, dq.v[0]);
     detail::check_attention_input(who, "value", value.dims(), Dim, dq.v[0], dk.v[1]);
     Var<T, AnyShape, B> q, k, v;
-    if (precision() != Precision::fp32 && key.data() == value.data()) {  // a key that is the value is projected once
-      const auto kv = project(ctx, key);
+    if (key.data() == value.data()) {  // a key that is the value is projected once
+      const auto kv = project_key_value(ctx, key);
       q = project_part(ctx, query, 0), k = kv.k, v = kv.v;
     } else {
       q = project_part(ctx, query, 0), k = project_part(ctx, key, 1), v = project_part(ctx, value, 2);
@@ -382,8 +432,18 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
       throw ShapeError("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">: input shape " + d.str() +
                        " is not (batch, time, " + std::to_string(Dim) + ")");
     const Tensor<T, AnyShape, B> mask = key_mask ? keep_mask<T, B>(*key_mask, d.v[0], d.v[1], "nn::Attention") : Tensor<T, AnyShape, B>{};
-    if (!extras.attn_mask.empty() && !(extras.attn_mask.dims() == Dims{d.v[1], d.v[1]}))
-      shape_mismatch("nn::Attention", "attn_mask must be (time, time)", extras.attn_mask.dims(), Dims{d.v[1], d.v[1]});
+    const bool per_head = extras.attn_mask.dims().n == 3;
+    if (per_head) {
+      if (!(extras.attn_mask.dims() == Dims{d.v[0] * Heads, d.v[1], d.v[1]}))
+        shape_mismatch("nn::Attention", "a per-head attn_mask must be (batch * heads, time, time)", extras.attn_mask.dims(),
+                       Dims{d.v[0] * Heads, d.v[1], d.v[1]});
+      if (extras.kernel == AttentionKernel::flash)
+        throw ArgumentError("nn::Attention: a per-head attn_mask (batch * heads, time, time) runs attn::cross_attention, not the flash kernel");
+      if (extras.stats) throw ArgumentError("nn::Attention: AttentionStats are not filled under a per-head attn_mask (attn::cross_attention runs)");
+    } else if (!extras.attn_mask.empty() && !(extras.attn_mask.dims() == Dims{d.v[1], d.v[1]})) {
+      shape_mismatch("nn::Attention", "attn_mask must be (time, time) or (batch * heads, time, time)", extras.attn_mask.dims(),
+                     Dims{d.v[1], d.v[1]});
+    }
     // PaddedRows::zero: the projections run on the real rows only. A padded row's Q, K and V are
     // zero (or never read, below); its key is masked and its query's output is dropped by the
     // output projection.
@@ -395,10 +455,20 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
     // real token (which are all its padded rows under a lengths mask): they need not be zeroed.
     // The CUDA kernels read every row (a padded key's weight is 0, but 0 times a stale non-finite
     // value is not), so there they are zeroed.
-    const bool flash = !weights && extras.kernel != AttentionKernel::naive;
+    const bool flash = !weights && extras.kernel != AttentionKernel::naive && !per_head;
     const bool rows_unread = flash && prefix && B::host_accessible;
     // (B, T, Dim) x (3 Dim, Dim)^T -> (B, T, 3 Dim): Q, K, V side by side, each split into heads.
     auto qkv = linear(ctx, x, in_proj_weight, in_proj_bias, {.map = map, .fill_rest = !rows_unread});
+    if (per_head) {
+      const Var<T, AnyShape, B> all(qkv);
+      auto o = cross_attention(ctx, slice(ctx, all, 2, 0, Dim), slice(ctx, all, 2, Dim, Dim), slice(ctx, all, 2, 2 * Dim, Dim),
+                               CrossAttentionArgs<T, B>{.heads = Heads,
+                                                        .key_mask = mask,
+                                                        .attn_mask = detail::with_pattern(extras.attn_mask, opt_, extras.global_mask, d.v[0], Heads),
+                                                        .dropout = training() ? opt_.dropout : 0.0,
+                                                        .weights = weights});
+      return Var<T, S, B>(linear(ctx, o, out_proj.weight, out_proj.bias, {.map = map}));
+    }
     auto o = self_attention(ctx, qkv,
                             AttentionArgs<T, B>{.heads = Heads,
                                                 .key_mask = mask,

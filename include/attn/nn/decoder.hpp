@@ -18,6 +18,7 @@
 
 #include "../autograd/checkpoint.hpp"
 #include "../autograd/elementwise.hpp"
+#include "../backend/attention_problem.hpp"
 #include "attention.hpp"
 #include "encoder.hpp"
 #include "layer_norm.hpp"
@@ -33,8 +34,8 @@ namespace attn::nn {
 using TransformerDecoderLayerOptions = TransformerEncoderLayerOptions;
 
 /// Per-call inputs of a decoder layer besides the masks: the self-attention's extras (attn_mask:
-/// torch's tgt_mask, (T, T), additive) and the cross-attention's (attn_mask: torch's memory_mask,
-/// (T, S) or (B * Heads, T, S), additive).
+/// torch's tgt_mask, (T, T) or (B * Heads, T, T), additive) and the cross-attention's (attn_mask:
+/// torch's memory_mask, (T, S) or (B * Heads, T, S), additive).
 template <class T, class B = cpu>
 struct DecoderExtras {
   AttentionExtras<T, B> tgt = {};
@@ -78,16 +79,13 @@ namespace detail {
 /// empty tensor where every one of those keys is visible.
 template <class T, class B>
 Tensor<T, AnyShape, B> step_pattern(const AttentionOptions& opt, std::size_t past, std::size_t n) {
-  const std::size_t tk = past + n, g = opt.global_tokens;
+  const std::size_t tk = past + n;
+  const AttentionPattern pattern{.window = opt.window ? std::size_t(*opt.window) : 0, .causal = true, .global = opt.global_tokens};
   std::vector<T> host(n * tk, T(0));
   bool any = false;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t p = past + i;
-    for (std::size_t j = 0; j < tk; ++j) {
-      const bool near = !opt.window || p - j <= std::size_t(*opt.window) || j < g || p < g;
-      if (j > p || !near) host[i * tk + j] = -std::numeric_limits<T>::infinity(), any = true;
-    }
-  }
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < tk; ++j)
+      if (!pattern.visible(past + i, j)) host[i * tk + j] = -std::numeric_limits<T>::infinity(), any = true;
   if (!any) return {};
   return Tensor<T, AnyShape, B>::from(Dims{n, tk}, std::span<const T>(host));
 }
@@ -220,8 +218,8 @@ class TransformerDecoderLayer : public Module {
   /// cross-attention keys and values, projected once.
   template <Context C, class SM>
   DecoderLayerCache<T, B> start(C& ctx, const Var<T, SM, B>& memory) const {
-    const auto p = multihead_attn.project(ctx, memory);
-    return {.self_k = {}, .self_v = {}, .memory_k = p.k, .memory_v = p.v};
+    const auto kv = multihead_attn.project_key_value(ctx, memory);
+    return {.self_k = {}, .self_v = {}, .memory_k = kv.k, .memory_v = kv.v};
   }
   /// The next n target positions x (B, n, Dim), after `past` earlier ones whose keys and values
   /// are in cache (which gets x's appended): the rows past .. past + n - 1 of a full causal call.

@@ -138,7 +138,8 @@ class TransformerEncoderLayer : public Module {
 
   /// x (B, T, Dim) -> (B, T, Dim). mask says which positions are real tokens, as for nn::Attention:
   /// attn::Lengths, attn::KeepMask(m) or attn::PaddingMask(m) (torch's src_key_padding_mask).
-  /// extras.attn_mask (T, T) is added to every head's scores (torch's src_mask, additive form).
+  /// extras.attn_mask (T, T) is added to every head's scores, (B * Heads, T, T) to each sample's
+  /// and head's (torch's src_mask, additive form).
   template <Context C, class S, TokenMask M>
   Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x, const M& mask, AttentionExtras<T, B> extras = {}) const {
     return forward(ctx, x, &mask, extras);

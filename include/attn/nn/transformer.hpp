@@ -53,8 +53,8 @@ struct TransformerOptions {
 };
 
 /// Per-call inputs besides the key masks: torch's src_mask (extras.src.attn_mask, (S, S)), tgt_mask
-/// (extras.tgt.attn_mask, (T, T)) and memory_mask (extras.memory.attn_mask, (T, S) or
-/// (B * Heads, T, S)), all additive, and the other AttentionExtras of each attention.
+/// (extras.tgt.attn_mask, (T, T)) and memory_mask (extras.memory.attn_mask, (T, S)), each also per
+/// sample and head ((B * Heads, ., .)), all additive, and the other AttentionExtras of each attention.
 template <class T, class B = cpu>
 struct TransformerExtras {
   AttentionExtras<T, B> src = {};
