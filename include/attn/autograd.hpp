@@ -18,5 +18,6 @@
 #include "autograd/lstm.hpp"
 #include "autograd/attention.hpp"
 #include "autograd/cross_attention.hpp"
+#include "autograd/rotary.hpp"
 #include "autograd/checkpoint.hpp"
 #include "autograd/gradcheck.hpp"

@@ -151,6 +151,54 @@ TEST_CASE("gradcheck: cross-entropy with ignore_index, label smoothing and class
                   {rnd({5, 5}, -2, 2)});
 }
 
+TEST_CASE("gradcheck: rotary position embeddings (both pair orders, part of each head, an offset, the first columns)") {
+  check_gradients("rotary", [](Tape& t, V& x) { return attn::rotary(t, x[0], {.head_dim = 4}); }, {rnd({2, 5, 8})});
+  check_gradients("rotary interleaved, partial, offset, columns",
+                  [](Tape& t, V& x) {
+                    return attn::rotary(t, x[0], {.head_dim = 6, .columns = 12, .dim = 4, .offset = 3, .base = 50, .interleaved = true});
+                  },
+                  {rnd({2, 4, 18})});
+}
+
+TEST_CASE("rotary: position 0 is the identity, pairs keep their length, scores depend on the distance alone, errors") {
+  attn::NoGrad ng;
+  attn::Rng rng(7);
+  attn::Tensor<double> x0(attn::Dims{1, 9, 16});
+  for (std::size_t i = 0; i < x0.numel(); ++i) x0[i] = rng.uniform(-1, 1);
+  const attn::Var<double> x(x0);
+  for (bool interleaved : {false, true}) {
+    INFO("interleaved " << interleaved);
+    const auto y = attn::rotary(ng, x, {.head_dim = 8, .base = 100, .interleaved = interleaved}).value();
+    for (std::size_t c = 0; c < 16; ++c) CHECK(y[c] == x0[c]);  // time step 0
+    for (std::size_t t = 0; t < 9; ++t)
+      for (std::size_t g = 0; g < 2; ++g)
+        for (std::size_t i = 0; i < 4; ++i) {
+          const std::size_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + 4, o = t * 16 + g * 8;
+          const double before = x0[o + a] * x0[o + a] + x0[o + b] * x0[o + b], after = y[o + a] * y[o + a] + y[o + b] * y[o + b];
+          CHECK(after == Approx(before).epsilon(1e-12));
+          // The angle of pair i at time t: t * 100^(-2i/8).
+          const double th = double(t) * std::pow(100.0, -2.0 * double(i) / 8.0);
+          CHECK(y[o + a] == Approx(x0[o + a] * std::cos(th) - x0[o + b] * std::sin(th)).margin(1e-12));
+        }
+    // q at position p and k at position s: q·k after the turn depends on p - s alone.
+    const auto at = [&](std::size_t offset) { return attn::rotary(ng, x, {.head_dim = 8, .offset = offset, .interleaved = interleaved}).value(); };
+    const auto y0 = at(0), y5 = at(5);
+    for (std::size_t p = 0; p < 9; ++p)
+      for (std::size_t s = 0; s < 9; ++s) {
+        double d0 = 0, d5 = 0;
+        for (std::size_t c = 0; c < 8; ++c) d0 += y0[p * 16 + c] * y0[s * 16 + 8 + c], d5 += y5[p * 16 + c] * y5[s * 16 + 8 + c];
+        CHECK(d5 == Approx(d0).margin(1e-12));
+      }
+  }
+  CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .dim = 3}), Catch::Contains("dim 3 must be even"));
+  CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .dim = 10}), Catch::Contains("at most head_dim 8"));
+  CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .columns = 12}), Catch::Contains("multiple of head_dim"));
+  CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .columns = 24}), Catch::Contains("no wider than"));
+  CHECK_THROWS_WITH(attn::rotary(ng, x, {}), Catch::Contains("head_dim 0"));
+  CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .base = 0}), Catch::Contains("base must be positive"));
+  CHECK_THROWS_AS(attn::rotary(ng, attn::Var<double>(attn::Tensor<double>(attn::Dims{4, 8})), {.head_dim = 8}), attn::ShapeError);
+}
+
 TEST_CASE("tape: gradients accumulate over two backward passes, and NoGrad records nothing") {
   Tape t;
   attn::Var<double> x(rnd({3}), true);

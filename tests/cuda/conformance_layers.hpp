@@ -304,6 +304,17 @@ Result attention_zero(std::uint64_t seed) {
   return attention_case<T, B>(seed, nn::PaddedRows::zero);
 }
 
+/// A forward_with_weights case's record: the output, the weights, x's gradient and every parameter's.
+template <class T, class B, class Out, class SX, class Layer>
+Result attention_record(const Out& res, const attn::Var<T, SX, B>& x, const Layer& layer) {
+  Result r;
+  record_value(r, "y", res.out);
+  record(r, "weights", res.weights);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, layer);
+  return r;
+}
+
 /// forward_with_weights under padding and an additive (T, T) attn_mask (causal, -inf above the
 /// diagonal, plus a learned-bias-like ramp), without bias terms: the output, the returned weights
 /// and every gradient; then the same layer in eval mode without a tape (NoGrad).
@@ -320,11 +331,7 @@ Result attention_weights_mask(std::uint64_t seed) {
   const auto mask = tensor<T, B>({7, 7}, am);
   auto res = att.forward_with_weights(tape, x, attn::Lengths{7, 4}, {.attn_mask = mask});
   backward_from(tape, res.out, rng);
-  Result r;
-  record_value(r, "y", res.out);
-  record(r, "weights", res.weights);
-  record_grad(r, "x", x);
-  record_parameter_grads<T, B>(r, att);
+  Result r = attention_record<T, B>(res, x, att);
   att.eval();
   attn::NoGrad ng;
   record_value(r, "y eval", att(ng, x, attn::Lengths{7, 4}, {.attn_mask = mask}));
@@ -347,10 +354,33 @@ Result attention_per_head_mask(std::uint64_t seed) {
   auto res = att.forward_with_weights(tape, x, attn::Lengths{8, 6},
                                       {.attn_mask = tensor<T, B>({4, 8, 8}, per_head), .global_mask = tensor<T, B>({2, 8}, global)});
   backward_from(tape, res.out, rng);
+  return attention_record<T, B>(res, x, att);
+}
+
+/// Rotary position embeddings: a causal nn::Attention<2, 16> turning half of each head's features
+/// (interleaved pairs) over a padded batch, then its queries and keys projected at position 5 and
+/// attended (the decoder's path); and attn::rotary alone on the first columns with an offset.
+template <class T, class B>
+Result attention_rotary(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape(seed);
+  nn::Attention<2, 16, T, B> att(nullptr, "attn", {.causal = true, .rotary = nn::RotaryOptions{.base = 100, .dim = 4, .interleaved = true}});
+  auto x = input<T, B>(rng, {2, 7, 16});
+  auto z = input<T, B>(rng, {2, 7, 24});
+  auto y = att(tape, x, attn::Lengths{7, 4});
+  const auto kv = att.project_key_value(tape, x, 5);
+  auto y2 = att.attend(tape, att.project_query(tape, x, 5), kv.k, kv.v);
+  auto zr = attn::rotary(tape, z, {.head_dim = 6, .columns = 18, .offset = 3, .base = 10});
+  const auto ly = weighted_sum(tape, y, rng);  // one statement each: the random draws in a fixed order
+  const auto ly2 = weighted_sum(tape, y2, rng);
+  const auto lz = weighted_sum(tape, zr, rng);
+  tape.backward(attn::add(tape, ly, attn::add(tape, ly2, lz)));
   Result r;
-  record_value(r, "y", res.out);
-  record(r, "weights", res.weights);
+  record_value(r, "y", y);
+  record_value(r, "y2", y2);
+  record_value(r, "zr", zr);
   record_grad(r, "x", x);
+  record_grad(r, "z", z);
   record_parameter_grads<T, B>(r, att);
   return r;
 }

@@ -212,6 +212,17 @@ def mha_check_torch_vs_reference(mha64, x, dout, key_valid, attn_mask, heads, wh
     mha64.zero_grad()
 
 
+def seeded_mha(seed: int, dim: int, heads: int) -> nn.MultiheadAttention:
+    """nn.MultiheadAttention(dim, heads, batch_first=True) drawn after manual_seed(seed), with random
+    biases: torch zero-initialises both, and random ones make the tests see them."""
+    torch.manual_seed(seed)
+    mha = nn.MultiheadAttention(embed_dim=dim, num_heads=heads, batch_first=True, dropout=0.0)
+    with torch.no_grad():
+        mha.in_proj_bias.copy_(randn32(3 * dim, scale=0.5))
+        mha.out_proj.bias.copy_(randn32(dim, scale=0.5))
+    return mha
+
+
 def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int, variant: str):
     """variant: "" (key padding only), "attnmask" (plus additive causal attn_mask), "fullpad",
     "causal" (is_causal=True with the causal mask: attn's AttentionOptions::causal, no attn_mask
@@ -220,12 +231,7 @@ def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int
     torch gets it with -inf above the diagonal added: attn's AttentionOptions::causal)."""
     B, T = 3, 5
     lengths = [5, 0, 3] if variant == "fullpad" else [5, 3, 1]
-    torch.manual_seed(seed)
-    mha = nn.MultiheadAttention(embed_dim=dim, num_heads=heads, batch_first=True, dropout=0.0)
-    with torch.no_grad():
-        # torch zero-initialises both biases; random ones make the test see them.
-        mha.in_proj_bias.copy_(randn32(3 * dim, scale=0.5))
-        mha.out_proj.bias.copy_(randn32(dim, scale=0.5))
+    mha = seeded_mha(seed, dim, heads)
     x = randn32(B, T, dim)
     dout = randn32(B, T, dim)
     mask = mask_from_lengths(lengths, T)
@@ -312,6 +318,77 @@ def case_mha(out_dir: Path, written: list[Path], heads: int, dim: int, seed: int
         md["causal"] = "true"
     if variant == "fullpad":
         md["torch_gives_nan_on_fully_padded_sample"] = "true" if torch_nan else "false"
+    write(out_dir, fname, t, md, written)
+
+
+def rope_rotate_half(x, rdim, base):
+    """Hugging Face Llama's apply_rotary_pos_emb on the first rdim features of x [B,H,T,hd]:
+    x * cos + rotate_half(x) * sin, with emb = cat(freqs, freqs)."""
+    T = x.shape[2]
+    inv_freq = 1.0 / (base ** (torch.arange(0, rdim, 2, dtype=torch.float64) / rdim))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    xr, xp = x[..., :rdim], x[..., rdim:]
+    rot = torch.cat((-xr[..., rdim // 2:], xr[..., :rdim // 2]), dim=-1)
+    return torch.cat((xr * cos + rot * sin, xp), dim=-1)
+
+
+def rope_complex(x, rdim, base):
+    """Meta's Llama form (RoFormer's interleaved pairs): features (2i, 2i+1) of the first rdim as a
+    complex number, times exp(i * t * inv_freq[i])."""
+    T = x.shape[2]
+    inv_freq = 1.0 / (base ** (torch.arange(0, rdim, 2, dtype=torch.float64) / rdim))
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    rot = torch.polar(torch.ones_like(angles), angles)
+    xc = torch.view_as_complex(x[..., :rdim].reshape(*x.shape[:-1], rdim // 2, 2).contiguous())
+    return torch.cat((torch.view_as_real(xc * rot).flatten(-2), x[..., rdim:]), dim=-1)
+
+
+def case_mha_rotary(out_dir: Path, written: list[Path], fname: str, heads: int, dim: int, rdim: int, base: float,
+                    interleaved: bool, causal: bool, seed: int):
+    """nn.MultiheadAttention's parameters with rotary position embeddings on the queries and keys
+    after in_proj (torch has no rotary module: the rotation is Hugging Face's rotate_half form or
+    Meta's complex form, written out; the attention is F.scaled_dot_product_attention, checked
+    against explicit products)."""
+    B, T = 3, 7
+    lengths = [7, 4, 1]
+    hd = dim // heads
+    mha = seeded_mha(seed, dim, heads)
+    x = randn32(B, T, dim)
+    dout = randn32(B, T, dim)
+    mask = mask_from_lengths(lengths, T)
+    t = {"x": f32(x), "mask": mask}
+    for n, p in mha.named_parameters():
+        t[n] = f32(p)
+    t["dout"] = f32(dout)
+    leaves = {n: p.detach().double().clone().requires_grad_() for n, p in mha.named_parameters()}
+    x64 = x.double().requires_grad_()
+    rope = rope_complex if interleaved else rope_rotate_half
+
+    def split(z):
+        return z.reshape(B, T, heads, hd).transpose(1, 2)
+
+    q, k, v = (x64 @ leaves["in_proj_weight"].T + leaves["in_proj_bias"]).chunk(3, dim=-1)
+    q, k, v = rope(split(q), rdim, base), rope(split(k), rdim, base), split(v)
+    visible = mask.bool()[:, None, None, :].expand(B, heads, T, T)
+    if causal:
+        visible = visible & torch.ones(T, T, dtype=torch.bool).tril()
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    w = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+    assert_close(f"{fname}: sdpa against explicit products", o, w @ v)
+    out = o.transpose(1, 2).reshape(B, T, dim) @ leaves["out_proj.weight"].T + leaves["out_proj.bias"]
+    (out * dout.double()).sum().backward()
+    t.update({"out": f64(out), "weights": f64(w), "grad.x": f64(x64.grad)})
+    for n in mha_param_names():
+        t["grad." + n] = f64(leaves[n].grad)
+    md = meta("multihead_attention_rotary", seed, heads=heads, dim=dim, head_dim=hd, batch=B, seq=T, lengths=lengths,
+              rotary_dim=rdim, rotary_base=base, rotary_interleaved="true" if interleaved else "false",
+              rotary_form="Meta's complex form (pairs 2i, 2i+1)" if interleaved else "Hugging Face's rotate_half (pairs i, i + rotary_dim/2)",
+              positions="0..T-1 in every sample", loss="sum(out*dout)")
+    if causal:
+        md["causal"] = "true"
     write(out_dir, fname, t, md, written)
 
 
@@ -1183,6 +1260,8 @@ def generate(out_dir: Path) -> list[Path]:
     case_mha(out_dir, written, 2, 16, 42, "causal")
     case_mha(out_dir, written, 4, 16, 45, "perhead")
     case_mha(out_dir, written, 4, 16, 46, "perhead_causal")
+    case_mha_rotary(out_dir, written, "mha_rotary.safetensors", 2, 16, 8, 10000.0, False, False, seed=47)
+    case_mha_rotary(out_dir, written, "mha_rotary_partial_interleaved_causal.safetensors", 2, 16, 4, 100.0, True, True, seed=48)
     case_mha_cross(out_dir, written, 4, 16, 16, 16, seed=43)
     case_mha_cross(out_dir, written, 2, 16, 12, 10, seed=44)
     case_lstm(out_dir, written, bidirectional=False, seed=31)

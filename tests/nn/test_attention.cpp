@@ -320,7 +320,12 @@ void golden_case(const std::string& name, AttentionKernel kernel, double tol) {
   INFO(name << (kernel == AttentionKernel::flash ? " flash" : kernel == AttentionKernel::naive ? " naive" : " automatic")
             << (sizeof(T) == 4 ? " float32" : " float64"));
   const bool causal = f.metadata.count("causal") && f.metadata.at("causal") == "true";  // torch's is_causal
-  nn::Attention<H, D, T> a(nullptr, "attn", {.causal = causal});
+  nn::AttentionOptions opt{.causal = causal};
+  if (f.metadata.count("rotary_dim"))
+    opt.rotary = nn::RotaryOptions{.base = std::stod(f.metadata.at("rotary_base")),
+                                   .dim = std::stoul(f.metadata.at("rotary_dim")),
+                                   .interleaved = f.metadata.at("rotary_interleaved") == "true"};
+  nn::Attention<H, D, T> a(nullptr, "attn", opt);
   set_value(a.in_proj_weight, golden::tensor<T>(f, "in_proj_weight"));
   set_value(a.in_proj_bias, golden::tensor<T>(f, "in_proj_bias"));
   set_value(a.out_proj.weight, golden::tensor<T>(f, "out_proj.weight"));
@@ -437,6 +442,34 @@ TEST_CASE("per-head attn_mask: a wrong shape, the flash kernel and AttentionStat
   CHECK_THROWS_WITH(a(ng, x, {.attn_mask = random<float>({6, 4, 4}), .stats = &stats}), Catch::Contains("AttentionStats"));
   CHECK_THROWS_WITH(a(ng, x, {.attn_mask = random<float>({4, 5})}), Catch::Contains("(time, time) or (batch * heads, time, time)"));
   CHECK_NOTHROW(a(ng, x, {.attn_mask = random<float>({6, 4, 4})}));
+}
+
+TEST_CASE("golden: rotary position embeddings match torch with the rotation written out (rotate_half, and interleaved pairs on part of each head under causal)") {
+  golden_all<2, 16>("mha_rotary");
+  golden_all<2, 16>("mha_rotary_partial_interleaved_causal");
+}
+
+TEST_CASE("rotary: project, project_query and project_key_value at a common position give self-attention's output at any position") {
+  nn::Attention<2, 8, double> a(nullptr, "attn", {.rotary = nn::RotaryOptions{.base = 50}});
+  attn::NoGrad ng;
+  attn::Var<double, Shape<dyn, dyn, 8>> x(random<double>({2, 6, 8}));
+  const auto want = a(ng, x).value();
+  for (std::size_t position : {0, 5}) {
+    INFO("position " << position);
+    const auto kv = a.project_key_value(ng, x, position);
+    const auto y = a.attend(ng, a.project_query(ng, x, position), kv.k, kv.v).value();
+    CHECK(rel_diff(y, want) < 1e-12);
+    const auto p = a.project(ng, x, position);
+    CHECK(rel_diff(p.k.value(), kv.k.value()) < 1e-14);
+    CHECK(rel_diff(a.attend(ng, p.q, p.k, p.v).value(), want) < 1e-12);
+  }
+  // Without the rotation the output differs: the positions reach the scores.
+  nn::Attention<2, 8, double> plain(nullptr, "attn");
+  for (auto& [name, v] : plain.named_parameter_vars<double>()) set_value(v, a.named_parameter_vars<double>().at(name).value().clone());
+  CHECK(rel_diff(plain(ng, x).value(), want) > 1e-6);
+  CHECK_THROWS_WITH(a(ng, x, x, x), Catch::Contains("rotary"));
+  CHECK_THROWS_WITH((nn::Attention<2, 8, double>(nullptr, "odd", {.rotary = nn::RotaryOptions{.dim = 3}})), Catch::Contains("'odd'"));
+  CHECK_THROWS_WITH((nn::Attention<2, 8, double>(nullptr, "wide", {.rotary = nn::RotaryOptions{.dim = 6}})), Catch::Contains("head width 4"));
 }
 
 TEST_CASE("golden: a fully padded sample gives zero weights and out = out_proj.bias, never NaN") {

@@ -226,6 +226,14 @@ TEST_CASE("TransformerDecoder: incremental decoding with the key/value cache giv
   const nn::TransformerDecoderOptions local{.num_layers = 2, .layer = {.dim_feedforward = 16, .window = 2, .causal = true, .global_tokens = 1}};
   check_incremental<double>(local, 4, 1e-12);
   check_incremental<double>(local, 1, 1e-12);
+  // Rotary embeddings: step n's queries and keys turn at position n.
+  for (bool interleaved : {false, true}) {
+    const nn::TransformerDecoderOptions rope{
+        .num_layers = 2, .layer = {.dim_feedforward = 16, .causal = true, .rotary = nn::RotaryOptions{.interleaved = interleaved}}};
+    check_incremental<double>(rope, 3, 1e-12);
+    check_incremental<double>(rope, 1, 1e-12);
+    check_incremental<float>(rope, 1, 1e-5);
+  }
 }
 
 TEST_CASE("TransformerDecoder: incremental decoding's errors") {

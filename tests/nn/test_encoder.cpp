@@ -356,6 +356,7 @@ TEST_CASE("forward_rows: the first rows of the full forward, their gradients, an
       {{.dim_feedforward = 24, .dropout = 0.0, .norm_first = false}, 3},
       {{.dim_feedforward = 24, .dropout = 0.0, .activation = nn::Activation::gelu, .norm_first = true}, 1},
       {{.dim_feedforward = 24, .dropout = 0.0, .norm_first = true, .window = 2, .global_tokens = 2}, 2},
+      {{.dim_feedforward = 24, .dropout = 0.0, .rotary = nn::RotaryOptions{.dim = 2, .interleaved = true}}, 2},
   };
   for (const auto& c : cases)
     for (bool checkpoint : {false, true}) {

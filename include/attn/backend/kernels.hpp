@@ -14,6 +14,7 @@
 #include "cpu/lstm.hpp"
 #include "cpu/optim_kernels.hpp"
 #include "cpu/reduce.hpp"
+#include "cpu/rotary.hpp"
 #include "cpu/softmax.hpp"
 #include "element_math.hpp"
 #include "generic.hpp"
@@ -26,5 +27,6 @@
 #include "cuda/lstm.cuh"
 #include "cuda/optim.cuh"
 #include "cuda/reduce.cuh"
+#include "cuda/rotary.cuh"
 #include "cuda/softmax.cuh"
 #endif

@@ -11,6 +11,7 @@
 //   auto z = attention(ctx, y, memory, memory, attn::Lengths{9, 4});  // cross: y's rows attend to memory's
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "../autograd/attention.hpp"
 #include "../autograd/cross_attention.hpp"
 #include "../autograd/linear.hpp"
+#include "../autograd/rotary.hpp"
 #include "../core/mask.hpp"
 #include "init.hpp"
 #include "linear.hpp"
@@ -31,6 +33,15 @@ namespace attn::nn {
 
 /// The head count the library suggests for a model width: max(4, hidden / 64).
 constexpr std::size_t recommended_heads(std::size_t hidden) { return std::max<std::size_t>(4, hidden / 64); }
+
+/// Rotary position embeddings (RoFormer's RoPE) on the queries and keys, after the projection
+/// (attn::rotary): each head's first `dim` features turn in pairs by angles t * base^(-2i / dim)
+/// at position t, so the scores depend on the positions' distance.
+struct RotaryOptions {
+  double base = 10000;
+  std::size_t dim = 0;       // features of each head that turn (even; GPT-NeoX's rotary_dim); 0: the head width
+  bool interleaved = false;  // pairs (2i, 2i + 1) (RoFormer, GPT-J, Meta's Llama); false: (i, i + dim / 2) (Hugging Face's rotate_half)
+};
 
 /// What the layer returns at padded positions.
 enum class PaddedRows {
@@ -50,6 +61,10 @@ struct AttentionOptions {
   std::optional<std::int64_t> window = {};
   bool causal = false;
   std::size_t global_tokens = 0;
+  // Rotary position embeddings on the self-attention's queries and keys (position t of the input
+  // is t; project, project_query and project_key_value take the first row's position); empty: none.
+  // A cross-attention call of a rotary layer is refused.
+  std::optional<RotaryOptions> rotary = {};
 };
 
 /// Optional inputs of one forward call.
@@ -246,6 +261,12 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
     if (opt.window && *opt.window < 1)
       throw ArgumentError("nn::Attention '" + this->name() + "': window must be >= 1 (keys within window positions on each side), got " +
                           std::to_string(*opt.window));
+    if (opt.rotary) {
+      const std::size_t rd = opt.rotary->dim ? opt.rotary->dim : head_dim;
+      if (rd % 2 != 0 || rd > head_dim || !(opt.rotary->base > 0) || !std::isfinite(opt.rotary->base))
+        throw ArgumentError("nn::Attention '" + this->name() + "': rotary dim " + std::to_string(rd) + " must be even and at most the head width " +
+                            std::to_string(head_dim) + ", and its base positive and finite");
+    }
     in_proj_weight = register_parameter<T, Shape<3 * Dim, Dim>, B>("in_proj_weight", {3 * Dim, Dim}, true);
     if (opt.bias) in_proj_bias = register_parameter<T, Shape<3 * Dim>, B>("in_proj_bias", {3 * Dim});
     if (init_on_construction()) {
@@ -320,15 +341,17 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
   /// (attn::cross_attention), then out_proj: mask (or nullptr) says which keys are real, and
   /// extras.attn_mask (Tq, Tk) carries any pattern (the options' window, causal and global tokens
   /// are not applied here). attention(ctx, x, y, y, mask) is attend(ctx, project_query(ctx, x),
-  /// kv.k, kv.v, &mask) with kv = project_key_value(ctx, y).
+  /// kv.k, kv.v, &mask) with kv = project_key_value(ctx, y). With AttentionOptions::rotary the
+  /// projections turn the queries and keys, x's first row at `position` (a decoder's past length).
   template <Context C, class S>
-  Projections<T, B> project(C& ctx, const Var<T, S, B>& x) const {
+  Projections<T, B> project(C& ctx, const Var<T, S, B>& x, std::size_t position = 0) const {
     detail::check_attention_input("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">::project", "input", x.dims(), Dim);
-    const Var<T, AnyShape, B> all(linear(ctx, x, in_proj_weight, in_proj_bias));
+    Var<T, AnyShape, B> all(linear(ctx, x, in_proj_weight, in_proj_bias));
+    if (opt_.rotary) all = rotary(ctx, all, rotary_args(position, 2 * Dim));
     return {slice(ctx, all, 2, 0, Dim), slice(ctx, all, 2, Dim, Dim), slice(ctx, all, 2, 2 * Dim, Dim)};
   }
   template <Context C, class S>
-  KeyValues<T, B> project_key_value(C& ctx, const Var<T, S, B>& x) const {
+  KeyValues<T, B> project_key_value(C& ctx, const Var<T, S, B>& x, std::size_t position = 0) const {
     detail::check_attention_input("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">::project_key_value", "input",
                                   x.dims(), Dim);
     Var<T, AnyShape, B> kv;
@@ -340,13 +363,17 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
       kv = in_proj_bias.defined() ? linear(ctx, x, w, slice(ctx, in_proj_bias, 0, Dim, 2 * Dim)) : linear(ctx, x, w);
       at = 0;
     }
-    return {slice(ctx, kv, 2, at, Dim), slice(ctx, kv, 2, at + Dim, Dim)};
+    Var<T, AnyShape, B> k = slice(ctx, kv, 2, at, Dim);
+    if (opt_.rotary) k = rotary(ctx, k, rotary_args(position, Dim));
+    return {k, slice(ctx, kv, 2, at + Dim, Dim)};
   }
   template <Context C, class S>
-  Var<T, AnyShape, B> project_query(C& ctx, const Var<T, S, B>& x) const {
+  Var<T, AnyShape, B> project_query(C& ctx, const Var<T, S, B>& x, std::size_t position = 0) const {
     detail::check_attention_input("nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">::project_query", "input", x.dims(),
                                   Dim);
-    return project_part(ctx, x, 0);
+    Var<T, AnyShape, B> q = project_part(ctx, x, 0);
+    if (opt_.rotary) q = rotary(ctx, q, rotary_args(position, Dim));
+    return q;
   }
   template <Context C, class M = Lengths>
   Var<T, AnyShape, B> attend(C& ctx, const Var<T, AnyShape, B>& q, const Var<T, AnyShape, B>& k, const Var<T, AnyShape, B>& v,
@@ -383,6 +410,9 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
     if constexpr (!std::is_same_v<SV, AnyShape>)
       static_assert(shapes::may_equal(shapes::back<SV, 0>, Dim), "nn::Attention: the value's last extent differs from Dim");
     const std::string who = "nn::Attention<" + std::to_string(Heads) + ", " + std::to_string(Dim) + ">";
+    if (opt_.rotary)
+      throw ArgumentError(who + " '" + this->name() + "': rotary position embeddings apply to self-attention; for queries and keys at " +
+                          "chosen positions, call project_query and project_key_value with them, then attend");
     const Dims& dq = detail::check_attention_input(who, "query", query.dims(), Dim);
     const Dims& dk = detail::check_attention_input(who, "key", key.dims(), Dim, dq.v[0]);
     detail::check_attention_input(who, "value", value.dims(), Dim, dq.v[0], dk.v[1]);
@@ -394,6 +424,12 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
       q = project_part(ctx, query, 0), k = project_part(ctx, key, 1), v = project_part(ctx, value, 2);
     }
     return detail::cross_attend<Heads, SQ>(ctx, "nn::Attention", opt_, training(), q, k, v, mask, extras, weights, out_proj);
+  }
+
+  /// attn::rotary's arguments for this layer's heads: the first `columns` columns, row 0 at `position`.
+  RotaryArgs rotary_args(std::size_t position, std::size_t columns) const {
+    return {.head_dim = head_dim, .columns = columns, .dim = opt_.rotary->dim, .offset = position, .base = opt_.rotary->base,
+            .interleaved = opt_.rotary->interleaved};
   }
 
   /// x's projection by in_proj_weight's part-th block of Dim rows (0: Q, 1: K, 2: V).
@@ -459,6 +495,7 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
     const bool rows_unread = flash && prefix && B::host_accessible;
     // (B, T, Dim) x (3 Dim, Dim)^T -> (B, T, 3 Dim): Q, K, V side by side, each split into heads.
     auto qkv = linear(ctx, x, in_proj_weight, in_proj_bias, {.map = map, .fill_rest = !rows_unread});
+    if (opt_.rotary) qkv = rotary(ctx, qkv, rotary_args(0, 2 * Dim));  // Q and K
     if (per_head) {
       const Var<T, AnyShape, B> all(qkv);
       auto o = cross_attention(ctx, slice(ctx, all, 2, 0, Dim), slice(ctx, all, 2, Dim, Dim), slice(ctx, all, 2, 2 * Dim, Dim),

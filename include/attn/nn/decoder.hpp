@@ -114,7 +114,8 @@ class TransformerDecoderLayer : public Module {
                    .padded = opt.padded,
                    .window = opt.window,
                    .causal = opt.causal,
-                   .global_tokens = opt.global_tokens}),
+                   .global_tokens = opt.global_tokens,
+                   .rotary = opt.rotary}),
         multihead_attn(this, "multihead_attn", {.dropout = opt.attention_dropout.value_or(opt.dropout), .bias = opt.bias}),
         linear1(this, "linear1", Dim, width(opt), opt.bias),
         dropout(this, "dropout", opt.dropout),
@@ -232,7 +233,7 @@ class TransformerDecoderLayer : public Module {
                           std::to_string(cache.self_k.defined() ? cache.self_k.size(1) : 0) + " positions, not " + std::to_string(past));
     const std::size_t n = x.size(1);
     auto sa = [&](const Var<T, S, B>& h) -> Var<T, S, B> {
-      const auto p = self_attn.project(ctx, h);
+      const auto p = self_attn.project(ctx, h, past);
       cache.self_k = past ? concat(ctx, std::vector<Var<T, AnyShape, B>>{cache.self_k, p.k}, 1) : p.k;
       cache.self_v = past ? concat(ctx, std::vector<Var<T, AnyShape, B>>{cache.self_v, p.v}, 1) : p.v;
       AttentionExtras<T, B> e;

@@ -59,6 +59,8 @@ struct TransformerEncoderLayerOptions {
   std::optional<std::int64_t> window = {};
   bool causal = false;
   std::size_t global_tokens = 0;
+  /// Rotary position embeddings on the self-attention's queries and keys (nn::AttentionOptions::rotary).
+  std::optional<RotaryOptions> rotary = {};
 };
 
 namespace detail {
@@ -126,7 +128,8 @@ class TransformerEncoderLayer : public Module {
                    .padded = opt.padded,
                    .window = opt.window,
                    .causal = opt.causal,
-                   .global_tokens = opt.global_tokens}),
+                   .global_tokens = opt.global_tokens,
+                   .rotary = opt.rotary}),
         linear1(this, "linear1", Dim, width(opt), opt.bias),
         dropout(this, "dropout", opt.dropout),
         linear2(this, "linear2", width(opt), Dim, opt.bias),
@@ -267,28 +270,18 @@ class TransformerEncoderLayer : public Module {
     constexpr std::size_t hd = Dim / Heads;
     const Var<T, AnyShape, B> x = x_in.erased();
     const auto first = [&](const Var<T, AnyShape, B>& v) { return slice(ctx, v, 1, 0, rows); };
-    const auto part = [&](const auto& v, std::size_t i) {  // Q (0), K (1) or V (2) of in_proj's weight or bias
-      return v.defined() ? slice(ctx, v.erased(), 0, i * Dim, (i == 0 ? 1 : 2) * Dim) : Var<T, AnyShape, B>{};
-    };
     // Self-attention of the first rows' queries over every key: (B, T, Dim) -> (B, rows, Dim).
     const auto sa = [&](const Var<T, AnyShape, B>& h) {
       const auto& a = self_attn;
-      Var<T, AnyShape, B> q, kv;  // (B, rows, Dim), (B, T, 2 Dim)
-      if (precision() != Precision::fp32) {
-        // In bf16 or int8 the product takes in_proj_weight's own pack (the one quantize_dynamic or
-        // load_quantized made): a slice of it would be a new weight, packed, or quantized afresh
-        // from the dequantized values, on every call. So every row's Q, K and V, then the slices.
-        const Var<T, AnyShape, B> qkv = linear(ctx, h, a.in_proj_weight, a.in_proj_bias);  // (B, T, 3 Dim)
-        q = slice(ctx, first(qkv), 2, 0, Dim);
-        kv = slice(ctx, qkv, 2, Dim, 2 * Dim);
-      } else {
-        q = linear(ctx, first(h), part(a.in_proj_weight, 0), part(a.in_proj_bias, 0));
-        kv = linear(ctx, h, part(a.in_proj_weight, 1), part(a.in_proj_bias, 1));
-      }
+      // The first rows' queries (B, rows, Dim), every row's keys and values (B, T, Dim), turned by
+      // the rotary embeddings if the layer has them (in bf16 or int8 each projection takes
+      // in_proj_weight's own pack: Attention::project_part).
+      const Var<T, AnyShape, B> q = a.project_query(ctx, first(h));
+      const auto kv = a.project_key_value(ctx, h);
       const auto split = [&](const Var<T, AnyShape, B>& v, std::size_t n) {              // (B, n, Dim) -> (B, H, n, hd)
         return permute(ctx, reshape(ctx, v, Dims{batch, n, Heads, hd}), {0, 2, 1, 3});
       };
-      auto k = split(slice(ctx, kv, 2, 0, Dim), time), v = split(slice(ctx, kv, 2, Dim, Dim), time);
+      auto k = split(kv.k, time), v = split(kv.v, time);
       auto scores = scale(ctx, matmul_nt(ctx, split(q, rows), k), T(1 / std::sqrt(double(hd))));  // (B, H, rows, T)
       if (!pad.empty()) scores = masked_fill(ctx, scores, pad, -std::numeric_limits<T>::infinity());
       auto sm = softmax(ctx, scores);
