@@ -158,6 +158,8 @@ TEST_CASE("gradcheck: rotary position embeddings (both pair orders, part of each
                     return attn::rotary(t, x[0], {.head_dim = 6, .columns = 12, .dim = 4, .offset = 3, .base = 50, .interleaved = true});
                   },
                   {rnd({2, 4, 18})});
+  check_gradients("rotary rotate_half, partial",
+                  [](Tape& t, V& x) { return attn::rotary(t, x[0], {.head_dim = 6, .dim = 4, .offset = 2, .base = 30}); }, {rnd({2, 3, 12})});
 }
 
 TEST_CASE("rotary: position 0 is the identity, pairs keep their length, scores depend on the distance alone, errors") {
@@ -190,6 +192,18 @@ TEST_CASE("rotary: position 0 is the identity, pairs keep their length, scores d
         CHECK(d5 == Approx(d0).margin(1e-12));
       }
   }
+  // Part of each head in the half layout: pairs (i, i + 2) of the first 4 of 8 features turn, the rest pass.
+  const auto part = attn::rotary(ng, x, {.head_dim = 8, .dim = 4, .base = 100}).value();
+  for (std::size_t t = 0; t < 9; ++t)
+    for (std::size_t g = 0; g < 2; ++g) {
+      const std::size_t o = t * 16 + g * 8;
+      for (std::size_t i = 0; i < 2; ++i) {
+        const double th = double(t) * std::pow(100.0, -2.0 * double(i) / 4.0);
+        CHECK(part[o + i] == Approx(x0[o + i] * std::cos(th) - x0[o + i + 2] * std::sin(th)).margin(1e-12));
+        CHECK(part[o + i + 2] == Approx(x0[o + i + 2] * std::cos(th) + x0[o + i] * std::sin(th)).margin(1e-12));
+      }
+      for (std::size_t c = 4; c < 8; ++c) CHECK(part[o + c] == x0[o + c]);
+    }
   CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .dim = 3}), Catch::Contains("dim 3 must be even"));
   CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .dim = 10}), Catch::Contains("at most head_dim 8"));
   CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .columns = 12}), Catch::Contains("multiple of head_dim"));

@@ -615,6 +615,9 @@ TEST_CASE("Attention, PaddedRows::zero: the real rows and every gradient match P
     for (std::size_t i = 0; i < bn * n; ++i)  // the loss reads the real rows only
       if (mask[i] == 0.f) std::fill_n(dout.data() + i * 32, 32, 0.f);
     nn::Attention<4, 32> ref(nullptr, "attn"), skip(nullptr, "attn", {.padded = nn::PaddedRows::zero});
+    // With rotary embeddings, which turn the projection's rows (the unwritten ones too) before the kernel.
+    nn::Attention<4, 32> ref_rope(nullptr, "attn", {.rotary = nn::RotaryOptions{}}),
+        skip_rope(nullptr, "attn", {.padded = nn::PaddedRows::zero, .rotary = nn::RotaryOptions{}});
     struct Run {
       Tensor<float> y, gx;
       std::vector<Tensor<float>> gp;
@@ -632,11 +635,13 @@ TEST_CASE("Attention, PaddedRows::zero: the real rows and every gradient match P
       a.zero_grad();
       return r;
     };
-    for (int mode = 0; mode < 3; ++mode) {  // the flash kernel, the naive one, a per-head attn_mask (cross_attention)
-      INFO("mask " << config << (mode == 0 ? " flash" : mode == 1 ? " naive" : " per-head attn_mask"));
-      const auto kernel = mode == 0 ? AttentionKernel::flash : mode == 1 ? AttentionKernel::naive : AttentionKernel::automatic;
-      const Tensor<float> am = mode == 2 ? random<float>({bn * 4, n, n}) : Tensor<float>();
-      Run a = run(ref, kernel, am), b = run(skip, kernel, am);
+    // The flash kernel, the naive one, a per-head attn_mask (cross_attention); then the three with rotary embeddings.
+    for (int mode = 0; mode < 6; ++mode) {
+      const int m = mode % 3;
+      INFO("mask " << config << (m == 0 ? " flash" : m == 1 ? " naive" : " per-head attn_mask") << (mode >= 3 ? ", rotary" : ""));
+      const auto kernel = m == 0 ? AttentionKernel::flash : m == 1 ? AttentionKernel::naive : AttentionKernel::automatic;
+      const Tensor<float> am = m == 2 ? random<float>({bn * 4, n, n}) : Tensor<float>();
+      Run a = run(mode >= 3 ? ref_rope : ref, kernel, am), b = run(mode >= 3 ? skip_rope : skip, kernel, am);
       double real = 0, pad = 0, scale = 1e-30;
       for (std::size_t i = 0; i < bn * n; ++i)
         for (std::size_t c = 0; c < 32; ++c) {

@@ -322,6 +322,8 @@ TEST_CASE("cross-attention: wrong shapes, self-attention options, the flash kern
   CHECK_THROWS_WITH(causal(ng, q, m, m), Catch::Contains("self-attention patterns"));
   CHECK_THROWS_WITH((nn::CrossAttention<2, 8, 4>(nullptr, "c", {.window = 3})), Catch::Contains("nn::CrossAttention 'c'") &&
                                                                                     Catch::Contains("self-attention patterns"));
+  CHECK_THROWS_WITH((nn::CrossAttention<2, 8, 4>(nullptr, "r", {.rotary = nn::RotaryOptions{}})),
+                    Catch::Contains("nn::CrossAttention 'r'") && Catch::Contains("rotary"));
   nn::CrossAttention<2, 8, 4> c(nullptr, "c");
   CHECK_THROWS_WITH(c(ng, q, m, attn::Var<float>(random<float>({2, 5, 4}))),
                     Catch::Contains("nn::CrossAttention<2, 8, 4, 4>: key shape (2, 5, 8) is not (2, time, 4)"));

@@ -305,7 +305,8 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
   }
 
   /// The same, also returning the softmax weights (B, Heads, T, T) (runs the naive kernel). Under
-  /// PaddedRows::zero the rows of padded queries hold uniform weights over the real keys.
+  /// PaddedRows::zero a padded query's projection is zero, so its row holds softmax(attn_mask's
+  /// row) over the real keys: uniform weights without an attn_mask.
   template <Context C, class S, TokenMask M>
   AttentionOutput<T, S, Heads, B> forward_with_weights(C& ctx, const Var<T, S, B>& x, const M& mask,
                                                        AttentionExtras<T, B> extras = {}) const {
@@ -550,13 +551,16 @@ class CrossAttention : public Module,
   static constexpr std::size_t head_dim = Dim / Heads;
 
   /// options: dropout and bias apply; the self-attention patterns (window, causal, global_tokens)
-  /// are refused, and PaddedRows does not apply.
+  /// and rotary embeddings are refused, and PaddedRows does not apply.
   CrossAttention(Module* parent, std::string name, AttentionOptions opt = {})
       : Module(parent, std::move(name)), out_proj(this, "out_proj", opt.bias), opt_(opt) {
     const std::string who = "nn::CrossAttention '" + this->name() + "'";
     if (!(opt.dropout >= 0 && opt.dropout < 1)) throw ArgumentError(who + ": dropout must be in [0, 1), got " + std::to_string(opt.dropout));
     if (opt.window || opt.causal || opt.global_tokens)
       throw ArgumentError(who + ": window, causal and global_tokens are self-attention patterns; pass a cross pattern as extras.attn_mask");
+    if (opt.rotary)
+      throw ArgumentError(who + ": rotary position embeddings apply to self-attention (nn::Attention); turn queries and keys at chosen " +
+                          "positions with attn::rotary");
     q_proj_weight = register_parameter<T, Shape<Dim, Dim>, B>("q_proj_weight", {Dim, Dim}, true);
     k_proj_weight = register_parameter<T, Shape<Dim, KDim>, B>("k_proj_weight", {Dim, KDim}, true);
     v_proj_weight = register_parameter<T, Shape<Dim, VDim>, B>("v_proj_weight", {Dim, VDim}, true);

@@ -29,7 +29,7 @@ namespace attn::nn {
 
 /// The options of a decoder layer are an encoder layer's: `dropout`, `activation`, `norm_first`,
 /// `dim_feedforward`, `layer_norm_eps`, `bias` and `attention_dropout` apply to the whole layer
-/// (both attentions); `padded`, `window`, `causal` and `global_tokens` to its self-attention.
+/// (both attentions); `padded`, `window`, `causal`, `global_tokens` and `rotary` to its self-attention.
 /// `causal = true` is torch's tgt_is_causal with the causal tgt_mask: the usual decoder.
 using TransformerDecoderLayerOptions = TransformerEncoderLayerOptions;
 
