@@ -205,7 +205,7 @@ TEST_CASE("rotary: position 0 is the identity, pairs keep their length, scores d
       for (std::size_t c = 4; c < 8; ++c) CHECK(part[o + c] == x0[o + c]);
     }
   CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .dim = 3}), Catch::Contains("dim 3 must be even"));
-  CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .dim = 10}), Catch::Contains("at most head_dim 8"));
+  CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .dim = 10}), Catch::Contains("at most the head width 8"));
   CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .columns = 12}), Catch::Contains("multiple of head_dim"));
   CHECK_THROWS_WITH(attn::rotary(ng, x, {.head_dim = 8, .columns = 24}), Catch::Contains("no wider than"));
   CHECK_THROWS_WITH(attn::rotary(ng, x, {}), Catch::Contains("head_dim 0"));

@@ -137,7 +137,7 @@ auto self_attention(C& ctx, const Var<T, S, B>& qkv, const AttentionArgs<T, B>& 
   p.dropout = a.dropout;
   p.seed = a.dropout > 0 ? ctx.rng().next() : 0;
   p.skip_padded_queries = a.skip_padded_queries;
-  p.pattern = {.window = a.window ? static_cast<std::size_t>(*a.window) : 0, .causal = a.causal, .global = a.global_tokens};
+  p.pattern = AttentionPattern::of(a.window, a.causal, a.global_tokens);
   // Under Precision::bf16 the CPU flash kernels multiply bfloat16 tiles (float sums); the backward
   // keeps the forward's choice. The naive kernel, double and CUDA stay in T.
   if constexpr (std::is_same_v<T, float> && std::is_same_v<B, cpu>) p.bf16 = !naive && precision() == Precision::bf16;

@@ -29,6 +29,16 @@ struct RotaryArgs {
 };
 
 namespace detail {
+/// The features of each head that turn (dim, or head_dim where dim is 0) after checking them and the
+/// base; who names the caller in the error.
+inline std::size_t rotary_dim(std::size_t head_dim, std::size_t dim, double base, const std::string& who) {
+  const std::size_t rd = dim ? dim : head_dim;
+  if (rd == 0 || rd % 2 != 0 || rd > head_dim)
+    throw ArgumentError(who + ": rotary dim " + std::to_string(rd) + " must be even, positive and at most the head width " + std::to_string(head_dim));
+  if (!(base > 0) || !std::isfinite(base)) throw ArgumentError(who + ": rotary base must be positive and finite, got " + std::to_string(base));
+  return rd;
+}
+
 /// The (time, dim / 2) tables of cos and sin of positions offset .. offset + time - 1, in double
 /// before rounding to T.
 template <class T, class B>
@@ -52,13 +62,11 @@ template <Context C, class T, class S, class B>
 Var<T, S, B> rotary(C& ctx, const Var<T, S, B>& x, const RotaryArgs& a) {
   const Dims& d = x.dims();
   if (d.n != 3) throw ShapeError("rotary: x must be (batch, time, width), got " + d.str());
-  const std::size_t w = d.v[2], cols = a.columns ? a.columns : w, dim = a.dim ? a.dim : a.head_dim;
+  const std::size_t w = d.v[2], cols = a.columns ? a.columns : w;
   if (a.head_dim == 0 || cols > w || cols % a.head_dim != 0)
     throw ArgumentError("rotary: columns " + std::to_string(cols) + " must be a multiple of head_dim " + std::to_string(a.head_dim) +
                         " no wider than x's " + std::to_string(w));
-  if (dim == 0 || dim % 2 != 0 || dim > a.head_dim)
-    throw ArgumentError("rotary: dim " + std::to_string(dim) + " must be even, positive and at most head_dim " + std::to_string(a.head_dim));
-  if (!(a.base > 0) || !std::isfinite(a.base)) throw ArgumentError("rotary: base must be positive and finite, got " + std::to_string(a.base));
+  const std::size_t dim = detail::rotary_dim(a.head_dim, a.dim, a.base, "rotary");
   const kernels::RotaryProblem p{.rows = d.v[0] * d.v[1], .time = d.v[1], .width = w, .columns = cols, .head_dim = a.head_dim, .dim = dim,
                                  .interleaved = a.interleaved};
   const auto tables = detail::rotary_tables<T, B>(d.v[1], dim, a.offset, a.base);

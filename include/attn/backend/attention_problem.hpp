@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "../core/host_device.hpp"
 
@@ -43,6 +44,12 @@ struct AttentionPattern {
   std::size_t window = 0;  // one-sided: keys within w positions of the query; 0: none
   bool causal = false;
   std::size_t global = 0;  // positions [0, global) are global tokens
+
+  /// The pattern of the options' window (empty or >= 1: keys within that many positions), causal
+  /// flag and number of leading global tokens.
+  static AttentionPattern of(const std::optional<std::int64_t>& window, bool causal, std::size_t global_tokens) {
+    return {.window = window ? static_cast<std::size_t>(*window) : 0, .causal = causal, .global = global_tokens};
+  }
 
   /// Whether the pattern hides anything (global tokens alone do not).
   ATTN_HD bool active() const { return window != 0 || causal; }

@@ -174,7 +174,7 @@ Var<T, SQ, B> cross_attend(C& ctx, const char* who, const AttentionOptions& opt,
 template <class T, class B>
 Tensor<T, AnyShape, B> with_pattern(const Tensor<T, AnyShape, B>& attn_mask, const AttentionOptions& opt, const Tensor<T, AnyShape, B>& global_mask,
                                     std::size_t nb, std::size_t heads) {
-  const AttentionPattern pattern{.window = opt.window ? std::size_t(*opt.window) : 0, .causal = opt.causal, .global = opt.global_tokens};
+  const auto pattern = AttentionPattern::of(opt.window, opt.causal, opt.global_tokens);
   const std::size_t n = attn_mask.size(1);
   if (!global_mask.empty() && !(global_mask.dims() == Dims{nb, n}))
     shape_mismatch("nn::Attention", "global_mask must be (batch, time)", global_mask.dims(), Dims{nb, n});
@@ -261,12 +261,7 @@ class Attention : public Module, public detail::CrossAttentionCalls<Attention<He
     if (opt.window && *opt.window < 1)
       throw ArgumentError("nn::Attention '" + this->name() + "': window must be >= 1 (keys within window positions on each side), got " +
                           std::to_string(*opt.window));
-    if (opt.rotary) {
-      const std::size_t rd = opt.rotary->dim ? opt.rotary->dim : head_dim;
-      if (rd % 2 != 0 || rd > head_dim || !(opt.rotary->base > 0) || !std::isfinite(opt.rotary->base))
-        throw ArgumentError("nn::Attention '" + this->name() + "': rotary dim " + std::to_string(rd) + " must be even and at most the head width " +
-                            std::to_string(head_dim) + ", and its base positive and finite");
-    }
+    if (opt.rotary) attn::detail::rotary_dim(head_dim, opt.rotary->dim, opt.rotary->base, "nn::Attention '" + this->name() + "'");
     in_proj_weight = register_parameter<T, Shape<3 * Dim, Dim>, B>("in_proj_weight", {3 * Dim, Dim}, true);
     if (opt.bias) in_proj_bias = register_parameter<T, Shape<3 * Dim>, B>("in_proj_bias", {3 * Dim});
     if (init_on_construction()) {

@@ -80,7 +80,7 @@ namespace detail {
 template <class T, class B>
 Tensor<T, AnyShape, B> step_pattern(const AttentionOptions& opt, std::size_t past, std::size_t n) {
   const std::size_t tk = past + n;
-  const AttentionPattern pattern{.window = opt.window ? std::size_t(*opt.window) : 0, .causal = true, .global = opt.global_tokens};
+  const auto pattern = AttentionPattern::of(opt.window, true, opt.global_tokens);
   std::vector<T> host(n * tk, T(0));
   bool any = false;
   for (std::size_t i = 0; i < n; ++i)
