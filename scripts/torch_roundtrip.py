@@ -5,6 +5,7 @@
   scripts/torch_roundtrip.py imdb --program build/examples/imdb/imdb --data examples/imdb/sample/aclImdb --work /tmp/rt
   scripts/torch_roundtrip.py clue --program build/examples/clue/clue --data tests/fixtures/clue_small --work /tmp/rt
   scripts/torch_roundtrip.py imdb --program ... --model runs/imdb/h8      # a trained run instead of a quick one
+  scripts/torch_roundtrip.py imdb ... --extra "--activation silu"         # more flags for the quick run
 
 1. attn -> PyTorch: trains a short run with the program (or takes --model), lets `predict --dump`
    write a batch of texts (their input tensors) and attn's logits, builds the same model in
@@ -86,9 +87,14 @@ def masked_max(h, keep):
     return torch.where(keep.any(1, keepdim=True), m, torch.zeros_like(m))
 
 
+# attn's nn::Activation names as torch's activation arguments.
+TORCH_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": lambda h: F.gelu(h, approximate="tanh"), "silu": F.silu}
+
+
 class Imdb(nn.Module):
     """examples/imdb/model.hpp: word + position + hashed n-gram embeddings, post-norm
-    TransformerEncoder layers (GELU, feed-forward width 256, optionally a sliding attention window),
+    TransformerEncoder layers (the configuration's activation, GELU by default; feed-forward width
+    256, optionally a sliding attention window),
     masked mean+max pooling, the NB-LR log-odds (the ensemble's input; zero otherwise), head."""
 
     def __init__(self, m, heads):
@@ -101,7 +107,8 @@ class Imdb(nn.Module):
         self.ngram = nn.Embedding(max(m["ngram_buckets"] + 1, 2), d, padding_idx=0)
         self.encoder = None
         if m["layers"]:
-            layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=m["dropout"], activation="gelu", batch_first=True,
+            layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=m["dropout"], batch_first=True,
+                                               activation=TORCH_ACTIVATIONS[m.get("activation", "gelu")],
                                                norm_first=m["norm_first"])
             self.encoder = nn.TransformerEncoder(layer, m["layers"], norm=nn.LayerNorm(d) if m["norm_first"] else None,
                                                  enable_nested_tensor=False)
@@ -210,6 +217,7 @@ def main():
     ap.add_argument("--model", help="a trained run directory (default: train a quick one into --work)")
     ap.add_argument("--heads", type=int, default=2, help="heads of the quick run (clue: 0 is the model without attention)")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--extra", default="", help="more flags for the quick training run, e.g. \"--activation silu\"")
     args = ap.parse_args()
     torch.manual_seed(0)
     work = Path(args.work)
@@ -220,7 +228,8 @@ def main():
     if model_dir is None:
         if not args.data:
             sys.exit("FAILED: give --model, or --data for a quick training run")
-        run([args.program, "--data", args.data, "--out", work / "run", "--heads", str(args.heads)] + QUICK[args.example])
+        run([args.program, "--data", args.data, "--out", work / "run", "--heads", str(args.heads)] + QUICK[args.example]
+            + args.extra.split())
         model_dir = work / "run" / (f"h{args.heads}" if args.heads else "ablation")
 
     # 1. attn -> PyTorch.

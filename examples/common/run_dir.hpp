@@ -269,7 +269,7 @@ inline void check_ema_steps(long long ema_steps, long long optimizer_steps, cons
 /// equal the recorded ones; ArgumentError naming the first option that differs. An option that
 /// runs did not record before it existed is compared with the one whose value it took then:
 /// "--split-seed" with "--seed"; one that did not exist then matches its default, which is how
-/// those runs trained ("--adversarial" 0, "--class-weights" "none").
+/// those runs trained ("--adversarial" 0, "--class-weights" "none", "--activation" "gelu").
 inline void check_same_options(const nlohmann::json& config, const nlohmann::json& options, const std::filesystem::path& path) {
   const auto rec = config.find("options");
   if (rec == config.end() || !rec->is_object())
@@ -278,7 +278,7 @@ inline void check_same_options(const nlohmann::json& config, const nlohmann::jso
   static constexpr std::pair<const char*, const char*> kLaterOptions[] = {{"--split-seed", "--seed"}};
   // Options added later, with the default that every run recorded before them trained with.
   static const std::pair<const char*, nlohmann::json> kLaterDefaults[] = {
-      {"--adversarial", 0.0}, {"--attn-entropy-target", 0.0}, {"--class-weights", "none"}};
+      {"--adversarial", 0.0}, {"--attn-entropy-target", 0.0}, {"--class-weights", "none"}, {"--activation", "gelu"}};
   for (auto& [name, value] : options.items()) {
     auto it = rec->find(name);
     if (name == "processes") {  // recorded later, with no value known for the runs before: unchecked for those

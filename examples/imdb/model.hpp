@@ -84,6 +84,7 @@ struct ModelConfig {
   std::size_t layers = 1;          // encoder layers; 0: no attention (the ablation)
   Pool pool = Pool::mean_max;      // cls: a [CLS] token at position 0 (then max_len + 1 positions)
   bool norm_first = false;         // pre-norm layers and a final LayerNorm (else post-norm)
+  nn::Activation activation = nn::Activation::gelu;  // the feed-forward block's
   std::size_t window = 0;          // 0: every token attends to every token; w: to the w on each side
   std::size_t ngram_buckets = 0;   // hash buckets of the n-gram embeddings (0: words only)
   std::size_t ngram_order = 2;     // n-grams of 2 .. ngram_order words start at each position
@@ -101,7 +102,8 @@ struct ModelConfig {
 
   nlohmann::json to_json() const {
     return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"layers", layers},
-            {"pool", to_string(pool)}, {"norm_first", norm_first}, {"window", window}, {"ngram_buckets", ngram_buckets},
+            {"pool", to_string(pool)}, {"norm_first", norm_first},
+            {"activation", nn::activation_name(activation)}, {"window", window}, {"ngram_buckets", ngram_buckets},
             {"ngram_order", ngram_order}, {"nblr_buckets", nblr_buckets},
             {"nblr_order", nblr_order}, {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout},
             {"attn_dropout", attn_dropout}, {"ngram_dropout", ngram_dropout}, {"checkpoint", checkpoint}};
@@ -123,6 +125,14 @@ struct ModelConfig {
     c.pool = parse_pool(pool);
     if (c.pool == Pool::cls && !c.layers) throw FieldError(m + "pool", "cls needs at least one layer");
     c.norm_first = json_bool(j, "norm_first", m);
+    if (j.contains("activation")) {  // absent in configurations written before the option: gelu
+      const std::string a = json_string(j, "activation", m);
+      try {
+        c.activation = nn::activation_from_name(a);
+      } catch (const attn::ArgumentError&) {
+        throw FieldError(m + "activation", "'" + a + "' is not relu, gelu, gelu_tanh or silu");
+      }
+    }
     c.window = json_count(j, "window", 0, kMaxLen, m);
     c.ngram_buckets = json_count(j, "ngram_buckets", 0, kMaxNgramBuckets, m);
     c.ngram_order = json_count(j, "ngram_order", 2, kMaxNgramOrder, m);
@@ -248,7 +258,7 @@ inline nn::TransformerEncoderOptions encoder_options(const ModelConfig& c) {
   return {.num_layers = c.layers,
           .layer = {.dim_feedforward = kFeedForward,
                     .dropout = c.dropout,
-                    .activation = nn::Activation::gelu,
+                    .activation = c.activation,
                     .norm_first = c.norm_first,
                     .padded = nn::PaddedRows::zero,  // only real tokens are pooled
                     .attention_dropout = c.attn_dropout,

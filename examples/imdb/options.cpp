@@ -25,6 +25,8 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--pool", o.pool, "review vector: mean+max of the token states, or cls (a [CLS] token's state: the classifier sees what its attention gathered)")
       ->check(CLI::IsMember({"mean+max", "cls"}));
   app.add_flag("!--post-norm", o.norm_first, "post-norm layers (norm(x + f(x)), PyTorch's default) instead of pre-norm (x + f(norm(x))) and a final LayerNorm");
+  app.add_option("--activation", o.activation, "the encoder's feed-forward activation (gelu_tanh: GPT-2's tanh form of gelu; silu: x sigmoid(x))")
+      ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh", "silu"}));
   app.add_flag("--checkpoint", o.checkpoint, "recompute each encoder layer in backward instead of keeping its activations (less memory)");
   app.add_flag("!--no-ablation", o.ablation, "skip the ablation run (the same inputs mean+max pooled, without attention)");
   app.add_option("--ensemble", o.ensemble, "also train an explicit ensemble, reported in its own row: nblr = the attention model + the NB-LR log-odds")

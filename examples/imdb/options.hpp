@@ -48,6 +48,7 @@ struct Options {
   std::size_t layers = 1, window = 0;
   std::string pool = "cls";
   bool norm_first = true;
+  std::string activation = "gelu";
   bool checkpoint = false;
   // Hash buckets of the n-gram embeddings; empty: auto_ngram_buckets() of the training portion.
   std::optional<std::size_t> ngram_buckets;

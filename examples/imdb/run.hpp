@@ -102,6 +102,7 @@ inline ModelConfig model_config(const Options& o, const RunSpec& r, const Prepar
                      .layers = attention ? o.layers : 0,
                      .pool = attention ? parse_pool(o.pool) : Pool::mean_max,
                      .norm_first = attention && o.norm_first,
+                     .activation = nn::activation_from_name(o.activation),
                      .window = attention ? o.window : 0,
                      .ngram_buckets = p.ngram_buckets,
                      .ngram_order = o.ngram_order,
@@ -160,6 +161,7 @@ inline json run_options(const Options& o, const RunSpec& r) {
           {"--valid-fraction", o.valid_fraction}};
   if (r.variant != Variant::ablation)  // the ablation has no attention
     options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--pool", o.pool}, {"--post-norm", !o.norm_first},
+                        {"--activation", o.activation},
                         {"--window", o.window}, {"--checkpoint", o.checkpoint},
                         {"--attn-dropout", o.attn_dropout}, {"--attn-entropy", o.attn_entropy},
                         {"--attn-entropy-target", o.attn_entropy_target}});

@@ -116,3 +116,23 @@ TEST_CASE("imdb entropy_penalty: a hinge at the target, with its gradient zero b
 }
 
 }  // namespace
+
+TEST_CASE("imdb ModelConfig: the feed-forward activation round-trips through config.json, defaults to gelu, and a bad name names the field") {
+  imdb::ModelConfig cfg;
+  cfg.vocab = 50;
+  cfg.activation = attn::nn::Activation::silu;
+  auto j = cfg.to_json();
+  CHECK(j.at("activation") == "silu");
+  CHECK(imdb::ModelConfig::from_json(j).activation == attn::nn::Activation::silu);
+  j.erase("activation");  // a configuration written before the option
+  CHECK(imdb::ModelConfig::from_json(j).activation == attn::nn::Activation::gelu);
+  j["activation"] = "swish";
+  try {
+    imdb::ModelConfig::from_json(j);
+    FAIL("no throw");
+  } catch (const examples::FieldError& e) {
+    CHECK(e.field == "model.activation");
+    CHECK_THAT(e.what(), Catch::Contains("'swish' is not relu, gelu, gelu_tanh or silu"));
+  }
+  CHECK(imdb::encoder_options(imdb::ModelConfig::from_json(cfg.to_json())).layer.activation == attn::nn::Activation::silu);
+}

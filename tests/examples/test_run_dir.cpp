@@ -146,6 +146,10 @@ TEST_CASE("run_dir: a run recorded before --adversarial, --attn-entropy-target o
   examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--class-weights", "none"}}, cfg);
   CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--class-weights", "balanced"}}, cfg),
                     Contains("--class-weights: \"balanced\" differs from the run's \"none\""));
+  // --activation likewise: a run before it used gelu.
+  examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--activation", "gelu"}}, cfg);
+  CHECK_THROWS_WITH(examples::check_same_options(config({{"--seed", 42}}), json{{"--seed", 42}, {"--activation", "silu"}}, cfg),
+                    Contains("--activation: \"silu\" differs from the run's \"gelu\""));
 }
 
 TEST_CASE("run_dir: metrics.jsonl is cut back to the committed epochs") {

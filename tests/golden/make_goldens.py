@@ -1019,6 +1019,25 @@ def redraw_transformer_parameters(model: nn.Module) -> None:
             q.copy_(randn32(*q.shape, scale=0.5))
 
 
+def torch_activation(name: str):
+    """The activation argument of torch's transformer layers for attn's nn::Activation name: the
+    string torch knows ("relu", "gelu"), else the callable."""
+    return {"relu": "relu", "gelu": "gelu",
+            "gelu_tanh": lambda h: F.gelu(h, approximate="tanh"), "silu": F.silu}[name]
+
+
+def activation_reference(h, name: str):
+    """The feed-forward activation written out."""
+    if name == "relu":
+        return h.clamp_min(0)
+    if name == "gelu":
+        return 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+    if name == "gelu_tanh":
+        return 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    assert name == "silu", name
+    return h / (1 + torch.exp(-h))
+
+
 def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activation, eps):
     """Hand-written torch.nn.TransformerEncoderLayer (dropout 0) on parameters p[prefix + name]
     (a bias that p lacks, bias=False, adds nothing)."""
@@ -1037,7 +1056,7 @@ def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activati
 
     def ff(z):
         h = z @ p[prefix + "linear1.weight"].T + b("linear1.bias")
-        h = h.clamp_min(0) if activation == "relu" else 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+        h = activation_reference(h, activation)
         return h @ p[prefix + "linear2.weight"].T + b("linear2.bias")
 
     if norm_first:
@@ -1055,7 +1074,7 @@ def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
     lengths = [5, 3]
     torch.manual_seed(seed)
     layer = nn.TransformerEncoderLayer(d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0,
-                                       activation=activation, layer_norm_eps=eps, batch_first=True,
+                                       activation=torch_activation(activation), layer_norm_eps=eps, batch_first=True,
                                        norm_first=norm_first, bias=bias)
     if layers == 0:
         model: nn.Module = layer
@@ -1120,7 +1139,7 @@ def case_decoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
     tgt_lengths, mem_lengths = [5, 3, 4], [6, 2, 5]
     torch.manual_seed(seed)
     layer = nn.TransformerDecoderLayer(d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0,
-                                       activation=activation, layer_norm_eps=eps, batch_first=True,
+                                       activation=torch_activation(activation), layer_norm_eps=eps, batch_first=True,
                                        norm_first=norm_first)
     if layers == 0:
         model: nn.Module = layer
@@ -1293,6 +1312,9 @@ def generate(out_dir: Path) -> list[Path]:
     case_decoder(out_dir, written, "decoder_layer_post_relu.safetensors", 0, False, "relu", False, True, True, seed=95)
     case_decoder(out_dir, written, "decoder_layer_pre_gelu.safetensors", 0, True, "gelu", False, False, False, seed=96)
     case_decoder(out_dir, written, "decoder_stack.safetensors", 2, True, "gelu", True, True, False, seed=97)
+    case_encoder(out_dir, written, "encoder_layer_post_gelu_tanh.safetensors", 0, False, "gelu_tanh", False, seed=102)
+    case_encoder(out_dir, written, "encoder_stack_pre_silu.safetensors", 2, True, "silu", True, seed=103)
+    case_decoder(out_dir, written, "decoder_layer_pre_silu.safetensors", 0, True, "silu", False, True, False, seed=104)
     case_transformer(out_dir, written, seed=98)
     case_quantized_dynamic(out_dir, written, seed=101)
     return written

@@ -34,7 +34,7 @@ const std::vector<std::string> torch_layer_names = {
 nn::TransformerDecoderLayerOptions golden_options(const attn::io::SafetensorsFile& f) {
   return {.dim_feedforward = std::stoul(f.metadata.at("dim_feedforward")),
           .dropout = 0.0,
-          .activation = f.metadata.at("activation") == "gelu" ? nn::Activation::gelu : nn::Activation::relu,
+          .activation = nn::activation_from_name(f.metadata.at("activation")),
           .norm_first = f.metadata.at("norm_first") == "true",
           .layer_norm_eps = std::stod(f.metadata.at("layer_norm_eps")),
           .causal = f.metadata.count("causal") && f.metadata.at("causal") == "true"};
@@ -133,6 +133,12 @@ TEST_CASE("golden: TransformerDecoderLayer matches torch.nn.TransformerDecoderLa
   golden_layer<double>("decoder_layer_post_relu", 1e-10);
   golden_layer<float>("decoder_layer_pre_gelu", 1e-5);
   golden_layer<double>("decoder_layer_pre_gelu", 1e-10);
+}
+
+TEST_CASE("golden: TransformerDecoderLayer with silu (pre-norm, causal) matches torch's layer given F.silu") {
+  golden_layer<float>("decoder_layer_pre_silu", 1e-5);
+  golden_layer<double>("decoder_layer_pre_silu", 1e-10);
+  CHECK_THROWS_AS((nn::TransformerDecoderLayer<4, 16>(nullptr, "bad", {.activation = static_cast<nn::Activation>(7)})), attn::ArgumentError);
 }
 
 TEST_CASE("golden: TransformerDecoder (2 pre-norm causal layers and a final norm) matches torch.nn.TransformerDecoder, checkpointed or not") {

@@ -43,7 +43,7 @@ const std::vector<std::string> torch_layer_names = {
 nn::TransformerEncoderLayerOptions golden_options(const attn::io::SafetensorsFile& f) {
   return {.dim_feedforward = std::stoul(f.metadata.at("dim_feedforward")),
           .dropout = 0.0,
-          .activation = f.metadata.at("activation") == "gelu" ? nn::Activation::gelu : nn::Activation::relu,
+          .activation = nn::activation_from_name(f.metadata.at("activation")),
           .norm_first = f.metadata.at("norm_first") == "true",
           .layer_norm_eps = std::stod(f.metadata.at("layer_norm_eps")),
           .bias = !f.metadata.count("bias") || f.metadata.at("bias") == "true"};
@@ -183,6 +183,25 @@ TEST_CASE("golden: TransformerEncoderLayer matches torch.nn.TransformerEncoderLa
   golden_layer<double>("encoder_layer_pre_gelu", 1e-10);
 }
 
+TEST_CASE("golden: the feed-forward activations gelu_tanh and silu match torch's layers given F.gelu(approximate=tanh) and F.silu") {
+  // encoder_layer_post_gelu_tanh: one post-norm layer; encoder_stack_pre_silu: 2 pre-norm layers
+  // and a final norm (checkpointed too).
+  golden_layer<float>("encoder_layer_post_gelu_tanh", 1e-5);
+  golden_layer<double>("encoder_layer_post_gelu_tanh", 1e-10);
+  golden_stack<float>(false, 1e-5, "encoder_stack_pre_silu");
+  golden_stack<double>(false, 1e-10, "encoder_stack_pre_silu");
+  golden_stack<double>(true, 1e-10, "encoder_stack_pre_silu");
+}
+
+TEST_CASE("nn::Activation: names both ways, and a value outside the enum is refused") {
+  for (const auto a : {nn::Activation::relu, nn::Activation::gelu, nn::Activation::gelu_tanh, nn::Activation::silu})
+    CHECK(nn::activation_from_name(nn::activation_name(a)) == a);
+  CHECK(std::string(nn::activation_name(nn::Activation::gelu_tanh)) == "gelu_tanh");
+  CHECK_THROWS_WITH(nn::activation_from_name("swish"), Catch::Contains("unknown activation 'swish'") && Catch::Contains("silu"));
+  CHECK_THROWS_AS(nn::activation_from_name(""), attn::ArgumentError);
+  CHECK_THROWS_AS((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.activation = static_cast<nn::Activation>(7)})), attn::ArgumentError);
+}
+
 TEST_CASE("golden: TransformerEncoder (2 pre-norm layers and a final norm) matches torch.nn.TransformerEncoder, checkpointed or not") {
   golden_stack<float>(false, 1e-5);
   golden_stack<double>(false, 1e-10);
@@ -270,7 +289,7 @@ TEST_CASE("TransformerEncoder: forward_with_weights gives the plain output and e
 TEST_CASE("gradcheck: TransformerEncoderLayer in double, x and every parameter, post-norm and pre-norm") {
   using V = attn::Var<double>;
   for (bool norm_first : {false, true})
-    for (auto act : {nn::Activation::relu, nn::Activation::gelu}) {
+    for (auto act : {nn::Activation::relu, nn::Activation::gelu, nn::Activation::gelu_tanh, nn::Activation::silu}) {
       nn::TransformerEncoderLayer<2, 8, double> layer(nullptr, "layer",
                                                       {.dim_feedforward = 12, .dropout = 0.0, .activation = act, .norm_first = norm_first});
       attn::Rng rng(norm_first ? 7 : 8);
@@ -279,8 +298,7 @@ TEST_CASE("gradcheck: TransformerEncoderLayer in double, x and every parameter, 
         bind_parameters(layer, v);
         return layer(t, v[0], attn::Lengths{4, 2});
       };
-      testutil::check_gradients(std::string(norm_first ? "pre-norm" : "post-norm") + (act == nn::Activation::gelu ? ", gelu" : ", relu"), f,
-                                in);
+      testutil::check_gradients(std::string(norm_first ? "pre-norm" : "post-norm") + ", " + nn::activation_name(act), f, in);
     }
 }
 

@@ -173,13 +173,14 @@ class TransformerDecoderLayer : public Module {
     if (opt.attention_dropout && !(*opt.attention_dropout >= 0 && *opt.attention_dropout < 1))
       throw ArgumentError(who + ": attention_dropout must be in [0, 1), got " + std::to_string(*opt.attention_dropout));
     if (!(opt.layer_norm_eps > 0)) throw ArgumentError(who + ": layer_norm_eps must be positive, got " + std::to_string(opt.layer_norm_eps));
+    activation_name(opt.activation);  // throws for a value outside the enum
     return opt;
   }
 
   template <Context C, class S>
   Var<T, S, B> feed_forward(C& ctx, const Var<T, S, B>& x) const {
     auto h = linear1(ctx, x);
-    h = opt_.activation == Activation::gelu ? gelu(ctx, h) : relu(ctx, h);
+    h = detail::activate(ctx, h, opt_.activation);
     return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
   }
 

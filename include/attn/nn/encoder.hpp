@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -30,8 +31,43 @@
 
 namespace attn::nn {
 
-/// The feed-forward block's activation: PyTorch's activation="relu" or "gelu" (the exact, erf form).
-enum class Activation { relu, gelu };
+/// The feed-forward block's activation: PyTorch's activation="relu" or "gelu" (the exact, erf
+/// form), or one of the callables torch's layers also take: F.gelu(x, approximate="tanh")
+/// (gelu_tanh; GPT-2's "gelu_new") and F.silu (silu).
+enum class Activation { relu, gelu, gelu_tanh, silu };
+
+/// The activation's name ("relu", "gelu", "gelu_tanh", "silu").
+inline const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::relu: return "relu";
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
+    case Activation::silu: return "silu";
+  }
+  throw ArgumentError("nn::Activation: value " + std::to_string(static_cast<int>(a)) + " is none of relu, gelu, gelu_tanh, silu");
+}
+
+/// The activation of a name activation_name gives; anything else throws ArgumentError naming the
+/// choices.
+inline Activation activation_from_name(std::string_view name) {
+  for (const Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu})
+    if (name == activation_name(a)) return a;
+  throw ArgumentError("nn::Activation: unknown activation '" + std::string(name) + "' (relu, gelu, gelu_tanh, silu)");
+}
+
+namespace detail {
+/// The feed-forward block's activation applied to h.
+template <Context C, class T, class S, class B>
+Var<T, S, B> activate(C& ctx, const Var<T, S, B>& h, Activation a) {
+  switch (a) {
+    case Activation::relu: return relu(ctx, h);
+    case Activation::gelu: return gelu(ctx, h);
+    case Activation::gelu_tanh: return gelu_tanh(ctx, h);
+    case Activation::silu: return silu(ctx, h);
+  }
+  throw ArgumentError(std::string("nn: unknown activation ") + std::to_string(static_cast<int>(a)));
+}
+}  // namespace detail
 
 struct TransformerEncoderLayerOptions {
   /// Width F of the feed-forward block (linear1: Dim -> F, linear2: F -> Dim). 0: 4 * Dim, the
@@ -233,6 +269,7 @@ class TransformerEncoderLayer : public Module {
     if (!(opt.layer_norm_eps > 0))
       throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': layer_norm_eps must be positive, got " +
                           std::to_string(opt.layer_norm_eps));
+    activation_name(opt.activation);  // throws for a value outside the enum
     return opt;
   }
 
@@ -240,7 +277,7 @@ class TransformerEncoderLayer : public Module {
   template <Context C, class S>
   Var<T, S, B> feed_forward(C& ctx, const Var<T, S, B>& x) const {
     auto h = linear1(ctx, x);
-    h = opt_.activation == Activation::gelu ? gelu(ctx, h) : relu(ctx, h);
+    h = detail::activate(ctx, h, opt_.activation);
     return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
   }
 
