@@ -6,10 +6,12 @@
 #include <attn/nn.hpp>
 
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -399,6 +401,46 @@ TEST_CASE("golden: Embedding with max_norm renormalises the looked-up rows as to
   CHECK_THROWS_AS((nn::Embedding<4>(nullptr, "e", 10, {.max_norm = 1.0, .norm_type = std::nan("")})), attn::ArgumentError);
 }
 
+TEST_CASE("Embedding with max_norm: lookups from several threads never see a row half rescaled") {
+  // Each round refills the table (row norms near 37), then 4 threads look every row up at once:
+  // each call rescales the rows to max_norm and reads them. Were the calls to interleave, one would
+  // read a row another is halfway through rescaling (elements 150 times too large), or rescale it
+  // a second time from a half-rescaled norm. Every row any call returns must have norm max_norm.
+  constexpr std::size_t D = 4096, rows = 8, threads = 4, rounds = 30;
+  constexpr double max_norm = 0.25;
+  nn::Embedding<D> emb(nullptr, "emb", rows, {.max_norm = max_norm});
+  std::vector<std::int64_t> all;
+  for (std::size_t r = 0; r < rows; ++r) all.push_back(static_cast<std::int64_t>(r));
+  const auto ids = Tensor<std::int64_t>::from({rows}, all);
+  std::vector<std::size_t> off(threads, 0);
+  std::barrier sync(threads + 1);
+  std::vector<std::thread> pool;
+  for (std::size_t w = 0; w < threads; ++w)
+    pool.emplace_back([&, w] {
+      attn::NoGrad ng;
+      for (std::size_t r = 0; r < rounds; ++r) {
+        sync.arrive_and_wait();  // the table has been refilled
+        const auto out = emb(ng, ids).value().to_vector();
+        for (std::size_t i = 0; i < rows; ++i) {
+          double n = 0;
+          for (std::size_t j = 0; j < D; ++j) n += double(out[i * D + j]) * double(out[i * D + j]);
+          off[w] += std::abs(std::sqrt(n) / max_norm - 1) > 1e-5;
+        }
+        sync.arrive_and_wait();  // every call has returned
+      }
+    });
+  attn::Rng fill(5);
+  for (std::size_t r = 0; r < rounds; ++r) {
+    float* w = const_cast<float*>(emb.weight.raw().data());
+    for (std::size_t k = 0; k < rows * D; ++k) w[k] = float(fill.uniform() * 2 - 1);
+    emb.weight.data()->mark_value_written();
+    sync.arrive_and_wait();
+    sync.arrive_and_wait();
+  }
+  for (auto& t : pool) t.join();
+  for (std::size_t w = 0; w < threads; ++w) CHECK(off[w] == 0);
+}
+
 TEST_CASE("Embedding: a negative padding_idx counts from the end as torch's, and out of range is an error") {
   nn::Embedding<3, double> emb(nullptr, "emb", 5, {.padding_idx = -1});
   CHECK(emb.padding_row() == 4);
@@ -484,4 +526,46 @@ TEST_CASE("golden: masked_mean and masked_max match torch's mean and max(1).valu
   golden::expect_close(f, "max", mx.value(), 1e-12);
   tape.backward(attn::add(tape, attn::sum(tape, attn::mul(tape, mean, up_mean)), attn::sum(tape, attn::mul(tape, mx, up_max))));
   golden::expect_close(f, "grad.x", x.grad(), 1e-12);
+}
+
+TEST_CASE("Linear with run-time widths: a static twin's parameters, values and gradients, and the widths it checks") {
+  // Out at run time (a vocabulary's size), both at run time, against Linear<4, 3> of the same name.
+  nn::Linear<4, 3, double> fixed(nullptr, "fc");
+  nn::Linear<4, dyn, double> out_dyn(nullptr, "fc", 3);
+  nn::Linear<dyn, dyn, double> both_dyn(nullptr, "fc", 4, 3);
+  nn::Linear<dyn, 3, double> in_dyn(nullptr, "fc", 4, 3, {.bias = false});
+  CHECK(out_dyn.weight.dims() == Dims{3, 4});
+  CHECK(both_dyn.bias.dims() == Dims{3});
+  CHECK(out_dyn.in_features() == 4);
+  CHECK(out_dyn.out_features() == 3);
+  CHECK(in_dyn.named_parameters().size() == 1);
+  // The same drawing as the static layer's (torch's default, fan-in 4, seeded by the name).
+  CHECK(out_dyn.weight.value().to_vector() == fixed.weight.value().to_vector());
+  CHECK(both_dyn.bias.value().to_vector() == fixed.bias.value().to_vector());
+  CHECK(in_dyn.weight.value().to_vector() == fixed.weight.value().to_vector());
+
+  const auto x = rnd({2, 5, 4});
+  const auto dout = rnd({2, 5, 3});
+  auto run = [&](const auto& layer) {
+    Tape tape;
+    attn::Var<double, Shape<dyn, dyn, 4>> xv(x, true);
+    auto y = layer(tape, xv);
+    tape.backward(y, dout);
+    return std::tuple{y.value().to_vector(), xv.grad().to_vector(), layer.weight.grad().to_vector()};
+  };
+  const auto want = run(fixed);
+  CHECK(run(out_dyn) == want);
+  CHECK(run(both_dyn) == want);
+  {
+    const auto [y, gx, gw] = run(in_dyn);  // no bias: the outputs differ by it, the gradients do not
+    CHECK(gx == std::get<1>(want));
+    CHECK(gw == std::get<2>(want));
+  }
+
+  attn::NoGrad ng;
+  CHECK_THROWS_WITH(out_dyn(ng, attn::Var<double, attn::AnyShape>(rnd({2, 5}))), Catch::Contains("nn::Linear 'fc': input shape (2, 5) does not end in 4"));
+  CHECK_THROWS_WITH((nn::Linear<4, dyn>(nullptr, "zero", 0)), Catch::Contains("nn::Linear 'zero': in_features and out_features must be positive"));
+  CHECK_THROWS_WITH((nn::Linear<dyn, 3>(nullptr, "mismatch", 4, 5)), Catch::Contains("out_features 5 differs from the static Out 3"));
+  CHECK_THROWS_WITH((nn::Linear<4, dyn>(nullptr, "mismatch", 5, 3)), Catch::Contains("in_features 5 differs from the static In 4"));
+  CHECK_THROWS_AS((nn::Linear<dyn, dyn>(nullptr, "zero", 0, 3)), attn::ArgumentError);
 }

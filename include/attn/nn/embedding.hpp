@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -74,11 +76,16 @@ class Embedding : public Module {
   }
 
   /// ids (...) -> (..., Dim). Ids outside the table throw ShapeError. With max_norm, the rows the
-  /// ids name are rescaled first (see EmbeddingOptions::max_norm).
+  /// ids name are rescaled first (see EmbeddingOptions::max_norm); calls from several threads then
+  /// take turns (rescale and lookup together), so that none reads a row another is rescaling.
   template <Context C, std::integral I, class SI>
   auto operator()(C& ctx, const Tensor<I, SI, B>& ids) const {
     if constexpr (B::host_accessible)
-      if (opt_.max_norm) renorm(ids);
+      if (opt_.max_norm) {
+        const std::lock_guard<std::mutex> lock(*renorm_mutex_);
+        renorm(ids);
+        return embedding(ctx, weight, ids, padding_);
+      }
     return embedding(ctx, weight, ids, padding_);
   }
 
@@ -124,6 +131,8 @@ class Embedding : public Module {
   std::size_t rows_;
   EmbeddingOptions opt_;
   long long padding_ = -1;
+  // Serialises the max_norm calls, which write the table (held by pointer: the module stays movable).
+  std::unique_ptr<std::mutex> renorm_mutex_ = std::make_unique<std::mutex>();
 };
 
 }  // namespace attn::nn
