@@ -159,7 +159,7 @@ class Clue(nn.Module):
         self.lstm = nn.LSTM(128, 128, batch_first=True, bidirectional=True)
         self.attn = nn.MultiheadAttention(256, heads, batch_first=True) if heads else None
         self.norm = nn.LayerNorm(256)
-        self.head = nn.Linear(256, 15)
+        self.head = nn.Linear(256, m.get("classes", 15))  # labels.json's classes (15: TNEWS)
 
     def forward(self, b):
         keep = b["mask"] != 0

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// TNEWS data for the CLUE example: reads tnews_public/{train,dev,test}.json and labels.json,
+// Data for the CLUE example, a single-text classification task in CLUE's layout (TNEWS's
+// tnews_public, IFLYTEK's iflytek_public): reads {train,dev,test}.json and labels.json,
 // carves a fixed-seed stratified validation split from train, tokenizes by character (keywords
 // optionally appended after a <sep> token) and encodes everything with one vocabulary.
 #pragma once
@@ -79,17 +80,25 @@ inline data::ClueDataset read_split(const fs::path& path, const data::ClueLabels
   return ds;
 }
 
+/// The name of test.json's predictions as CLUE's submissions have it: iflytek_predict.json for a
+/// directory whose name starts with "iflytek" (iflytek_public), else tnews_predict.json.
+inline std::string predictions_file(const fs::path& dir) {
+  auto d = dir.lexically_normal();
+  if (d.filename().empty()) d = d.parent_path();  // "iflytek_public/"
+  return d.filename().string().starts_with("iflytek") ? "iflytek_predict.json" : "tnews_predict.json";
+}
+
 /// Reads and encodes the data; the vocabulary is built from the training split unless `fixed` is given
 /// (a trained model's own vocabulary).
 inline Prepared prepare(const DataOptions& o, const data::Vocab* fixed = nullptr) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir(o.dir);
-  examples::require_directory(dir, "tnews_public directory (holding labels.json and train.json)");
+  examples::require_directory(dir, "CLUE task directory (holding labels.json and train.json)");
   Prepared p;
   p.labels = data::read_clue_labels(dir / "labels.json");
-  if (p.labels.size() != kClasses)
+  if (p.labels.size() < 2 || p.labels.size() > kMaxClasses)
     throw attn::FormatError((dir / "labels.json").string(), 1,
-                            fmt::format("{} classes, but this TNEWS model has {} outputs", p.labels.size(), kClasses));
+                            fmt::format("{} classes: a classifier needs 2 to {}", p.labels.size(), kMaxClasses));
   auto train = read_split(dir / "train.json", p.labels, o.skip_bad_lines, true);
   auto& ex = train.examples;
   if (o.limit && ex.size() > o.limit) ex.resize(o.limit);
@@ -127,17 +136,17 @@ inline Prepared prepare(const DataOptions& o, const data::Vocab* fixed = nullptr
     std::error_code ec;
     // Optional: absent is fine; a directory, a FIFO or a device there is an error (read_file's).
     if (!fs::exists(fs::symlink_status(dir / name, ec))) continue;
-    // test.json's predictions (tnews_predict.json) are matched by "id", one per line: a line is
+    // test.json's predictions (predictions_file) are matched by "id", one per line: a line is
     // never skipped there, and one without an id is an error.
     auto ds = read_split(dir / name, p.labels, labeled && o.skip_bad_lines, labeled);
     std::unordered_map<std::int64_t, std::size_t> seen;  // test.json: id -> line
     for (auto& x : ds.examples) {
       if (!labeled && x.id < 0)
-        throw attn::FormatError((dir / name).string(), x.line, "missing field 'id' (tnews_predict.json names each prediction by it)");
+        throw attn::FormatError((dir / name).string(), x.line, "missing field 'id' (the predictions name each one by it)");
       if (!labeled)
         if (const auto [it, fresh] = seen.emplace(x.id, x.line); !fresh)
           throw attn::FormatError((dir / name).string(), x.line,
-                                  fmt::format("id {} repeats that of line {} (tnews_predict.json names each prediction by it)", x.id, it->second));
+                                  fmt::format("id {} repeats that of line {} (the predictions name each one by it)", x.id, it->second));
       add(*enc, tokens_of(tok, x.sentence, x.keywords, o.keywords), x);
     }
   }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The TNEWS classifier (reference model R2): character embeddings, a BiLSTM, one multi-head
+// The CLUE classifier (reference model R2 on TNEWS): character embeddings, a BiLSTM, one multi-head
 // self-attention block (optionally residual + LayerNorm), masked mean pooling and a linear head
-// over the 15 news classes; with 0 heads, the ablation, the same model without its attention
+// over the task's classes (labels.json's: TNEWS's 15 news categories, IFLYTEK's 119 app
+// categories), a width chosen at run time (nn::Linear<256, dyn>); with 0 heads, the ablation, the same model without its attention
 // (LayerNorm(h), or h itself without the residual, is pooled). The head count is the attention's
 // template argument (nn::Attention<Heads, 256>); the model reaches its attention through an interface (AnyAttention),
 // so that the model and everything that trains, evaluates and serves it are compiled once per
@@ -30,7 +31,8 @@ using attn::Tensor;
 inline constexpr std::size_t kEmbed = 128;        // character embedding width
 inline constexpr std::size_t kHidden = 128;       // LSTM hidden size per direction
 inline constexpr std::size_t kDim = 2 * kHidden;  // BiLSTM output = attention width
-inline constexpr std::size_t kClasses = 15;       // TNEWS news categories
+inline constexpr std::size_t kTnewsClasses = 15;  // TNEWS news categories (the default, and the benchmark's R2)
+inline constexpr std::size_t kMaxClasses = 4096;   // labels.json's classes at most
 
 struct ModelConfig {
   std::size_t vocab = 0;
@@ -38,9 +40,11 @@ struct ModelConfig {
   double dropout = 0.2;       // on the embeddings, the attention output and the pooled features
   double attn_dropout = 0.1;  // on the attention weights
   bool residual = true;       // y = LayerNorm(h + Attention(h)) instead of y = Attention(h)
+  std::size_t classes = kTnewsClasses;  // the head's outputs: labels.json's classes
 
   nlohmann::json to_json() const {
-    return {{"vocab", vocab}, {"max_len", max_len}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"residual", residual}};
+    return {{"vocab", vocab}, {"max_len", max_len}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"residual", residual},
+            {"classes", classes}};
   }
   /// Reads config.json's "model" object; every field is range-checked (examples::FieldError
   /// "model.max_len: ..." otherwise) before anything is allocated from it.
@@ -53,6 +57,8 @@ struct ModelConfig {
     c.dropout = json_real(j, "dropout", 0.0, 0.95, m);
     c.attn_dropout = json_real(j, "attn_dropout", 0.0, 0.95, m);
     c.residual = json_bool(j, "residual", m);
+    // Absent in configurations written before other tasks than TNEWS were taken: 15.
+    c.classes = j.contains("classes") ? json_count(j, "classes", 2, kMaxClasses, m) : kTnewsClasses;
     return c;
   }
 };
@@ -133,12 +139,12 @@ struct TnewsClassifier : nn::Module {
         lstm(this, "lstm"),
         attention(make_attention<B>(heads, this, c)),
         norm(this, "norm"),
-        head(this, "head", {.xavier = true}) {}
+        head(this, "head", c.classes, {.xavier = true}) {}
 
   /// The attention's heads (0: the model has no attention).
   std::size_t heads() const noexcept { return attention ? attention->heads() : 0; }
 
-  /// Logits (B, 15). When weights is given, the attention weights (B, Heads, T, T) are stored there
+  /// Logits (B, classes). When weights is given, the attention weights (B, Heads, T, T) are stored there
   /// (a model without attention leaves it as it is). When delta is given (B, T, kEmbed), it is added
   /// to the character embeddings before dropout (the perturbation of adversarial training).
   template <attn::Context C>
@@ -169,7 +175,7 @@ struct TnewsClassifier : nn::Module {
       y = cfg.residual ? norm(ctx, h + nn::dropout(ctx, a, cfg.dropout, tr)) : a;
     }
     auto pooled = nn::masked_mean(ctx, y, b.lengths);                    // (B, 256)
-    return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, 15)
+    return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, classes)
   }
 
   /// Inference: folds the embedding into the BiLSTM's input projections (nn::embedded_lstm), in the
@@ -187,7 +193,7 @@ struct TnewsClassifier : nn::Module {
   nn::BiLSTM<kEmbed, kHidden, float, B> lstm;
   std::unique_ptr<AnyAttention<B>> attention;
   nn::LayerNorm<kDim, float, B> norm;
-  nn::Linear<kDim, kClasses, float, B> head;
+  nn::Linear<kDim, dyn, float, B> head;
 };
 
 }  // namespace clue

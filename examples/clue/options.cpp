@@ -8,9 +8,11 @@ namespace clue {
 
 std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   Options& o = cmd.options;
-  CLI::App app{"CLUE TNEWS news-title classification with a BiLSTM and single- or multi-head self-attention (attn)"};
+  CLI::App app{"CLUE text classification (TNEWS, IFLYTEK) with a BiLSTM and single- or multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
-  app.add_option("--data", o.data.dir, "tnews_public directory: labels.json, train.json (dev.json, test.json when present)");
+  app.add_option("--data", o.data.dir,
+                 "a CLUE task directory (tnews_public, iflytek_public): labels.json, whose lines are the classes, and train.json (dev.json, "
+                 "test.json when present)");
   auto* heads = app.add_option("--heads", o.heads,
                  "attention heads, one of 1, 2, 4, 8, or 0 for the ablation: the same model without its attention (default: "
                  "nn::recommended_heads(256))")
@@ -24,7 +26,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_option("--attn-dropout", o.attn_dropout, "dropout on the attention weights")->check(examples::real(0, 0.95));
   app.add_option("--label-smoothing", o.label_smoothing, "label smoothing of the training loss")->check(examples::real(0, 1));
   app.add_option("--class-weights", o.class_weights,
-                 "none; balanced: the training loss weights each class by N / (15 x its count in the training split), as "
+                 "none; balanced: the training loss weights each class by N / (C x its count in the training split, C classes), as "
                  "scikit-learn's class_weight=\"balanced\" (torch's cross_entropy weight=); sqrt: by the square root of that")
       ->check(CLI::IsMember({"none", "sqrt", "balanced"}));
   app.add_option("--adversarial", o.adversarial,

@@ -62,7 +62,8 @@ struct Trained {
   std::optional<std::string> data_dir;  // its --data (absolute), where --bench reads without one
 };
 
-/// A run directory's config.json (already parsed), checked: every field in range, 15 distinct labels.
+/// A run directory's config.json (already parsed), checked: every field in range, as many distinct
+/// labels as the model has classes.
 inline Trained trained_config(const fs::path& dir, json config) {
   Trained t;
   t.config = std::move(config);
@@ -79,8 +80,8 @@ inline Trained trained_config(const fs::path& dir, json config) {
       if (!t.labels.add(name, examples::json_string((*ls)[i], "label_desc", f)))
         throw examples::FieldError(f + "label", "duplicate label '" + name + "'");
     }
-    if (t.labels.size() != kClasses)
-      throw examples::FieldError("labels", fmt::format("{} labels, this TNEWS model has {} outputs", t.labels.size(), kClasses));
+    if (t.labels.size() != t.cfg.classes)
+      throw examples::FieldError("labels", fmt::format("{} labels, but the model has {} classes", t.labels.size(), t.cfg.classes));
     // Read by --bench --model (the model's own preprocessing and split).
     if (j.contains("keywords")) (void)examples::json_bool(j, "keywords");
     if (j.contains("seed")) (void)examples::json_count(j, "seed", 0, std::numeric_limits<std::uint64_t>::max());

@@ -106,7 +106,7 @@ void run_bench(std::size_t heads, const Options& o) {
   auto p = prepare(d, tr ? &tr->vocab : nullptr);
   ModelConfig cfg = tr ? tr->cfg
                        : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
-                                     .residual = o.residual};
+                                     .residual = o.residual, .classes = p.labels.size()};
   auto model = attn::nn::skip_init<TnewsClassifier<B>>(cfg, heads);  // loaded or drawn next
   if (tr) examples::load_committed_model(model, o.model_dir, heads);
   else model.init(o.train.seed);

@@ -21,14 +21,14 @@ namespace clue {
 
 struct EvalResult {
   double loss = 0;
-  attn::metrics::ConfusionMatrix cm{kClasses};
+  attn::metrics::ConfusionMatrix cm;  // the model's classes
   std::vector<int> predictions;
 };
 
 /// Evaluates in length-sorted batches; labels < 0 (unlabelled) count in neither loss nor metrics.
 template <class Model>
 EvalResult evaluate(const Model& model, const Encoded& e, std::size_t batch = 128) {
-  EvalResult r;
+  EvalResult r{.cm = attn::metrics::ConfusionMatrix(model.cfg.classes), .predictions = {}};
   attn::NoGrad ctx;
   std::vector<std::size_t> order(e.size());
   std::iota(order.begin(), order.end(), 0);
@@ -64,12 +64,12 @@ EvalResult evaluate(const Model& model, const Encoded& e, std::size_t batch = 12
 /// Accuracy, macro-F1, per-class scores and the confusion matrix as JSON.
 inline json eval_json(const EvalResult& ev, const data::ClueLabels& labels) {
   json classes = json::array(), cm = json::array();
-  for (std::size_t c = 0; c < kClasses; ++c) {
+  for (std::size_t c = 0; c < labels.size(); ++c) {
     const auto s = ev.cm.scores(c);
     classes.push_back({{"label", labels.names[c]}, {"label_desc", labels.descriptions[c]}, {"precision", s.precision},
                        {"recall", s.recall}, {"f1", s.f1}, {"support", s.support}});
     json row = json::array();
-    for (std::size_t p = 0; p < kClasses; ++p) row.push_back(ev.cm.count(c, p));
+    for (std::size_t p = 0; p < labels.size(); ++p) row.push_back(ev.cm.count(c, p));
     cm.push_back(row);
   }
   return {{"examples", ev.cm.total()}, {"loss", ev.loss}, {"accuracy", ev.cm.accuracy()}, {"macro_f1", ev.cm.macro_f1()},
@@ -134,17 +134,20 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   // A resumed run's configuration is the directory's (its options equal ours: inspect_run_dir).
   const ModelConfig cfg = plan.resume ? resumed(plan, heads).cfg
                                       : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout,
-                                                    .attn_dropout = o.attn_dropout, .residual = o.residual};
+                                                    .attn_dropout = o.attn_dropout, .residual = o.residual, .classes = p.labels.size()};
+  if (cfg.classes != p.labels.size())
+    throw attn::FormatError((fs::path(o.data.dir) / "labels.json").string(), 1,
+                            fmt::format("{} classes, but the run's model has {}", p.labels.size(), cfg.classes));
   auto model = attn::nn::skip_init<TnewsClassifier<B>>(cfg, heads);  // drawn by init next
   model.init(o.train.seed);
   RunResult res;
   res.heads = heads;
   res.params = model.parameter_count();
-  // --class-weights balanced: n / (15 n_c) over the training split's labels; sqrt: its square root;
+  // --class-weights balanced: n / (C n_c) over the training split's labels (C classes); sqrt: its square root;
   // none: unweighted. The header gives the range of the classes present.
   const std::vector<double> weights =
       o.class_weights == "none" ? std::vector<double>{}
-                                : data::class_weights(p.train.labels, kClasses, o.class_weights == "sqrt" ? 0.5 : 1.0);
+                                : data::class_weights(p.train.labels, cfg.classes, o.class_weights == "sqrt" ? 0.5 : 1.0);
   std::string weight_range;
   if (!weights.empty()) {
     double lo = std::numeric_limits<double>::infinity(), hi = 0;
@@ -202,8 +205,8 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   res.valid_f1 = ev.cm.macro_f1();
   res.valid_report = attn::metrics::format_report(ev.cm, names);
   res.valid_confusion = attn::metrics::format_confusion_matrix(ev.cm, p.labels.names);
-  for (std::size_t t = 0; t < kClasses; ++t)
-    for (std::size_t c = 0; c < kClasses; ++c)
+  for (std::size_t t = 0; t < cfg.classes; ++t)
+    for (std::size_t c = 0; c < cfg.classes; ++c)
       res.confusion_rows.push_back(ev.cm.support(t) ? float(ev.cm.count(t, c)) / float(ev.cm.support(t)) : 0.0f);
   json evj = {{"valid", eval_json(ev, p.labels)}};
   fmt::print("\nvalidation ({} titles): accuracy {:.2f}%, macro-F1 {:.2f}%\n{}\nconfusion matrix (rows: true label, columns: predicted)\n{}",
@@ -229,8 +232,9 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
                res.dev_report);
   }
   if (p.test.size()) {
-    write_test_predictions(dir / "tnews_predict.json", p, evaluate(model, p.test));
-    fmt::print("test.json predictions: {}\n", (dir / "tnews_predict.json").string());
+    const fs::path out = dir / predictions_file(o.data.dir);
+    write_test_predictions(out, p, evaluate(model, p.test));
+    fmt::print("test.json predictions: {}\n", out.string());
   }
   data::write_file_atomic(dir / "eval.json", evj.dump(2) + "\n");
   res.speed = bench_inference(model, p.valid.ids, 64, std::min(o.bench_seconds, 3.0), 0);

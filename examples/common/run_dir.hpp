@@ -10,6 +10,7 @@
 //   ema.safetensors        with --ema: the last committed epoch's moving average of the weights
 //   metrics.jsonl          one line per committed epoch
 //   eval.json, tnews_predict.json   (CLUE) the best model's evaluation and test predictions
+//                                   (iflytek_predict.json for IFLYTEK)
 //   <file>.pending         an epoch's checkpoint written but not yet committed (see commit_epoch)
 // A run first inspects every directory it will use (inspect_run_dir: options against config.json,
 // state.json, vocab.txt; nothing is written), then the program reads its data and checks the
@@ -49,7 +50,7 @@ using nlohmann::json;
 /// The files that make a directory hold a run.
 inline constexpr const char* kRunFiles[] = {"config.json",      "vocab.txt",             "state.json",      "model.safetensors",
                                             "last.safetensors", "optimizer.safetensors", "ema.safetensors", "metrics.jsonl",
-                                            "eval.json",        "tnews_predict.json"};
+                                            "eval.json",        "tnews_predict.json",    "iflytek_predict.json"};
 /// The checkpoints written at the end of an epoch, committed by state.json (ema.safetensors only
 /// with --ema).
 inline constexpr const char* kCheckpoints[] = {"model.safetensors", "last.safetensors", "optimizer.safetensors", "ema.safetensors"};

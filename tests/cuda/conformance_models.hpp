@@ -40,7 +40,7 @@ Result clue_model(std::uint64_t seed) {
   std::vector<int> labels(5);
   for (std::size_t i = 0; i < 5; ++i) {
     for (int s = 0; s < lengths[i]; ++s) seqs[i].push_back(1 + static_cast<std::int32_t>(rng.below(59)));
-    labels[i] = static_cast<int>(rng.below(clue::kClasses));
+    labels[i] = static_cast<int>(rng.below(clue::kTnewsClasses));
   }
   std::vector<const std::vector<std::int32_t>*> ptrs;
   for (auto& s : seqs) ptrs.push_back(&s);
