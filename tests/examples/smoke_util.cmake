@@ -166,3 +166,18 @@ function(smoke_html_file path)
     message(FATAL_ERROR "${path}: not a complete HTML report with charts")
   endif()
 endfunction()
+
+# smoke_eval_classes(<path> <classes>): the CLUE example's eval.json, whose valid and dev entries
+# each have a macro-F1, a confusion matrix of <classes> rows and <classes> per-class scores.
+function(smoke_eval_classes path classes)
+  smoke_json_file("${path}")
+  file(READ "${path}" ev)
+  foreach(split valid dev)
+    string(JSON f1 GET "${ev}" ${split} macro_f1)
+    string(JSON rows LENGTH "${ev}" ${split} confusion)
+    string(JSON n LENGTH "${ev}" ${split} classes)
+    if(NOT rows EQUAL classes OR NOT n EQUAL classes)
+      message(FATAL_ERROR "${path}: ${split} has ${rows} confusion rows and ${n} classes, expected ${classes}")
+    endif()
+  endforeach()
+endfunction()

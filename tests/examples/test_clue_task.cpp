@@ -28,7 +28,7 @@ TEST_CASE("clue ModelConfig: classes round-trip through config.json, default to 
   }
 }
 
-TEST_CASE("clue TnewsClassifier: the head has the configuration's classes, drawn as the 15-class head's rows") {
+TEST_CASE("clue TnewsClassifier: the head has the configuration's classes, the logits as many columns") {
   const clue::TnewsClassifier<attn::cpu> four(clue::ModelConfig{.vocab = 40, .classes = 4}, 2);
   const clue::TnewsClassifier<attn::cpu> tnews(clue::ModelConfig{.vocab = 40}, 2);
   CHECK(four.head.weight.dims() == attn::Dims{4, clue::kDim});
