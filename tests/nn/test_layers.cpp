@@ -569,3 +569,52 @@ TEST_CASE("Linear with run-time widths: a static twin's parameters, values and g
   CHECK_THROWS_WITH((nn::Linear<4, dyn>(nullptr, "mismatch", 5, 3)), Catch::Contains("in_features 5 differs from the static In 4"));
   CHECK_THROWS_AS((nn::Linear<dyn, dyn>(nullptr, "zero", 0, 3)), attn::ArgumentError);
 }
+
+TEST_CASE("LayerNorm and Embedding with run-time widths: their static twins' values and gradients, and the widths they check") {
+  nn::LayerNorm<6, double> fixed_norm(nullptr, "norm", 1e-5);
+  nn::LayerNorm<dyn, double> norm(nullptr, "norm", 6, 1e-5);
+  nn::LayerNorm<dyn, double> bare(nullptr, "bare", 6, 1e-5, true, false);
+  CHECK(norm.normalized_size() == 6);
+  CHECK(norm.weight.dims() == Dims{6});
+  CHECK(bare.named_parameters().empty());
+  const auto x = rnd({3, 6});
+  const auto dout = rnd({3, 6});
+  auto run_norm = [&](const auto& layer) {
+    Tape tape;
+    attn::Var<double, Shape<dyn, 6>> xv(x, true);
+    auto y = layer(tape, xv);
+    tape.backward(y, dout);
+    return std::tuple{y.value().to_vector(), xv.grad().to_vector(), layer.weight.grad().to_vector()};
+  };
+  CHECK(run_norm(norm) == run_norm(fixed_norm));
+
+  nn::Embedding<5, double> fixed_emb(nullptr, "emb", 7, {.padding_idx = 2});
+  nn::Embedding<dyn, double> emb(nullptr, "emb", 7, 5, {.padding_idx = 2});
+  CHECK(emb.embedding_dim() == 5);
+  CHECK(emb.weight.dims() == Dims{7, 5});
+  CHECK(emb.weight.value().to_vector() == fixed_emb.weight.value().to_vector());  // padding row zero in both
+  const auto ids = Tensor<std::int64_t>::from({2, 3}, {1, 2, 6, 0, 2, 1});
+  auto run_emb = [&](const auto& layer) {
+    Tape tape;
+    auto y = layer(tape, ids);
+    tape.backward(y, rnd({2, 3, 5}));
+    return std::pair{y.value().to_vector(), layer.weight.grad().to_vector()};
+  };
+  attn::Rng saved = rng;
+  const auto want = run_emb(fixed_emb);
+  rng = saved;  // the same upstream gradient
+  CHECK(run_emb(emb) == want);
+  nn::Embedding<dyn, double> capped(nullptr, "capped", 7, 5, {.max_norm = 0.5});
+  attn::NoGrad ng;
+  const auto rows = capped(ng, ids).value().to_vector();
+  for (std::size_t i = 0; i < 6; ++i) {
+    double n = 0;
+    for (std::size_t j = 0; j < 5; ++j) n += rows[i * 5 + j] * rows[i * 5 + j];
+    CHECK(std::sqrt(n) <= 0.5 + 1e-9);
+  }
+
+  CHECK_THROWS_WITH(norm(ng, attn::Var<double, attn::AnyShape>(rnd({3, 5}))), Catch::Contains("nn::LayerNorm 'norm': input shape (3, 5) does not end in 6"));
+  CHECK_THROWS_WITH(bare(ng, attn::Var<double, attn::AnyShape>(rnd({3, 5}))), Catch::Contains("does not end in 6"));
+  CHECK_THROWS_WITH((nn::LayerNorm<dyn>(nullptr, "zero", 0)), Catch::Contains("nn::LayerNorm 'zero': the normalised width must be positive"));
+  CHECK_THROWS_WITH((nn::Embedding<dyn>(nullptr, "zero", 7, 0)), Catch::Contains("nn::Embedding 'zero': embedding_dim must be positive"));
+}

@@ -117,9 +117,9 @@ class TransformerDecoderLayer : public Module {
                    .global_tokens = opt.global_tokens,
                    .rotary = opt.rotary}),
         multihead_attn(this, "multihead_attn", {.dropout = opt.attention_dropout.value_or(opt.dropout), .bias = opt.bias}),
-        linear1(this, "linear1", Dim, width(opt), opt.bias),
+        linear1(this, "linear1", width(opt), {.bias = opt.bias}),
         dropout(this, "dropout", opt.dropout),
-        linear2(this, "linear2", width(opt), Dim, opt.bias),
+        linear2(this, "linear2", width(opt), Dim, {.bias = opt.bias}),
         norm1(this, "norm1", opt.layer_norm_eps, opt.bias),
         norm2(this, "norm2", opt.layer_norm_eps, opt.bias),
         norm3(this, "norm3", opt.layer_norm_eps, opt.bias),
@@ -157,9 +157,9 @@ class TransformerDecoderLayer : public Module {
 
   Attention<Heads, Dim, T, B> self_attn;
   Attention<Heads, Dim, T, B> multihead_attn;
-  detail::RuntimeLinear<T, B> linear1;
+  Linear<Dim, dyn, T, B> linear1;  // Dim -> dim_feedforward
   Dropout dropout;
-  detail::RuntimeLinear<T, B> linear2;
+  Linear<dyn, Dim, T, B> linear2;
   LayerNorm<Dim, T, B> norm1, norm2, norm3;
   Dropout dropout1, dropout2, dropout3;
 

@@ -3,6 +3,7 @@
 // a run-time value. PyTorch's name ("weight") and default init N(0, 1), padding row zeroed.
 //   attn::nn::Embedding<128> tokens{this, "embed", vocab_size, {.padding_idx = 0}};
 //   auto x = tokens(ctx, ids);     // ids (B, T) int32/int64 -> (B, T, 128)
+//   attn::nn::Embedding<attn::dyn> t{this, "embed", vocab_size, width};   // a width chosen at run time
 #pragma once
 #include "../autograd/embedding.hpp"
 #include "init.hpp"
@@ -11,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -43,11 +43,46 @@ struct EmbeddingOptions {
 template <std::size_t Dim, class T = float, class B = cpu>
 class Embedding : public Module {
  public:
-  static_assert(Dim > 0 && Dim != dyn, "nn::Embedding: Dim must be a static, positive extent");
+  static_assert(Dim > 0, "nn::Embedding: Dim must be a positive extent (or attn::dyn)");
 
   Embedding(Module* parent, std::string name, std::size_t num_embeddings, EmbeddingOptions opt = {})
-      : Module(parent, std::move(name)), rows_(num_embeddings), opt_(opt) {
+    requires(Dim != dyn)
+      : Embedding(parent, std::move(name), num_embeddings, Dim, opt, 0) {}
+  /// Dim = dyn: the row width (torch's embedding_dim) given here.
+  Embedding(Module* parent, std::string name, std::size_t num_embeddings, std::size_t embedding_dim, EmbeddingOptions opt = {})
+    requires(Dim == dyn)
+      : Embedding(parent, std::move(name), num_embeddings, embedding_dim, opt, 0) {}
+
+  void reset_parameters(Rng& rng) override {
+    init::fill_with(weight, rng, [this](Rng& r) { return r.normal(0, opt_.init_std); });
+    if (padding_ >= 0) weight.data()->value.fill(T(0), static_cast<std::size_t>(padding_) * dim_, dim_);
+  }
+
+  /// ids (...) -> (..., embedding_dim). Ids outside the table throw ShapeError. With max_norm, the rows the
+  /// ids name are rescaled first (see EmbeddingOptions::max_norm); calls from several threads then
+  /// take turns (rescale and lookup together), so that none reads a row another is rescaling.
+  template <Context C, std::integral I, class SI>
+  auto operator()(C& ctx, const Tensor<I, SI, B>& ids) const {
+    if constexpr (B::host_accessible)
+      if (opt_.max_norm) {
+        const std::lock_guard<std::mutex> lock(renorm_mutex_);
+        renorm(ids);
+        return embedding(ctx, weight, ids, padding_);
+      }
+    return embedding(ctx, weight, ids, padding_);
+  }
+
+  std::size_t num_embeddings() const noexcept { return rows_; }
+  std::size_t embedding_dim() const noexcept { return dim_; }
+  /// The padding row, a negative padding_idx resolved (-1: none).
+  long long padding_row() const noexcept { return padding_; }
+  Var<T, Shape<dyn, Dim>, B> weight;
+
+ private:
+  Embedding(Module* parent, std::string name, std::size_t num_embeddings, std::size_t dim, EmbeddingOptions opt, int)
+      : Module(parent, std::move(name)), rows_(num_embeddings), dim_(dim), opt_(opt) {
     if (num_embeddings == 0) throw ArgumentError("nn::Embedding '" + this->name() + "': num_embeddings must be positive");
+    if (dim == 0) throw ArgumentError("nn::Embedding '" + this->name() + "': embedding_dim must be positive");
     if (opt.padding_idx) {
       const long long p = *opt.padding_idx, rows = static_cast<long long>(num_embeddings);
       if (p >= rows || p < -rows)
@@ -61,7 +96,7 @@ class Embedding : public Module {
         throw ArgumentError("nn::Embedding '" + this->name() + "': norm_type must be positive (or infinity), got " + std::to_string(opt.norm_type));
       if (!B::host_accessible) throw ArgumentError("nn::Embedding '" + this->name() + "': max_norm rescales rows on the host; this backend's table is not");
     }
-    weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, Dim});
+    weight = register_parameter<T, Shape<dyn, Dim>, B>("weight", {num_embeddings, dim});
     weight.data()->sparse_rows = opt.sparse;
     weight.data()->requires_grad = !opt.freeze;
     if (init_on_construction()) {
@@ -70,31 +105,6 @@ class Embedding : public Module {
     }
   }
 
-  void reset_parameters(Rng& rng) override {
-    init::fill_with(weight, rng, [this](Rng& r) { return r.normal(0, opt_.init_std); });
-    if (padding_ >= 0) weight.data()->value.fill(T(0), static_cast<std::size_t>(padding_) * Dim, Dim);
-  }
-
-  /// ids (...) -> (..., Dim). Ids outside the table throw ShapeError. With max_norm, the rows the
-  /// ids name are rescaled first (see EmbeddingOptions::max_norm); calls from several threads then
-  /// take turns (rescale and lookup together), so that none reads a row another is rescaling.
-  template <Context C, std::integral I, class SI>
-  auto operator()(C& ctx, const Tensor<I, SI, B>& ids) const {
-    if constexpr (B::host_accessible)
-      if (opt_.max_norm) {
-        const std::lock_guard<std::mutex> lock(*renorm_mutex_);
-        renorm(ids);
-        return embedding(ctx, weight, ids, padding_);
-      }
-    return embedding(ctx, weight, ids, padding_);
-  }
-
-  std::size_t num_embeddings() const noexcept { return rows_; }
-  /// The padding row, a negative padding_idx resolved (-1: none).
-  long long padding_row() const noexcept { return padding_; }
-  Var<T, Shape<dyn, Dim>, B> weight;
-
- private:
   /// torch's embedding_renorm_: each distinct row of ids above max_norm scaled down to it. Nothing
   /// changes when an id is outside the table (the lookup then throws).
   template <std::integral I, class SI>
@@ -111,28 +121,27 @@ class Embedding : public Module {
     const double max_norm = *opt_.max_norm, p = opt_.norm_type;
     bool changed = false;
     for (const std::size_t r : rows) {
-      T* row = w + r * Dim;
+      T* row = w + r * dim_;
       double norm = 0;
       if (std::isinf(p)) {
-        for (std::size_t j = 0; j < Dim; ++j) norm = std::max(norm, std::abs(double(row[j])));
+        for (std::size_t j = 0; j < dim_; ++j) norm = std::max(norm, std::abs(double(row[j])));
       } else {
-        for (std::size_t j = 0; j < Dim; ++j) norm += p == 2.0 ? double(row[j]) * double(row[j]) : std::pow(std::abs(double(row[j])), p);
+        for (std::size_t j = 0; j < dim_; ++j) norm += p == 2.0 ? double(row[j]) * double(row[j]) : std::pow(std::abs(double(row[j])), p);
         norm = p == 2.0 ? std::sqrt(norm) : std::pow(norm, 1.0 / p);
       }
       if (norm > max_norm) {
         const T scale = T(max_norm / (norm + 1e-7));
-        for (std::size_t j = 0; j < Dim; ++j) row[j] *= scale;
+        for (std::size_t j = 0; j < dim_; ++j) row[j] *= scale;
         changed = true;
       }
     }
     if (changed) weight.data()->mark_value_written();
   }
 
-  std::size_t rows_;
+  std::size_t rows_, dim_;
   EmbeddingOptions opt_;
   long long padding_ = -1;
-  // Serialises the max_norm calls, which write the table (held by pointer: the module stays movable).
-  std::unique_ptr<std::mutex> renorm_mutex_ = std::make_unique<std::mutex>();
+  mutable std::mutex renorm_mutex_;  // serialises the max_norm calls, which write the table
 };
 
 }  // namespace attn::nn

@@ -27,6 +27,7 @@
 #include "init.hpp"
 #include "layer_norm.hpp"
 #include "layer_stack.hpp"
+#include "linear.hpp"
 #include "module.hpp"
 
 namespace attn::nn {
@@ -99,39 +100,6 @@ struct TransformerEncoderLayerOptions {
   std::optional<RotaryOptions> rotary = {};
 };
 
-namespace detail {
-
-/// A Linear whose output width is chosen at run time (the feed-forward width): PyTorch's names
-/// "weight" (Out, In) and "bias" (Out), and nn.Linear's default initialisation.
-template <class T, class B>
-class RuntimeLinear : public Module {
- public:
-  RuntimeLinear(Module* parent, std::string name, std::size_t in, std::size_t out, bool bias)
-      : Module(parent, std::move(name)), in_(in) {
-    weight = register_parameter<T, AnyShape, B>("weight", {out, in}, true);
-    if (bias) this->bias = register_parameter<T, AnyShape, B>("bias", {out});
-    if (init_on_construction()) {
-      Rng rng(name_seed(this->seed_name()));
-      reset_parameters(rng);
-    }
-  }
-  void reset_parameters(Rng& rng) override {
-    init::torch_linear_default(weight, rng, in_);
-    if (bias.defined()) init::torch_linear_default(bias, rng, in_);
-  }
-  /// (..., In) -> (..., Out).
-  template <Context C, class S>
-  Var<T, AnyShape, B> operator()(C& ctx, const Var<T, S, B>& x) const {
-    return Var<T, AnyShape, B>(linear(ctx, x.erased(), weight, bias));
-  }
-  Var<T, AnyShape, B> weight, bias;  // bias undefined when !bias
-
- private:
-  std::size_t in_;
-};
-
-}  // namespace detail
-
 /// forward_rows_with_weights' result: the first rows' output (B, rows, Dim) and their attention
 /// weights (B, Heads, rows, T), both on the tape.
 template <class T, class B>
@@ -166,9 +134,9 @@ class TransformerEncoderLayer : public Module {
                    .causal = opt.causal,
                    .global_tokens = opt.global_tokens,
                    .rotary = opt.rotary}),
-        linear1(this, "linear1", Dim, width(opt), opt.bias),
+        linear1(this, "linear1", width(opt), {.bias = opt.bias}),
         dropout(this, "dropout", opt.dropout),
-        linear2(this, "linear2", width(opt), Dim, opt.bias),
+        linear2(this, "linear2", width(opt), Dim, {.bias = opt.bias}),
         norm1(this, "norm1", opt.layer_norm_eps, opt.bias),
         norm2(this, "norm2", opt.layer_norm_eps, opt.bias),
         dropout1(this, "dropout1", opt.dropout),
@@ -250,9 +218,9 @@ class TransformerEncoderLayer : public Module {
   std::size_t dim_feedforward() const noexcept { return width(opt_); }
 
   Attention<Heads, Dim, T, B> self_attn;
-  detail::RuntimeLinear<T, B> linear1;
+  Linear<Dim, dyn, T, B> linear1;  // Dim -> dim_feedforward
   Dropout dropout;
-  detail::RuntimeLinear<T, B> linear2;
+  Linear<dyn, Dim, T, B> linear2;
   LayerNorm<Dim, T, B> norm1, norm2;
   Dropout dropout1, dropout2;
 

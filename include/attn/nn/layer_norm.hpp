@@ -4,6 +4,7 @@
 // LayerNorm(bias=False), as the encoder's norms with bias = false; without either,
 // LayerNorm(elementwise_affine=False)).
 //   attn::nn::LayerNorm<128> norm{this, "norm"};   auto y = norm(ctx, x);   // (..., 128)
+//   attn::nn::LayerNorm<attn::dyn> norm{this, "norm", width};                  // a width chosen at run time
 #pragma once
 #include "functional.hpp"
 #include "init.hpp"
@@ -14,19 +15,15 @@ namespace attn::nn {
 template <std::size_t Dim, class T = float, class B = cpu>
 class LayerNorm : public Module {
  public:
-  static_assert(Dim > 0 && Dim != dyn, "nn::LayerNorm: Dim must be a static, positive extent");
+  static_assert(Dim > 0, "nn::LayerNorm: Dim must be a positive extent (or attn::dyn)");
   /// elementwise_affine = false: no parameters at all (torch ignores bias then, as here).
   LayerNorm(Module* parent, std::string name, double eps = 1e-5, bool bias = true, bool elementwise_affine = true)
-      : Module(parent, std::move(name)), eps_(eps) {
-    if (!(eps >= 0 && eps <= 1e30))  // torch accepts 0 too; negative or NaN eps gives NaN rows
-      throw ArgumentError("nn::LayerNorm '" + this->name() + "': eps must be a finite value >= 0, got " + std::to_string(eps));
-    if (elementwise_affine) weight = register_parameter<T, Shape<Dim>, B>("weight", {Dim});
-    if (elementwise_affine && bias) this->bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
-    if (init_on_construction()) {
-      Rng rng(0);
-      reset_parameters(rng);
-    }
-  }
+    requires(Dim != dyn)
+      : LayerNorm(parent, std::move(name), Dim, eps, bias, elementwise_affine, 0) {}
+  /// Dim = dyn: the normalised width (torch's normalized_shape) given here.
+  LayerNorm(Module* parent, std::string name, std::size_t normalized_size, double eps = 1e-5, bool bias = true, bool elementwise_affine = true)
+    requires(Dim == dyn)
+      : LayerNorm(parent, std::move(name), normalized_size, eps, bias, elementwise_affine, 0) {}
   void reset_parameters(Rng&) override {
     if (weight.defined()) init::constant(weight, T(1));
     if (bias.defined()) init::constant(bias, T(0));
@@ -35,11 +32,29 @@ class LayerNorm : public Module {
   Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x) const {
     if constexpr (!std::is_same_v<S, AnyShape>)
       static_assert(shapes::may_equal(shapes::back<S, 0>, Dim), "nn::LayerNorm: the input's last extent differs from Dim");
+    if (x.rank() == 0 || x.dims().back() != dim_)
+      throw ShapeError("nn::LayerNorm '" + this->name() + "': input shape " + x.dims().str() + " does not end in " + std::to_string(dim_));
     return layer_norm(ctx, x, weight, bias, eps_);
   }
+  /// The normalised width.
+  std::size_t normalized_size() const noexcept { return dim_; }
   Var<T, Shape<Dim>, B> weight, bias;  // undefined when constructed without them
 
  private:
+  LayerNorm(Module* parent, std::string name, std::size_t dim, double eps, bool bias, bool elementwise_affine, int)
+      : Module(parent, std::move(name)), dim_(dim), eps_(eps) {
+    if (dim == 0) throw ArgumentError("nn::LayerNorm '" + this->name() + "': the normalised width must be positive");
+    if (!(eps >= 0 && eps <= 1e30))  // torch accepts 0 too; negative or NaN eps gives NaN rows
+      throw ArgumentError("nn::LayerNorm '" + this->name() + "': eps must be a finite value >= 0, got " + std::to_string(eps));
+    if (elementwise_affine) weight = register_parameter<T, Shape<Dim>, B>("weight", {dim});
+    if (elementwise_affine && bias) this->bias = register_parameter<T, Shape<Dim>, B>("bias", {dim});
+    if (init_on_construction()) {
+      Rng rng(0);
+      reset_parameters(rng);
+    }
+  }
+
+  std::size_t dim_;
   double eps_;
 };
 
