@@ -2,11 +2,12 @@
 // The CLUE classifier (reference model R2 on TNEWS): character embeddings, a BiLSTM, one multi-head
 // self-attention block (optionally residual + LayerNorm), masked mean pooling and a linear head
 // over the task's classes (labels.json's: TNEWS's 15 news categories, IFLYTEK's 119 app
-// categories), a width chosen at run time (nn::Linear<256, dyn>); with 0 heads, the ablation, the same model without its attention
-// (LayerNorm(h), or h itself without the residual, is pooled). The head count is the attention's
-// template argument (nn::Attention<Heads, 256>); the model reaches its attention through an interface (AnyAttention),
-// so that the model and everything that trains, evaluates and serves it are compiled once per
-// backend and only the attention once per head count (heads.hpp).
+// categories), a width chosen at run time (nn::Linear<256, dyn>). With 0 heads, the ablation, it
+// is the same model without its attention (LayerNorm(h), or h itself without the residual, is
+// pooled). The head count is the attention's template argument (nn::Attention<Heads, 256>); the
+// model reaches its attention through an interface (AnyAttention), so that the model and
+// everything that trains, evaluates and serves it are compiled once per backend and only the
+// attention once per head count (heads.hpp).
 #pragma once
 #include <attn/attn.hpp>
 #include <attn/nn/attention.hpp>
