@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 # Measures what attn costs to compile: every translation unit of the example programs, what they
 # share (attn::compiled's kernels, the examples' precompiled header) and the largest test
-# translation units, one at a time at -O2 with the project's flags (CPU seconds and wall seconds).
+# translation units, one at a time at -O2 with the project's flags (CPU seconds and wall seconds);
+# first, a user's unit that includes <attn/attn.hpp> and calls nothing, header-only, with attn.pc's
+# flags: what every unit of a program pays before its own code.
 #   benchmarks/compile-times.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,15 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_REL
 # unit alone.
 cmake --build "$build" --target attn_catch_main attn_compiled attn_examples_pch attn_tests_pch > /dev/null
 printf '%-52s %8s %8s\n' "translation unit" "cpu s" "wall s"
+empty=$(mktemp --suffix=.cpp)
+printf '#include <attn/attn.hpp>\nint main() {}\n' > "$empty"
+cflags=$(sed -n 's/^Cflags: //p' "$build/attn.pc" | sed "s|-I\${includedir}|-I$PWD/include|")
+# shellcheck disable=SC2086  # the flags are words
+/usr/bin/time -f "%U %S %e" -o /tmp/attn-ct.$$ ${CXX:-c++} -O2 -DNDEBUG -march=native $cflags -isystem /usr/include/eigen3 \
+  -c "$empty" -o /dev/null
+read -r u s e < /tmp/attn-ct.$$
+printf '%-52s %8.1f %8.1f\n' "#include <attn/attn.hpp> alone (header-only)" "$(echo "$u + $s" | bc)" "$e"
+rm -f "$empty"
 units=(
   "CMakeFiles/attn_compiled.dir/src/cpu_float.cpp.o|attn::compiled, float kernels (once)"
   "CMakeFiles/attn_compiled.dir/src/cpu_double.cpp.o|attn::compiled, double kernels (once)"

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../../core/bf16.hpp"
@@ -189,8 +190,9 @@ using packed_detail::panel_masks;
 using packed_detail::scratch;
 
 /// The reference path: op(A) and B rounded to bf16, multiplied by the FP32 GEMM.
-inline void gemm_bf16_fp32(Trans ta, int m, int n, int k, float alpha, const float* a, int lda, const PackedBf16& b,
-                           float beta, float* c, int ldc) {
+template <class F = float>
+void gemm_bf16_fp32(Trans ta, int m, int n, int k, float alpha, const float* a, int lda, const PackedBf16& b,
+                    float beta, float* c, int ldc) {
   static std::atomic<bool> said{false};
   notice_once(said, "bf16 products below the avx512_bf16 level (no AVX512-BF16, or ATTN_ISA): bf16-rounded operands through "
                     "the FP32 GEMM, at FP32's speed");
@@ -207,7 +209,7 @@ inline void gemm_bf16_fp32(Trans ta, int m, int n, int k, float alpha, const flo
     rb = u;
     tb = Trans::no;
   }
-  cpu::gemm<float>(ta, tb, m, n, k, alpha, ra, cols, rb, tb == Trans::no ? n : k, beta, c, ldc);
+  cpu::gemm<F>(ta, tb, m, n, k, alpha, ra, cols, rb, tb == Trans::no ? n : k, beta, c, ldc);
 }
 
 #if defined(ATTN_GEMM_BF16_AVX512)
@@ -383,8 +385,13 @@ inline bool bf16_native() {
 /// C (m, n) = alpha op(A) B + beta C, op(A) (m, k) rounded to bf16 (A stored (m, k) with row stride
 /// lda, or (k, m) under Trans::yes), B (k, n) packed; products summed in float. beta == 0 leaves C
 /// unread. At cpu::isa() >= avx512_bf16 on vdpbf16ps, below it through the FP32 GEMM.
-inline void gemm_bf16(Trans ta, int m, int n, int k, float alpha, const float* a, int lda, const PackedBf16& b, float beta,
-                      float* c, int ldc) {
+/// A template (F is float) only so that a translation unit that never calls it does not compile the
+/// FP32 GEMM it falls back on: as an inline function it would instantiate cpu::gemm<float> in every
+/// unit that includes attn (2-3 s of each, header-only).
+template <class F = float>
+void gemm_bf16(Trans ta, int m, int n, int k, float alpha, const float* a, int lda, const PackedBf16& b, float beta,
+               float* c, int ldc) {
+  static_assert(std::is_same_v<F, float>, "gemm_bf16: F is float");
   if (b.k() != k || b.n() != n)
     throw ShapeError("gemm_bf16: B is packed (" + std::to_string(b.k()) + ", " + std::to_string(b.n()) + "), the product needs (" +
                      std::to_string(k) + ", " + std::to_string(n) + ")");
@@ -398,7 +405,7 @@ inline void gemm_bf16(Trans ta, int m, int n, int k, float alpha, const float* a
   if (cpu::isa() >= Isa::avx512_bf16 && b.has_panels())
     return bf16_detail::gemm_bf16_avx512(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
 #endif
-  bf16_detail::gemm_bf16_fp32(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
+  bf16_detail::gemm_bf16_fp32<F>(ta, m, n, k, alpha, a, lda, b, beta, c, ldc);
 }
 
 }  // namespace attn::kernels

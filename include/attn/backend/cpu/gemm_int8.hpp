@@ -32,6 +32,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../../core/error.hpp"
@@ -235,7 +236,8 @@ inline void quantize_rows_scalar(int i0, int i1, int k, const float* a, int lda,
 }
 
 /// The reference path: the integers as floats through the FP32 GEMM, then the scales.
-inline void gemm_int8_fp32(int m, int n, int k, const float* a, int lda, const PackedInt8& w, float beta, float* c, int ldc) {
+template <class F = float>
+void gemm_int8_fp32(int m, int n, int k, const float* a, int lda, const PackedInt8& w, float beta, float* c, int ldc) {
   static std::atomic<bool> said{false};
   notice_once(said, "int8 products without AVX512-VNNI at this level (or ATTN_ISA below avx512): the int8 values through the "
                     "FP32 GEMM, at FP32's speed");
@@ -256,7 +258,7 @@ inline void gemm_int8_fp32(int m, int n, int k, const float* a, int lda, const P
       for (int j = 0; j < n; ++j) u[std::size_t(p) * n + j] = float(w.at(p, j));
     fw = u;
   }
-  cpu::gemm<float>(Trans::no, Trans::no, m, n, k, 1.f, fa, k, fw, n, 0.f, fc, n);
+  cpu::gemm<F>(Trans::no, Trans::no, m, n, k, 1.f, fa, k, fw, n, 0.f, fc, n);
   const float* s = w.scales();
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
@@ -439,7 +441,12 @@ inline bool int8_native() { return int8_native_now(); }
 
 /// C (m, n) = A W + beta C: A (m, k) float with row stride lda, quantized per row; W (k, n) packed
 /// int8. beta == 0 leaves C unread. See the top of this file for the arithmetic.
-inline void gemm_int8(int m, int n, int k, const float* a, int lda, const PackedInt8& w, float beta, float* c, int ldc) {
+/// A template (F is float) only so that a translation unit that never calls it does not compile the
+/// FP32 GEMM it falls back on: as an inline function it would instantiate cpu::gemm<float> in every
+/// unit that includes attn (2-3 s of each, header-only).
+template <class F = float>
+void gemm_int8(int m, int n, int k, const float* a, int lda, const PackedInt8& w, float beta, float* c, int ldc) {
+  static_assert(std::is_same_v<F, float>, "gemm_int8: F is float");
   if (w.k() != k || w.n() != n)
     throw ShapeError("gemm_int8: W is packed (" + std::to_string(w.k()) + ", " + std::to_string(w.n()) + "), the product needs (" +
                      std::to_string(k) + ", " + std::to_string(n) + ")");
@@ -452,7 +459,7 @@ inline void gemm_int8(int m, int n, int k, const float* a, int lda, const Packed
 #if defined(ATTN_GEMM_INT8_AVX512)
   if (int8_native()) return int8_detail::gemm_int8_vnni(m, n, k, a, lda, w, beta, c, ldc);
 #endif
-  int8_detail::gemm_int8_fp32(m, n, k, a, lda, w, beta, c, ldc);
+  int8_detail::gemm_int8_fp32<F>(m, n, k, a, lda, w, beta, c, ldc);
 }
 
 /// gemm_int8's arithmetic written out with int32 sums, one element at a time: the reference the

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "../../core/bf16.hpp"
@@ -212,8 +213,9 @@ inline void round_row(const float* x, std::size_t n, float* out) {
 
 /// Below avx512_bf16: the operands rounded into float scratch, each in its own layout (A's stored
 /// rows, B's rows), then tile::gemm in float.
-inline void gemm_rounded(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t ai, std::size_t ak,
-                         const float* b, std::size_t ldb, bool accumulate, float* c, std::size_t ldc) {
+template <class F = float>
+void gemm_rounded(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t ai, std::size_t ak,
+                  const float* b, std::size_t ldb, bool accumulate, float* c, std::size_t ldc) {
   thread_local ScratchF ar, br;
   float* ra = packed_detail::scratch(ar, m * k);
   float* rb = packed_detail::scratch(br, k * n);
@@ -221,23 +223,26 @@ inline void gemm_rounded(std::size_t m, std::size_t n, std::size_t k, float alph
   const std::size_t rows = at ? k : m, cols = at ? m : k, ld = at ? ak : ai;
   for (std::size_t r = 0; r < rows; ++r) round_row(a + r * ld, cols, ra + r * cols);
   for (std::size_t p = 0; p < k; ++p) round_row(b + p * ldb, n, rb + p * n);
-  if (at) gemm<float>(m, n, k, alpha, ra, 1, m, rb, n, accumulate, c, ldc);
-  else gemm<float>(m, n, k, alpha, ra, k, 1, rb, n, accumulate, c, ldc);
+  if (at) gemm<F>(m, n, k, alpha, ra, 1, m, rb, n, accumulate, c, ldc);
+  else gemm<F>(m, n, k, alpha, ra, k, 1, rb, n, accumulate, c, ldc);
 }
 
 }  // namespace bf16_detail
 
 /// C (m, n) = alpha round(A) round(B), plus C when accumulate (k = 0: C becomes 0, or stays), with
 /// round() to the nearest bfloat16 and float sums. Operands as tile::gemm's: A row-major (ak == 1)
-/// or stored transposed (ai == 1), B row-major.
-inline void gemm_bf16(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t ai, std::size_t ak,
-                      const float* b, std::size_t ldb, bool accumulate, float* c, std::size_t ldc) {
+/// or stored transposed (ai == 1), B row-major. A template (F is float) only so that a unit that
+/// never calls it does not compile tile::gemm<float> and the FP32 GEMM behind it.
+template <class F = float>
+void gemm_bf16(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t ai, std::size_t ak,
+               const float* b, std::size_t ldb, bool accumulate, float* c, std::size_t ldc) {
+  static_assert(std::is_same_v<F, float>, "tile::gemm_bf16: F is float");
   if (m == 0 || n == 0) return;
-  if (k == 0) return gemm<float>(m, n, 0, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
+  if (k == 0) return gemm<F>(m, n, 0, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
 #if defined(ATTN_TILE_GEMM_AVX2)
   if (bf16_tiles_native()) return bf16_detail::gemm_native(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
 #endif
-  bf16_detail::gemm_rounded(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
+  bf16_detail::gemm_rounded<F>(m, n, k, alpha, a, ai, ak, b, ldb, accumulate, c, ldc);
 }
 
 }  // namespace attn::kernels::tile
