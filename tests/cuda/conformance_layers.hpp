@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Conformance cases of the layers and layer functions: layer_norm, masked pooling, dropout,
+// Conformance cases of the layers and layer functions: layer_norm, rms_norm, masked pooling, dropout,
 // Linear, Embedding, LSTM, BiLSTM, a small BiLSTM classifier trained one step's worth
 // (forward, cross-entropy, backward), checkpointed residual blocks with dropout and an encoder's
 // first rows (forward_rows). Parameters are initialised on the host from their names,
@@ -59,6 +59,39 @@ Result layer_norm_module(std::uint64_t seed) {
   backward_from(tape, y, rng);
   Result r;
   record_value(r, "y", y);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, norm);
+  return r;
+}
+
+template <class T, class B>
+Result rms_norm(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape;
+  auto x = input<T, B>(rng, {4, 9, 48}, -2, 3);
+  auto gamma = input<T, B>(rng, {48}, 0.5, 1.5);
+  auto y = nn::rms_norm(tape, x, gamma, 1e-5);
+  backward_from(tape, y, rng);
+  Result r;
+  record_value(r, "y", y);
+  record_grad(r, "x", x);
+  record_grad(r, "gamma", gamma);
+  return r;
+}
+/// The module over many rows (its weight's gradient split over blocks), and one without a weight.
+template <class T, class B>
+Result rms_norm_module(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape;
+  nn::RMSNorm<48, T, B> norm(nullptr, "norm");
+  nn::RMSNorm<attn::dyn, T, B> bare(nullptr, "bare", 48, 1e-3, false);
+  auto x = input<T, B>(rng, {64, 70, 48});
+  auto y = norm(tape, x);
+  auto z = bare(tape, x);
+  backward_from(tape, attn::add(tape, y, z), rng);
+  Result r;
+  record_value(r, "y", y);
+  record_value(r, "z", z);
   record_grad(r, "x", x);
   record_parameter_grads<T, B>(r, norm);
   return r;

@@ -629,6 +629,38 @@ def case_layernorm(out_dir: Path, written: list[Path]) -> None:
                variance="biased (divide by N)", loss="sum(out*dout)"), written)
 
 
+def case_rmsnorm(out_dir: Path, written: list[Path], fname: str, shape: tuple[int, ...], eps: float | None,
+                 affine: bool, seed: int) -> None:
+    """torch.nn.RMSNorm over the last axis; eps=None is the dtype's epsilon (float64's for the
+    reference: attn's double test uses the same, its float test float32's)."""
+    torch.manual_seed(seed)
+    d = shape[-1]
+    rms = nn.RMSNorm(d, eps=eps, elementwise_affine=affine)
+    t = {}
+    if affine:
+        with torch.no_grad():
+            rms.weight.copy_(1.0 + randn32(d, scale=0.5))
+        t["weight"] = f32(rms.weight)
+    x = randn32(*shape, scale=1.5) + 0.25
+    dout = randn32(*shape)
+    t.update({"x": f32(x), "dout": f32(dout)})
+    rms = rms.double()
+    x64 = x.double().requires_grad_()
+    out = rms(x64)
+    (out * dout.double()).sum().backward()
+    xd = x.double()
+    e = torch.finfo(torch.float64).eps if eps is None else eps
+    ref = xd / torch.sqrt((xd * xd).mean(-1, keepdim=True) + e)
+    if affine:
+        ref = ref * t["weight"].double()
+    assert_close(fname + ".out", out, ref)
+    t.update({"out": f64(out), "grad.x": f64(x64.grad)})
+    add_grads(t, rms)
+    write(out_dir, fname, t,
+          meta(fname.removesuffix(".safetensors"), seed, normalized_shape=d, eps="None" if eps is None else eps,
+               elementwise_affine=affine, loss="sum(out*dout)"), written)
+
+
 # ----------------------------------------------------------------------------------------------
 # 5. Embedding
 
@@ -1291,6 +1323,8 @@ def generate(out_dir: Path) -> list[Path]:
     case_lstm_state(out_dir, written, bidirectional=True, seed=36, layers=2)
     case_lstm_state(out_dir, written, bidirectional=True, seed=37, layers=2, bias=False)
     case_layernorm(out_dir, written)
+    case_rmsnorm(out_dir, written, "rmsnorm.safetensors", (2, 3, 8), None, True, seed=81)
+    case_rmsnorm(out_dir, written, "rmsnorm_eps_plain.safetensors", (5, 6), 0.01, False, seed=82)
     case_embedding(out_dir, written)
     case_embedding_max_norm(out_dir, written, seed=6)
     case_cross_entropy(out_dir, written, 0.0, seed=61)

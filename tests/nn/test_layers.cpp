@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Linear, Embedding, LayerNorm, dropout, pooling: gradient checks, PyTorch goldens, module registry.
+// Linear, Embedding, LayerNorm, RMSNorm, dropout, pooling: gradient checks, PyTorch goldens, module registry.
 #include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
 
@@ -53,6 +53,13 @@ TEST_CASE("gradcheck: layer_norm, masked_mean, masked_max, dropout") {
   auto mask2 = Tensor<double>::from({2, 3}, {1, 0, 1, 1, 1, 0});
   check_gradients("masked_max", [&](Tape& t, V& x) { return nn::masked_max(t, x[0], attn::KeepMask(mask2)); }, {rnd({2, 3, 4})});
   check_gradients("dropout", [](Tape& t, V& x) { return nn::dropout(t, x[0], 0.3, true); }, {rnd({4, 5})});
+}
+
+TEST_CASE("gradcheck: rms_norm, with and without a scale, eps that matters") {
+  check_gradients("rms_norm", [](Tape& t, V& x) { return nn::rms_norm(t, x[0], x[1], 1e-6); }, {rnd({2, 3, 6}), rnd({6})});
+  check_gradients("rms_norm, eps 0.5", [](Tape& t, V& x) { return nn::rms_norm(t, x[0], x[1], 0.5); }, {rnd({4, 5}), rnd({5})});
+  check_gradients("rms_norm without scale", [](Tape& t, V& x) { return nn::rms_norm(t, x[0], attn::Var<double>{}, 1e-6); },
+                  {rnd({3, 7})});
 }
 
 TEST_CASE("masked pooling: a fully padded sample pools to zeros") {
@@ -356,6 +363,67 @@ TEST_CASE("LayerNorm(elementwise_affine = false): no parameters, the values and 
   }
   CHECK_THROWS_WITH(attn::layer_norm(tape, x, attn::Var<double>(rnd({5})), attn::Var<double>{}, 1e-5),
                     Catch::Contains("vs weight (5) and bias (none)"));
+}
+
+TEST_CASE("golden: RMSNorm matches torch.nn.RMSNorm, eps=None with a weight and eps=0.01 without") {
+  auto f = golden::load("rmsnorm");
+  auto run = [&](auto tag, double tol) {
+    using T = decltype(tag);
+    nn::RMSNorm<8, T> norm(nullptr, "norm");  // torch's eps=None: the type's epsilon
+    CHECK(norm.eps() == double(std::numeric_limits<T>::epsilon()));
+    copy_param<T>(norm.weight, f, "weight");
+    Tape tape;
+    attn::Var<T, Shape<dyn, dyn, 8>> x(golden::tensor<T>(f, "x"), true);
+    auto y = norm(tape, x);
+    golden::expect_close(f, "out", y.value(), tol);
+    tape.backward(y, golden::tensor<T>(f, "dout"));
+    golden::expect_close(f, "grad.x", x.grad(), tol);
+    golden::expect_close(f, "grad.weight", norm.weight.grad(), tol);
+  };
+  run(float{}, 1e-5);
+  run(double{}, 1e-12);
+  auto g = golden::load("rmsnorm_eps_plain");
+  auto run_plain = [&](auto tag, double tol) {
+    using T = decltype(tag);
+    nn::RMSNorm<dyn, T> norm(nullptr, "norm", 6, std::stod(g.metadata.at("eps")), false);
+    CHECK(norm.named_parameters().empty());
+    Tape tape;
+    attn::Var<T> x(golden::tensor<T>(g, "x"), true);
+    auto y = norm(tape, x);
+    golden::expect_close(g, "out", y.value(), tol);
+    tape.backward(y, golden::tensor<T>(g, "dout"));
+    golden::expect_close(g, "grad.x", x.grad(), tol);
+  };
+  run_plain(float{}, 1e-5);
+  run_plain(double{}, 1e-12);
+}
+
+TEST_CASE("RMSNorm: each row's mean square is 1 / (1 + eps / ms), the width and eps are checked, naming the layer") {
+  nn::RMSNorm<6, double> norm(nullptr, "rms", 1e-3);
+  REQUIRE(norm.named_parameters().size() == 1);
+  CHECK(norm.named_parameters()[0].first == "weight");
+  CHECK(norm.normalized_size() == 6);
+  attn::NoGrad ng;
+  const auto xt = rnd({4, 6}, -3, 3);
+  const attn::Var<double> x(xt);
+  const auto y = norm(ng, x).value();
+  for (std::size_t r = 0; r < 4; ++r) {
+    double ms = 0, ys = 0;
+    for (std::size_t c = 0; c < 6; ++c) {
+      const double xv = xt.data()[r * 6 + c], yv = y.data()[r * 6 + c];
+      ms += xv * xv / 6;
+      ys += yv * yv / 6;
+    }
+    CHECK(ys == Approx(ms / (ms + 1e-3)).epsilon(1e-12));
+  }
+  CHECK_THROWS_WITH(norm(ng, attn::Var<double>(rnd({2, 5}))), Catch::Contains("nn::RMSNorm 'rms': input shape (2, 5) does not end in 6"));
+  CHECK_THROWS_WITH(nn::RMSNorm<4>(nullptr, "r", -1.0), Catch::Contains("nn::RMSNorm 'r': eps must be a finite value >= 0"));
+  CHECK_THROWS_AS(nn::RMSNorm<4>(nullptr, "r", std::nan("")), attn::ArgumentError);
+  CHECK_THROWS_WITH((nn::RMSNorm<dyn>(nullptr, "r", 0)), Catch::Contains("the normalised width must be positive"));
+  CHECK_THROWS_WITH(attn::rms_norm(ng, x, attn::Var<double>(rnd({5})), 1e-6), Catch::Contains("rms_norm: input (4, 6) vs weight (5)"));
+  CHECK_THROWS_AS(attn::rms_norm(ng, x, attn::Var<double>{}, -1.0), attn::ArgumentError);
+  nn::RMSNorm<6, float> f32(nullptr, "f32");
+  CHECK(f32.eps() == double(std::numeric_limits<float>::epsilon()));
 }
 
 TEST_CASE("golden: Embedding with padding_idx matches torch.nn.Embedding") {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // CPU kernels of the loss and layer functions: cross-entropy over log-probabilities, masked
 // mean/max pooling over time, and (from vector_kernels.hpp, one copy per ISA level) layer
-// normalisation. Overloaded on the backend tag, as cuda/layer_kernels.cuh; the ops in
+// and RMS normalisation. Overloaded on the backend tag, as cuda/layer_kernels.cuh; the ops in
 // autograd/loss.hpp, autograd/norm.hpp and autograd/pooling.hpp call them as kernels::xxx(B{}, ...).
 //   attn::kernels::layer_norm_forward(attn::cpu{}, x, gamma, beta, rows, d, 1e-5, y, xhat, rstd);
 #pragma once

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The CPU kernels that the compiler vectorises (Adam's dense update, layer norm, the LSTM cell),
+// The CPU kernels that the compiler vectorises (Adam's dense update, layer and RMS norm, the LSTM cell),
 // compiled once per ISA level and chosen at run time by cpu::isa(), as the hand-written tile GEMM
 // and exponential are: vector_kernels.inc holds their loops, included below in one namespace per
 // level under that level's target (AVX-512 F/CD/BW/DQ/VL, AVX2 + FMA) and once more with the
@@ -145,28 +145,25 @@ void adam_update(cpu, std::size_t n, T* p, const T* g, T* m, T* v, const vec::Ad
   }
 }
 
-/// Layer norm over rows of X (rows, d): xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased
-/// variance, accumulated in double), y = xhat * G + Bt with G, Bt (d). Writes y, xhat (rows, d), rstd (rows).
+namespace vec {
+/// The rows of a layer norm (center) or RMS norm forward, split over threads.
 template <class T>
-void layer_norm_forward(cpu, const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y, T* xhat,
-                        T* rstd) {
-  const auto prof = profile::Scope::of<T>("layer norm forward", rows, d);
-  const int nt = vec::threads_for(rows, rows * d);
+void norm_forward(const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y, T* xhat, T* rstd,
+                  bool center) {
+  const int nt = threads_for(rows, rows * d);
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
   for (int c = 0; c < nt; ++c)
     ATTN_VEC_CALL(layer_norm_forward_rows<T>, rows * std::size_t(c) / std::size_t(nt), rows * std::size_t(c + 1) / std::size_t(nt),
-                  X, G, Bt, d, eps, y, xhat, rstd);
+                  X, G, Bt, d, eps, y, xhat, rstd, center);
 }
 
-/// Backward of layer_norm_forward from the upstream gy (rows, d), the saved xhat and rstd and the
-/// weight Gm (d): dgamma += sum_rows gy * xhat; dbeta += sum_rows gy;
-/// dx += rstd * (gy*gamma - mean(gy*gamma) - xhat * mean(gy*gamma*xhat)). A null output is skipped.
+/// A norm's backward: dgamma (dg) and dbeta (db) as column sums, dx by rows split over threads. A
+/// null output is skipped.
 template <class T>
-void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx,
-                         T* dg, T* db) {
-  const auto prof = profile::Scope::of<T>("layer norm backward", rows, d);
+void norm_backward(const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx, T* dg, T* db,
+                   bool center) {
   for (std::size_t r = 0; r < rows && (dg || db); ++r) {
     const T* __restrict g = gy + r * d;
     const T* __restrict h = H + r * d;
@@ -176,13 +173,50 @@ void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rst
       for (std::size_t j = 0; j < d; ++j) db[j] += g[j];
   }
   if (!dx) return;
-  const int nt = vec::threads_for(rows, rows * d);
+  const int nt = threads_for(rows, rows * d);
 #if defined(_OPENMP)
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
   for (int c = 0; c < nt; ++c)
     ATTN_VEC_CALL(layer_norm_dx_rows<T>, rows * std::size_t(c) / std::size_t(nt), rows * std::size_t(c + 1) / std::size_t(nt), gy,
-                  H, Gm, rstd, d, dx);
+                  H, Gm, rstd, d, dx, center);
+}
+}  // namespace vec
+
+/// Layer norm over rows of X (rows, d): xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased
+/// variance, accumulated in double), y = xhat * G + Bt with G, Bt (d). Writes y, xhat (rows, d), rstd (rows).
+template <class T>
+void layer_norm_forward(cpu, const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y, T* xhat,
+                        T* rstd) {
+  const auto prof = profile::Scope::of<T>("layer norm forward", rows, d);
+  vec::norm_forward(X, G, Bt, rows, d, eps, y, xhat, rstd, true);
+}
+
+/// Backward of layer_norm_forward from the upstream gy (rows, d), the saved xhat and rstd and the
+/// weight Gm (d): dgamma += sum_rows gy * xhat; dbeta += sum_rows gy;
+/// dx += rstd * (gy*gamma - mean(gy*gamma) - xhat * mean(gy*gamma*xhat)). A null output is skipped.
+template <class T>
+void layer_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx,
+                         T* dg, T* db) {
+  const auto prof = profile::Scope::of<T>("layer norm backward", rows, d);
+  vec::norm_backward(gy, H, Gm, rstd, rows, d, dx, dg, db, true);
+}
+
+/// RMS norm over rows of X (rows, d), torch's rms_norm: xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) +
+/// eps) (accumulated in double), y = xhat * G with G (d). Writes y, xhat (rows, d), rstd (rows).
+template <class T>
+void rms_norm_forward(cpu, const T* X, const T* G, std::size_t rows, std::size_t d, double eps, T* y, T* xhat, T* rstd) {
+  const auto prof = profile::Scope::of<T>("rms norm forward", rows, d);
+  vec::norm_forward(X, G, static_cast<const T*>(nullptr), rows, d, eps, y, xhat, rstd, false);
+}
+
+/// Backward of rms_norm_forward from the upstream gy (rows, d), the saved xhat and rstd and the weight
+/// Gm (d): dgamma += sum_rows gy * xhat; dx += rstd * (gy*gamma - xhat * mean(gy*gamma*xhat)). A
+/// null output is skipped.
+template <class T>
+void rms_norm_backward(cpu, const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx, T* dg) {
+  const auto prof = profile::Scope::of<T>("rms norm backward", rows, d);
+  vec::norm_backward(gy, H, Gm, rstd, rows, d, dx, dg, static_cast<T*>(nullptr), false);
 }
 
 /// Fused LSTM cell over n rows. gates (n, 4H) holds W_ih x + W_hh h_prev on entry and the
@@ -215,6 +249,9 @@ namespace attn {
                                                  T*, T*);                                                                  \
   X template void kernels::layer_norm_backward<T>(cpu, const T*, const T*, const T*, const T*, std::size_t, std::size_t,    \
                                                   T*, T*, T*);                                                             \
+  X template void kernels::rms_norm_forward<T>(cpu, const T*, const T*, std::size_t, std::size_t, double, T*, T*, T*);     \
+  X template void kernels::rms_norm_backward<T>(cpu, const T*, const T*, const T*, const T*, std::size_t, std::size_t, T*,  \
+                                                T*);                                                                       \
   X template void kernels::lstm_cell_forward<T>(cpu, std::size_t, std::size_t, T*, const T*, const T*, T*, T*);            \
   X template void kernels::lstm_cell_backward<T>(cpu, std::size_t, std::size_t, const T*, const T*, const T*, const T*, T*, \
                                                  T*);

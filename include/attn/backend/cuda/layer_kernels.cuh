@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Kernels of the loss and layer functions for attn::cuda, overloads of cpu/layer_kernels.hpp:
-// cross-entropy over log-probabilities, layer normalisation (one warp per row, statistics in
-// double as on the CPU) and masked mean/max pooling over time (one thread per output column,
+// cross-entropy over log-probabilities, layer and RMS normalisation (one warp per row, statistics
+// in double as on the CPU) and masked mean/max pooling over time (one thread per output column,
 // adding in the CPU's order).
 //   attn::kernels::layer_norm_forward(attn::cuda{}, x, gamma, beta, rows, d, 1e-5, y, xhat, rstd);
 #pragma once
@@ -53,18 +53,21 @@ __global__ void cross_entropy_backward_kernel(const T* logp, const I* targets, s
   }
 }
 
-// One warp per row of X (rows, d): mean and biased variance in double, then xhat, y, rstd.
+// One warp per row of X (rows, d): mean and biased variance in double, then xhat, y, rstd. With
+// center false (RMS norm) no mean: the mean square for the variance. Bt null: no shift.
 template <class T>
 __global__ void layer_norm_forward_kernel(const T* X, const T* G, const T* Bt, std::size_t rows, std::size_t d, double eps, T* y,
-                                          T* xhat, T* rstd) {
+                                          T* xhat, T* rstd, bool center) {
   const unsigned lane = threadIdx.x % warp_size;
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x / warp_size);
   for (std::size_t r = static_cast<std::size_t>(blockIdx.x) * (blockDim.x / warp_size) + threadIdx.x / warp_size; r < rows;
        r += warps) {
     const T* xr = X + r * d;
     double mu = 0, var = 0;
-    for (std::size_t j = lane; j < d; j += warp_size) mu += xr[j];
-    mu = warp_sum(mu) / double(d);
+    if (center) {
+      for (std::size_t j = lane; j < d; j += warp_size) mu += xr[j];
+      mu = warp_sum(mu) / double(d);
+    }
     for (std::size_t j = lane; j < d; j += warp_size) var += (xr[j] - mu) * (xr[j] - mu);
     const T rs = elem::layer_norm_rstd<T>(warp_sum(var), d, eps);
     if (lane == 0) rstd[r] = rs;
@@ -73,14 +76,16 @@ __global__ void layer_norm_forward_kernel(const T* X, const T* G, const T* Bt, s
     for (std::size_t j = lane; j < d; j += warp_size) {
       const T h = elem::layer_norm_xhat(xr[j], mu, rs);
       hr[j] = h;
-      yr[j] = h * G[j] + Bt[j];
+      yr[j] = Bt ? h * G[j] + Bt[j] : h * G[j];
     }
   }
 }
 
-// dx += rstd (gg - mean(gg) - xhat mean(gg xhat)), gg = gy * gamma, one warp per row.
+// dx += rstd (gg - mean(gg) - xhat mean(gg xhat)), gg = gy * gamma, one warp per row; with center
+// false (RMS norm) without the mean(gg) term.
 template <class T>
-__global__ void layer_norm_dx_kernel(const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx) {
+__global__ void layer_norm_dx_kernel(const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx,
+                                     bool center) {
   const unsigned lane = threadIdx.x % warp_size;
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x / warp_size);
   for (std::size_t r = static_cast<std::size_t>(blockIdx.x) * (blockDim.x / warp_size) + threadIdx.x / warp_size; r < rows;
@@ -91,7 +96,7 @@ __global__ void layer_norm_dx_kernel(const T* gy, const T* H, const T* Gm, const
       m1 += gg;
       m2 += gg * H[r * d + j];
     }
-    m1 = warp_sum(m1) / double(d);
+    m1 = center ? warp_sum(m1) / double(d) : 0.0;
     m2 = warp_sum(m2) / double(d);
     for (std::size_t j = lane; j < d; j += warp_size)
       dx[r * d + j] += elem::layer_norm_dx(rstd[r], gy[r * d + j], Gm[j], m1, m2, H[r * d + j]);
@@ -131,6 +136,20 @@ __global__ void layer_norm_params_kernel(const T* gy, const T* H, std::size_t ro
     if (dg) dg[j] += sg;
     if (db) db[j] += sb;
   }
+}
+
+// Launches layer_norm_params_kernel over rows (rows, d): enough blocks of rows to fill the device,
+// adding atomically when the rows are split.
+template <class T>
+void norm_params(const DeviceState& dev, const T* gy, const T* H, std::size_t rows, std::size_t d, T* dg, T* db, const char* what) {
+  const std::size_t bx = (d + 31) / 32, target = 4 * static_cast<std::size_t>(dev.multiprocessors);
+  std::size_t splits = (target + bx - 1) / bx, most = (rows + 63) / 64;
+  splits = splits < most ? splits : most;
+  splits = splits < 1 ? 1 : splits > 65535 ? 65535 : splits;
+  const std::size_t chunk = (rows + splits - 1) / splits;
+  layer_norm_params_kernel<T><<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(splits)), dim3(32, 8), 0, dev.stream>>>(
+      gy, H, rows, d, chunk, dg, db, splits > 1);
+  check_launch(what);
 }
 
 // out (b, d), inv (b): one thread per (i, j), adding unmasked x[i, s, j] in order of s.
@@ -239,7 +258,8 @@ void layer_norm_forward(cuda, const T* X, const T* G, const T* Bt, std::size_t r
   using namespace cuda_detail;
   if (rows == 0 || d == 0) return;
   const DeviceState& dev = current_device();
-  layer_norm_forward_kernel<T><<<row_blocks(rows), rows_per_block * warp_size, 0, dev.stream>>>(X, G, Bt, rows, d, eps, y, xhat, rstd);
+  layer_norm_forward_kernel<T><<<row_blocks(rows), rows_per_block * warp_size, 0, dev.stream>>>(X, G, Bt, rows, d, eps, y, xhat, rstd,
+                                                                                                true);
   check_launch("cuda layer_norm: layer_norm_forward_kernel launch");
 }
 
@@ -249,19 +269,32 @@ void layer_norm_backward(cuda, const T* gy, const T* H, const T* Gm, const T* rs
   using namespace cuda_detail;
   if (rows == 0 || d == 0) return;
   const DeviceState& dev = current_device();
-  if (dg || db) {
-    const std::size_t bx = (d + 31) / 32, target = 4 * static_cast<std::size_t>(dev.multiprocessors);
-    std::size_t splits = (target + bx - 1) / bx, most = (rows + 63) / 64;
-    splits = splits < most ? splits : most;
-    splits = splits < 1 ? 1 : splits > 65535 ? 65535 : splits;
-    const std::size_t chunk = (rows + splits - 1) / splits;
-    layer_norm_params_kernel<T><<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(splits)), dim3(32, 8), 0, dev.stream>>>(
-        gy, H, rows, d, chunk, dg, db, splits > 1);
-    check_launch("cuda layer_norm: layer_norm_params_kernel launch");
-  }
+  if (dg || db) norm_params(dev, gy, H, rows, d, dg, db, "cuda layer_norm: layer_norm_params_kernel launch");
   if (dx) {
-    layer_norm_dx_kernel<T><<<row_blocks(rows), rows_per_block * warp_size, 0, dev.stream>>>(gy, H, Gm, rstd, rows, d, dx);
+    layer_norm_dx_kernel<T><<<row_blocks(rows), rows_per_block * warp_size, 0, dev.stream>>>(gy, H, Gm, rstd, rows, d, dx, true);
     check_launch("cuda layer_norm: layer_norm_dx_kernel launch");
+  }
+}
+
+template <class T>
+void rms_norm_forward(cuda, const T* X, const T* G, std::size_t rows, std::size_t d, double eps, T* y, T* xhat, T* rstd) {
+  using namespace cuda_detail;
+  if (rows == 0 || d == 0) return;
+  const DeviceState& dev = current_device();
+  layer_norm_forward_kernel<T><<<row_blocks(rows), rows_per_block * warp_size, 0, dev.stream>>>(X, G, static_cast<const T*>(nullptr), rows,
+                                                                                                d, eps, y, xhat, rstd, false);
+  check_launch("cuda rms_norm: layer_norm_forward_kernel launch");
+}
+
+template <class T>
+void rms_norm_backward(cuda, const T* gy, const T* H, const T* Gm, const T* rstd, std::size_t rows, std::size_t d, T* dx, T* dg) {
+  using namespace cuda_detail;
+  if (rows == 0 || d == 0) return;
+  const DeviceState& dev = current_device();
+  if (dg) norm_params(dev, gy, H, rows, d, dg, static_cast<T*>(nullptr), "cuda rms_norm: layer_norm_params_kernel launch");
+  if (dx) {
+    layer_norm_dx_kernel<T><<<row_blocks(rows), rows_per_block * warp_size, 0, dev.stream>>>(gy, H, Gm, rstd, rows, d, dx, false);
+    check_launch("cuda rms_norm: layer_norm_dx_kernel launch");
   }
 }
 
