@@ -130,7 +130,7 @@ struct ModelConfig {
       try {
         c.activation = nn::activation_from_name(a);
       } catch (const attn::ArgumentError&) {
-        throw FieldError(m + "activation", "'" + a + "' is not relu, gelu, gelu_tanh or silu");
+        throw FieldError(m + "activation", "'" + a + "' is none of " + nn::activation_names());
       }
     }
     c.window = json_count(j, "window", 0, kMaxLen, m);

@@ -2,9 +2,20 @@
 // The IMDb program's command line.
 #include "options.hpp"
 
+#include <attn/nn/encoder.hpp>
+
 #include "../common/cli.hpp"
 
 namespace imdb {
+
+namespace {
+/// --activation's choices: nn::Activation's names.
+std::vector<std::string> activation_choices() {
+  std::vector<std::string> names;
+  for (const attn::nn::Activation a : attn::nn::activations) names.emplace_back(attn::nn::activation_name(a));
+  return names;
+}
+}  // namespace
 
 std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   Options& o = cmd.options;
@@ -26,7 +37,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       ->check(CLI::IsMember({"mean+max", "cls"}));
   app.add_flag("!--post-norm", o.norm_first, "post-norm layers (norm(x + f(x)), PyTorch's default) instead of pre-norm (x + f(norm(x))) and a final LayerNorm");
   app.add_option("--activation", o.activation, "the encoder's feed-forward activation (gelu_tanh: GPT-2's tanh form of gelu; silu: x sigmoid(x))")
-      ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh", "silu"}));
+      ->check(CLI::IsMember(activation_choices()));
   app.add_flag("--checkpoint", o.checkpoint, "recompute each encoder layer in backward instead of keeping its activations (less memory)");
   app.add_flag("!--no-ablation", o.ablation, "skip the ablation run (the same inputs mean+max pooled, without attention)");
   app.add_option("--ensemble", o.ensemble, "also train an explicit ensemble, reported in its own row: nblr = the attention model + the NB-LR log-odds")

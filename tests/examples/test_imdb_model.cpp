@@ -132,7 +132,7 @@ TEST_CASE("imdb ModelConfig: the feed-forward activation round-trips through con
     FAIL("no throw");
   } catch (const examples::FieldError& e) {
     CHECK(e.field == "model.activation");
-    CHECK_THAT(e.what(), Catch::Contains("'swish' is not relu, gelu, gelu_tanh or silu"));
+    CHECK_THAT(e.what(), Catch::Contains("'swish' is none of relu, gelu, gelu_tanh, silu"));
   }
   CHECK(imdb::encoder_options(imdb::ModelConfig::from_json(cfg.to_json())).layer.activation == attn::nn::Activation::silu);
 }

@@ -196,8 +196,12 @@ TEST_CASE("golden: the feed-forward activations gelu_tanh and silu match torch's
 TEST_CASE("nn::Activation: names both ways, and a value outside the enum is refused") {
   for (const auto a : {nn::Activation::relu, nn::Activation::gelu, nn::Activation::gelu_tanh, nn::Activation::silu})
     CHECK(nn::activation_from_name(nn::activation_name(a)) == a);
+  CHECK(std::size(nn::activations) == 4);
   CHECK(std::string(nn::activation_name(nn::Activation::gelu_tanh)) == "gelu_tanh");
-  CHECK_THROWS_WITH(nn::activation_from_name("swish"), Catch::Contains("unknown activation 'swish'") && Catch::Contains("silu"));
+  CHECK(nn::activation_names() == "relu, gelu, gelu_tanh, silu");
+  CHECK(nn::activation_names("|") == "relu|gelu|gelu_tanh|silu");
+  CHECK_THROWS_WITH(nn::activation_from_name("swish"), Catch::Contains("unknown activation 'swish' (relu, gelu, gelu_tanh, silu)"));
+  CHECK_THROWS_WITH(nn::activation_name(static_cast<nn::Activation>(7)), Catch::Contains("value 7 is none of relu, gelu, gelu_tanh, silu"));
   CHECK_THROWS_AS(nn::activation_from_name(""), attn::ArgumentError);
   CHECK_THROWS_AS((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.activation = static_cast<nn::Activation>(7)})), attn::ArgumentError);
 }

@@ -37,7 +37,20 @@ namespace attn::nn {
 /// (gelu_tanh; GPT-2's "gelu_new") and F.silu (silu).
 enum class Activation { relu, gelu, gelu_tanh, silu };
 
-/// The activation's name ("relu", "gelu", "gelu_tanh", "silu").
+/// Every Activation, in the enum's order (for option lists and messages).
+inline constexpr Activation activations[] = {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu};
+
+/// The activation's name ("relu", "gelu", "gelu_tanh", "silu"); a value outside the enum throws
+/// ArgumentError.
+const char* activation_name(Activation a);
+
+/// Every activation's name, separated by sep: "relu, gelu, gelu_tanh, silu".
+inline std::string activation_names(std::string_view sep = ", ") {
+  std::string s;
+  for (const Activation a : activations) s += (s.empty() ? "" : std::string(sep)) + activation_name(a);
+  return s;
+}
+
 inline const char* activation_name(Activation a) {
   switch (a) {
     case Activation::relu: return "relu";
@@ -45,15 +58,15 @@ inline const char* activation_name(Activation a) {
     case Activation::gelu_tanh: return "gelu_tanh";
     case Activation::silu: return "silu";
   }
-  throw ArgumentError("nn::Activation: value " + std::to_string(static_cast<int>(a)) + " is none of relu, gelu, gelu_tanh, silu");
+  throw ArgumentError("nn::Activation: value " + std::to_string(static_cast<int>(a)) + " is none of " + activation_names());
 }
 
 /// The activation of a name activation_name gives; anything else throws ArgumentError naming the
 /// choices.
 inline Activation activation_from_name(std::string_view name) {
-  for (const Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh, Activation::silu})
+  for (const Activation a : activations)
     if (name == activation_name(a)) return a;
-  throw ArgumentError("nn::Activation: unknown activation '" + std::string(name) + "' (relu, gelu, gelu_tanh, silu)");
+  throw ArgumentError("nn::Activation: unknown activation '" + std::string(name) + "' (" + activation_names() + ")");
 }
 
 namespace detail {
