@@ -454,7 +454,7 @@ Result cross_attention(std::uint64_t seed) {
 
 /// nn::Transformer decoding from its key/value cache (one encoder layer, two causal pre-norm decoder
 /// layers with a window of 2 and a global token, a padded source): the whole call, then a prompt of
-/// 3 positions and one position per step.
+/// 3 positions and one position per step, then a step after a beam-search reorder of the cache.
 template <class T, class B>
 Result decoder_incremental(std::uint64_t seed) {
   Rng rng(seed);
@@ -473,6 +473,8 @@ Result decoder_incremental(std::uint64_t seed) {
   auto state = model.start(ng, src, src_lengths);
   record_value(r, "prompt", model.decoder.step(ng, attn::slice(ng, tgt, 1, 0, 3), state));
   for (std::size_t t = 3; t < 6; ++t) record_value(r, "step " + std::to_string(t), model.decoder.step(ng, attn::slice(ng, tgt, 1, t, 1), state));
+  state.reorder({1, 0, 1});  // beam search: three hypotheses from two rows
+  record_value(r, "reordered step", model.decoder.step(ng, input<T, B>(rng, {3, 1, 16}), state));
   return r;
 }
 

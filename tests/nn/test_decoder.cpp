@@ -2,12 +2,14 @@
 // nn::TransformerDecoderLayer and nn::TransformerDecoder: PyTorch's parameter names, PyTorch goldens
 // (post-norm relu with a causal target and a memory mask, pre-norm gelu, a stack of two with a final
 // norm, checkpointed or not; padded targets and memories), a gradient check in double, dropout's
-// checkpointed gradients bit for bit, and errors.
+// checkpointed gradients bit for bit, incremental decoding (and its beam-search reorder), and errors.
 #include "../gradcheck_util.hpp"
 #include "attention_test_util.hpp"
 #include "../golden_util.hpp"
 
+#include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -240,6 +242,78 @@ TEST_CASE("TransformerDecoder: incremental decoding with the key/value cache giv
     check_incremental<double>(rope, 1, 1e-12);
     check_incremental<float>(rope, 1, 1e-5);
   }
+}
+
+namespace {
+/// Rows `order` of x (n, ...) along the first axis.
+template <class T>
+Tensor<T> rows_of(const Tensor<T>& x, const std::vector<std::int64_t>& order) {
+  const std::size_t width = x.numel() / x.dims().v[0];
+  std::vector<T> out;
+  for (const auto r : order)
+    for (std::size_t i = 0; i < width; ++i) out.push_back(x[std::size_t(r) * width + i]);
+  Dims d = x.dims();
+  d.v[0] = order.size();
+  return Tensor<T>::from(d, std::span<const T>(out));
+}
+}  // namespace
+
+TEST_CASE("TransformerDecoder: reorder keeps, repeats and drops batch rows (beam search), as a decode of the reordered batch") {
+  nn::TransformerDecoder<2, 8, double> dec(nullptr, "decoder", {.num_layers = 2, .layer = {.dim_feedforward = 16, .causal = true}});
+  dec.init(5);
+  dec.eval();
+  attn::NoGrad ng;
+  attn::Rng rng(23);
+  const std::size_t nt = 6, ns = 5;
+  const auto tgt = random<double>(rng, {3, nt, 8}), memory = random<double>(rng, {3, ns, 8});
+  const std::vector<std::int64_t> order = {2, 0, 0};  // row 1 dropped, row 0 twice
+  for (bool masked : {true, false}) {
+    INFO("memory mask " << masked);
+    const std::vector<int> lengths = {5, 2, 4};
+    auto state = masked ? dec.start(ng, attn::Var<double>(memory), attn::Lengths(lengths)) : dec.start(ng, attn::Var<double>(memory));
+    dec.step(ng, attn::slice(ng, attn::Var<double>(tgt), 1, 0, 3), state);
+    state.reorder(order);
+    CHECK(state.batch == 3);
+    CHECK(state.length == 3);
+    CHECK(state.layers[1].self_k.dims() == Dims{3, 3, 8});
+    CHECK(state.memory_keep.empty() == !masked);
+    // The reference: the whole reordered batch at once.
+    const attn::Var<double> tgt2(rows_of(tgt, order)), memory2(rows_of(memory, order));
+    const auto full = masked ? dec(ng, tgt2, memory2, nullptr, attn::Lengths{4, 5, 5}).value() : dec(ng, tgt2, memory2).value();
+    double worst = 0;
+    for (std::size_t t = 3; t < nt; ++t) {
+      const auto y = dec.step(ng, attn::slice(ng, tgt2, 1, t, 1), state).value();
+      for (std::size_t b = 0; b < 3; ++b)
+        for (std::size_t c = 0; c < 8; ++c) worst = std::max(worst, std::abs(y[b * 8 + c] - full[(b * nt + t) * 8 + c]));
+    }
+    CHECK(worst <= 1e-12);
+    // Growing the beam: 3 rows to 5.
+    state.reorder({0, 1, 2, 2, 1});
+    CHECK(state.batch == 5);
+    CHECK(dec.step(ng, attn::Var<double>(random<double>(rng, {5, 1, 8})), state).dims() == Dims{5, 1, 8});
+  }
+}
+
+TEST_CASE("TransformerDecoder: reorder's errors leave the state as it was") {
+  nn::TransformerDecoder<2, 8> dec(nullptr, "dec", {.num_layers = 2, .layer = {.dim_feedforward = 16, .causal = true}});
+  attn::Rng rng(4);
+  const attn::Var<float> memory(random<float>(rng, {2, 4, 8})), tgt(random<float>(rng, {2, 1, 8}));
+  {
+    attn::NoGrad ng;
+    auto state = dec.start(ng, memory, attn::Lengths{4, 2});
+    dec.step(ng, tgt, state);
+    CHECK_THROWS_WITH(state.reorder(std::vector<std::int64_t>{}), Catch::Contains("nn::DecoderState::reorder: the new order is empty"));
+    CHECK_THROWS_WITH(state.reorder({1, 2}), Catch::Contains("new_order[1] = 2 is not a row of the batch of 2"));
+    CHECK_THROWS_WITH(state.reorder({-1}), Catch::Contains("new_order[0] = -1 is not a row"));
+    CHECK(state.batch == 2);
+    CHECK(state.layers[0].self_k.dims() == Dims{2, 1, 8});
+    CHECK(state.memory_keep.dims() == Dims{2, 4});
+  }
+  Tape tape;  // decoding under a Tape: the cache carries the graph to the parameters
+  auto state = dec.start(tape, memory);
+  dec.step(tape, tgt, state);
+  CHECK_THROWS_WITH(state.reorder({0, 0}), Catch::Contains("the cache carries a graph"));
+  CHECK(state.batch == 2);
 }
 
 TEST_CASE("TransformerDecoder: incremental decoding's errors") {

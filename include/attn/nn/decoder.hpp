@@ -9,9 +9,11 @@
 //   auto z = decoder(ctx, tgt, memory, nullptr, attn::PaddingMask(memory_pad));     // memory padding only
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
-#include <span>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "../autograd/checkpoint.hpp"
 #include "../autograd/elementwise.hpp"
 #include "../backend/attention_problem.hpp"
+#include "../backend/kernels.hpp"
 #include "attention.hpp"
 #include "encoder.hpp"
 #include "layer_norm.hpp"
@@ -63,6 +66,19 @@ struct DecoderLayerCache {
   Var<T, AnyShape, B> memory_k, memory_v;
 };
 
+namespace detail {
+/// Rows ids (on B) of x along its first axis: (n, ...) from (rows, ...).
+template <class T, class B>
+Tensor<T, AnyShape, B> batch_rows(const Tensor<T, AnyShape, B>& x, const Tensor<std::int64_t, AnyShape, B>& ids) {
+  Dims d = x.dims();
+  const std::size_t rows = d.v[0], width = rows ? x.numel() / rows : 0, n = ids.numel();
+  d.v[0] = n;
+  Tensor<T, AnyShape, B> out(d);
+  kernels::gather_rows(B{}, x.data(), rows, width, ids.data(), n, out.data());
+  return out;
+}
+}  // namespace detail
+
 /// The state of an incremental decode (TransformerDecoder::start, step): every layer's cache, the
 /// memory's key mask ((B, S), 1 = real; empty: all real), and how many target positions have run.
 template <class T, class B = cpu>
@@ -71,6 +87,41 @@ struct DecoderState {
   Tensor<T, AnyShape, B> memory_keep;
   std::size_t batch = 0;
   std::size_t length = 0;
+
+  /// Beam search: keeps the batch rows new_order of every cache and of the memory's key mask, in
+  /// that order (torch's index_select(0, new_order) on each cached tensor, as fairseq's
+  /// reorder_incremental_state and Hugging Face's _reorder_cache do); rows may repeat or go, and
+  /// batch becomes new_order's size. The next step takes that many target rows:
+  ///   state.reorder(parents);   // parents[i]: the row hypothesis i continues
+  /// For inference: a cache that carries a graph (decoding under a Tape, with parameters that
+  /// require gradients) is refused, as the copies would carry none. Every index is checked before
+  /// anything changes.
+  void reorder(std::span<const std::int64_t> new_order) {
+    const std::string who = "nn::DecoderState::reorder";
+    if (new_order.empty()) throw ArgumentError(who + ": the new order is empty");
+    for (std::size_t i = 0; i < new_order.size(); ++i)
+      if (new_order[i] < 0 || static_cast<std::uint64_t>(new_order[i]) >= batch)
+        throw ArgumentError(who + ": new_order[" + std::to_string(i) + "] = " + std::to_string(new_order[i]) + " is not a row of the batch of " +
+                            std::to_string(batch));
+    for (const auto& l : layers)
+      for (const Var<T, AnyShape, B>* v : {&l.self_k, &l.self_v, &l.memory_k, &l.memory_v})
+        if (v->defined() && v->requires_grad())
+          throw ArgumentError(who + ": the cache carries a graph (decoding under a Tape with trainable parameters); reorder is for " +
+                              "inference (attn::NoGrad)");
+    const auto ids = Tensor<std::int64_t, AnyShape, B>::from(Dims{new_order.size()}, new_order);
+    auto rows = [&](const Var<T, AnyShape, B>& v) {
+      return v.defined() ? Var<T, AnyShape, B>(detail::batch_rows(v.value(), ids)) : v;
+    };
+    std::vector<DecoderLayerCache<T, B>> out;
+    out.reserve(layers.size());
+    for (const auto& l : layers)
+      out.push_back({.self_k = rows(l.self_k), .self_v = rows(l.self_v), .memory_k = rows(l.memory_k), .memory_v = rows(l.memory_v)});
+    auto keep = memory_keep.empty() ? memory_keep : detail::batch_rows(memory_keep, ids);
+    layers = std::move(out);
+    memory_keep = std::move(keep);
+    batch = new_order.size();
+  }
+  void reorder(std::initializer_list<std::int64_t> new_order) { reorder(std::span<const std::int64_t>(new_order.begin(), new_order.size())); }
 };
 
 namespace detail {
@@ -318,6 +369,7 @@ class TransformerDecoder : public detail::LayerStack<TransformerDecoderLayer<Hea
   ///   auto state = decoder.start(ctx, memory, attn::Lengths{12, 9});
   ///   auto y = decoder.step(ctx, prompt, state);   // (B, n, Dim)
   ///   auto z = decoder.step(ctx, next, state);     // (B, 1, Dim)
+  ///   state.reorder(parents);                      // beam search: the rows the hypotheses continue
   /// For inference (NoGrad): under a Tape the cache's Vars keep their graphs, and checkpoint is not
   /// applied. Dropout follows the layers' training mode.
   template <Context C, class SM, DecoderKeyMask MM>
