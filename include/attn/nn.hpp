@@ -3,6 +3,7 @@
 //   #include <attn/nn.hpp>
 #pragma once
 #include "nn/module.hpp"
+#include "nn/module_list.hpp"
 #include "nn/init.hpp"
 #include "nn/functional.hpp"
 #include "nn/linear.hpp"

@@ -272,6 +272,68 @@ TEST_CASE("module: a repeated, empty or dotted child or parameter name is refuse
   orphan.reset();  // no access to the destroyed parent (ASan)
 }
 
+namespace {
+struct Block : nn::Module {
+  Block(Module* parent, std::string name, double eps) : Module(parent, std::move(name)), norm(this, "norm", eps) {}
+  nn::Linear<4, 4, double> fc{this, "fc"};
+  nn::LayerNorm<4, double> norm;
+  template <attn::Context C>
+  attn::Var<double> operator()(C& ctx, const attn::Var<double>& x) const { return norm(ctx, attn::Var<double>(fc(ctx, x))); }
+};
+struct Stack : nn::Module {
+  Stack(std::size_t n) : Module(nullptr, "") {
+    while (blocks.size() < n) blocks.emplace_back(1e-5);
+  }
+  nn::Linear<3, 4, double> embed{this, "embed"};
+  nn::ModuleList<Block> blocks{this, "blocks"};
+  nn::ModuleList<nn::Linear<4, 2, double>> heads{this, "heads", 2};
+};
+}  // namespace
+
+TEST_CASE("ModuleList: torch.nn.ModuleList's names (blocks.0.fc.weight), order, iteration, init and a checked index") {
+  Stack s(3);
+  REQUIRE(s.blocks.size() == 3);
+  CHECK(s.heads.size() == 2);
+  std::vector<std::string> names;
+  for (const auto& [n, p] : s.named_parameters()) names.push_back(n);
+  const std::vector<std::string> torch_names = {
+      "embed.weight",        "embed.bias",          "blocks.0.fc.weight", "blocks.0.fc.bias", "blocks.0.norm.weight", "blocks.0.norm.bias",
+      "blocks.1.fc.weight",  "blocks.1.fc.bias",    "blocks.1.norm.weight", "blocks.1.norm.bias", "blocks.2.fc.weight", "blocks.2.fc.bias",
+      "blocks.2.norm.weight", "blocks.2.norm.bias", "heads.0.weight",     "heads.0.bias",     "heads.1.weight",       "heads.1.bias"};
+  CHECK(names == torch_names);
+  CHECK(s.blocks[1].path() == "blocks.1");
+  CHECK(&s.blocks.at(2) == &s.blocks.back());
+  CHECK_THROWS_WITH(s.blocks.at(3), Catch::Contains("nn::ModuleList 'blocks': index 3 is past its 3 modules"));
+  // Each block starts from its own path's values; init(seed) redraws them in registration order.
+  CHECK(s.blocks[0].fc.weight.value().to_vector() != s.blocks[1].fc.weight.value().to_vector());
+  s.init(9);
+  Stack t(3);
+  t.init(9);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(s.blocks[i].fc.weight.value().to_vector() == t.blocks[i].fc.weight.value().to_vector());
+  // Iteration visits the modules in order, as a range of M&.
+  attn::NoGrad ng;
+  attn::Var<double> h = s.embed(ng, attn::Var<double>(rnd({2, 3})));
+  const auto x0 = h;
+  for (const Block& b : s.blocks) h = b(ng, h);
+  attn::Var<double> g = x0;
+  for (std::size_t i = 0; i < s.blocks.size(); ++i) g = s.blocks[i](ng, g);
+  CHECK(h.value().to_vector() == g.value().to_vector());
+  std::size_t count = 0;
+  for (auto it = s.heads.begin(); it != s.heads.end(); ++it) count += it->out_features();
+  CHECK(count == 4);
+  CHECK(std::distance(s.blocks.begin(), s.blocks.end()) == 3);
+  // eval() reaches the list's modules; a list destroyed leaves its parent.
+  s.eval();
+  CHECK_FALSE(s.blocks[2].training());
+  const std::size_t before = s.children().size();
+  {
+    nn::ModuleList<Block> extra(&s, "extra", 2, 1e-5);
+    CHECK(s.named_parameters().size() == names.size() + 8);
+  }
+  CHECK(s.children().size() == before);
+  CHECK(s.named_parameters().size() == names.size());
+}
+
 TEST_CASE("golden: Linear matches torch.nn.Linear (float32 and float64)") {
   auto f = golden::load("linear");
   auto run = [&](auto tag, double tol) {
