@@ -16,6 +16,7 @@
 #include "autograd/norm.hpp"
 #include "autograd/pooling.hpp"
 #include "autograd/lstm.hpp"
+#include "autograd/gru.hpp"
 #include "autograd/attention.hpp"
 #include "autograd/cross_attention.hpp"
 #include "autograd/rotary.hpp"

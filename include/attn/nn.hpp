@@ -10,6 +10,8 @@
 #include "nn/embedding.hpp"
 #include "nn/layer_norm.hpp"
 #include "nn/lstm.hpp"
+#include "nn/gru.hpp"
+#include "nn/rnn_cell.hpp"
 #include "nn/attention.hpp"
 #include "nn/encoder.hpp"
 #include "nn/decoder.hpp"

@@ -2,8 +2,9 @@
 // The element math both backends share (backend/element_math.hpp), on the host: each backward
 // formula against central differences of its forward, the online softmax against a direct
 // log-sum-exp, the dropout hash's rate and determinism; and the CPU's compiler-vectorised kernels
-// (backend/cpu/vector_kernels.hpp: the LSTM cell, layer norm, Adam) at every ISA level the machine
+// (backend/cpu/vector_kernels.hpp: the LSTM and GRU cells, layer norm, Adam) at every ISA level the machine
 // runs, against scalar references.
+#include <attn/backend/cpu/gru.hpp>
 #include <attn/backend/cpu/lstm.hpp>
 #include <attn/backend/element_math.hpp>
 
@@ -73,6 +74,30 @@ TEST_CASE("element math: the LSTM cell's backward is the derivative of its forwa
   }
 }
 
+TEST_CASE("element math: the GRU cell's backward is the derivative of its forward") {
+  // Pre-activations of one unit: input side (ir, iz, in), recurrent side (hr, hz, hn), and h_prev.
+  struct Unit {
+    double ir, iz, in, hr, hz, hn, h_prev;
+    double h() const { return elem::gru_hidden(elem::gru_activate(ir, iz, in, hr, hz, hn), h_prev); }
+  };
+  const Unit x{0.3, -0.7, 0.45, -0.2, 0.9, 1.3, -0.8};
+  const double dh = 0.6;  // L = dh h
+  const auto loss = [&](const Unit& y) { return dh * y.h(); };
+  const auto a = elem::gru_activate(x.ir, x.iz, x.in, x.hr, x.hz, x.hn);
+  CHECK(x.h() == Approx((1 - a.z) * a.n + a.z * x.h_prev).epsilon(1e-15));
+  const auto d = elem::gru_cell_backward(a, x.h_prev, dh);
+  const auto num = [&](double Unit::*m) {
+    return numeric_derivative([&](double v) { Unit y = x; y.*m = v; return loss(y); }, x.*m);
+  };
+  CHECK(d.r == Approx(num(&Unit::ir)).epsilon(1e-8));
+  CHECK(d.r == Approx(num(&Unit::hr)).epsilon(1e-8));
+  CHECK(d.z == Approx(num(&Unit::iz)).epsilon(1e-8));
+  CHECK(d.z == Approx(num(&Unit::hz)).epsilon(1e-8));
+  CHECK(d.n_in == Approx(num(&Unit::in)).epsilon(1e-8));
+  CHECK(d.n_h == Approx(num(&Unit::hn)).epsilon(1e-8));
+  CHECK(d.h_prev == Approx(num(&Unit::h_prev)).epsilon(1e-8));  // the direct part: hn is held fixed here
+}
+
 namespace {
 
 /// Every ISA level this machine runs, lowest first.
@@ -126,6 +151,53 @@ TEMPLATE_TEST_CASE("vector kernels: the CPU LSTM cell at every ISA level against
             berr = std::max({berr, std::abs(double(got[k]) - d.i), std::abs(double(got[h + k]) - d.f),
                              std::abs(double(got[2 * h + k]) - d.g), std::abs(double(got[3 * h + k]) - d.o),
                              std::abs(double(dc[r * h + k]) - d.c_prev)});
+          }
+        CHECK(berr <= 10 * tol);
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("vector kernels: the CPU GRU cell at every ISA level against its scalar reference", "", float, double) {
+  using T = TestType;
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+  for (const attn::Isa level : levels()) {
+    const attn::ScopedIsa scoped(level);
+    for (std::size_t h : {1, 7, 16, 33, 128}) {
+      for (bool has_prev : {true, false}) {
+        const std::size_t n = 5;
+        auto pre = filled<T>(n * 4 * h, 1);
+        const auto gh = filled<T>(n * 3 * h, 6), b_ih = filled<T>(3 * h, 2), b_hh = filled<T>(3 * h, 7), h_prev = filled<T>(n * h, 3);
+        const T edges[] = {T(-100), T(100), T(-20), T(20), T(1e-6), T(-3e-4), T(0), T(8.5), T(-8.5), T(-87.5)};
+        for (std::size_t i = 0; i < std::size(edges) && i < n * 3 * h; ++i) pre[(i * 5 % n) * 4 * h + i * 3 % (3 * h)] = edges[i];
+        auto g1 = pre, g2 = pre;
+        std::vector<T> h1(n * h), h2(n * h);
+        const T* ghp = has_prev ? gh.data() : nullptr;
+        const T* hp = has_prev ? h_prev.data() : nullptr;
+        attn::kernels::gru_cell_forward(attn::cpu{}, n, h, g1.data(), ghp, b_ih.data(), b_hh.data(), hp, h1.data());
+        attn::kernels::gru_cell_forward_reference(attn::cpu{}, n, h, g2.data(), ghp, b_ih.data(), b_hh.data(), hp, h2.data());
+        double err = 0;
+        for (std::size_t i = 0; i < g1.size(); ++i) err = std::max(err, std::abs(double(g1[i]) - double(g2[i])));
+        for (std::size_t i = 0; i < h1.size(); ++i) err = std::max(err, std::abs(double(h1[i]) - double(h2[i])));
+        INFO("level " << attn::isa_name(level) << " h " << h << (has_prev ? " with h_prev" : " zero state"));
+        CHECK(err <= tol);
+        // Backward: the kernel against elem::gru_cell_backward unit by unit; z dh is added to dh_prev.
+        const auto dh = filled<T>(n * h, 4), dp0 = filled<T>(n * h, 5);
+        auto dp = dp0;
+        std::vector<T> dgi(n * 3 * h), dgh(n * 3 * h);
+        attn::kernels::gru_cell_backward(attn::cpu{}, n, h, g1.data(), hp, dh.data(), has_prev ? dp.data() : nullptr, dgi.data(),
+                                         dgh.data());
+        double berr = 0;
+        for (std::size_t r = 0; r < n; ++r)
+          for (std::size_t k = 0; k < h; ++k) {
+            const T* a = g1.data() + r * 4 * h;
+            const auto d = elem::gru_cell_backward(elem::GruGates<T>{a[k], a[h + k], a[2 * h + k], a[3 * h + k]},
+                                                   has_prev ? h_prev[r * h + k] : T(0), dh[r * h + k]);
+            const T* gi = dgi.data() + r * 3 * h;
+            const T* gq = dgh.data() + r * 3 * h;
+            berr = std::max({berr, std::abs(double(gi[k]) - d.r), std::abs(double(gi[h + k]) - d.z), std::abs(double(gi[2 * h + k]) - d.n_in),
+                             std::abs(double(gq[k]) - d.r), std::abs(double(gq[h + k]) - d.z), std::abs(double(gq[2 * h + k]) - d.n_h),
+                             std::abs(double(dp[r * h + k]) - (has_prev ? double(dp0[r * h + k]) + d.h_prev : double(dp0[r * h + k])))});
           }
         CHECK(berr <= 10 * tol);
       }

@@ -200,6 +200,35 @@ Result bilstm(std::uint64_t seed) {
   return recurrent<T, B>(seed, rnn);
 }
 
+/// A GRU stack over a ragged, unsorted batch from a given h0 (rows, B, 16); the loss reads out and h_n.
+template <class T, class B, class Layer>
+Result recurrent_gru(std::uint64_t seed, Layer& rnn, std::size_t state_rows) {
+  Rng rng(seed);
+  Tape tape;
+  auto x = input<T, B>(rng, {4, 6, 12});
+  auto h0 = input<T, B>(rng, {state_rows, 4, 16});
+  const std::vector<int> lengths = {3, 6, 1, 3};
+  auto res = rnn(tape, x, std::span<const int>(lengths), h0);
+  tape.backward(attn::add(tape, weighted_sum(tape, res.out, rng), weighted_sum(tape, res.h_n, rng)));
+  Result r;
+  record_value(r, "out", res.out);
+  record_value(r, "h_n", res.h_n);
+  record_grad(r, "x", x);
+  record_grad(r, "h0", h0);
+  record_parameter_grads<T, B>(r, rnn);
+  return r;
+}
+template <class T, class B>
+Result gru(std::uint64_t seed) {
+  nn::GRU<12, 16, T, B> rnn(nullptr, "rnn");
+  return recurrent_gru<T, B>(seed, rnn, 1);
+}
+template <class T, class B>
+Result bigru_stacked(std::uint64_t seed) {
+  nn::BiGRU<12, 16, T, B> rnn(nullptr, "rnn", {.num_layers = 2});
+  return recurrent_gru<T, B>(seed, rnn, 4);
+}
+
 /// ids (B, T) -> Embedding<16> -> BiLSTM<16, 12> (B, T, 24) -> dropout -> LayerNorm<24> ->
 /// masked mean -> Linear<24, 5> -> cross-entropy.
 template <class T, class B>

@@ -599,6 +599,125 @@ def case_lstm_state(out_dir: Path, written: list[Path], bidirectional: bool, see
                loss="sum(out*dout)+sum(h_n*dh_n)+sum(c_n*dc_n)", **({} if bias else {"bias": False})), written)
 
 
+def gru_reference(x, lengths, p, hidden, bidirectional, layers, h0):
+    """Per-sample loop of torch.nn.GRU's equations (gate order r, z, n):
+    r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z likewise, n = tanh(W_in x + b_in + r (W_hn h + b_hn)),
+    h' = (1 - z) n + z h. Returns out [B,T,dirs*H] (the last layer's) and h_n [layers*dirs,B,H]."""
+    B, T, _ = x.shape
+    dirs = 2 if bidirectional else 1
+    h_n = torch.zeros(layers * dirs, B, hidden, dtype=x.dtype)
+    inp = x
+    for layer in range(layers):
+        out = torch.zeros(B, T, dirs * hidden, dtype=x.dtype)
+        for d in range(dirs):
+            sfx = f"_l{layer}" + ("_reverse" if d == 1 else "")
+            w_ih, w_hh = p["weight_ih" + sfx], p["weight_hh" + sfx]
+            b_ih = p.get("bias_ih" + sfx, torch.zeros(3 * hidden, dtype=x.dtype))
+            b_hh = p.get("bias_hh" + sfx, torch.zeros(3 * hidden, dtype=x.dtype))
+            for b in range(B):
+                h = h0[layer * dirs + d, b].clone() if h0 is not None else torch.zeros(hidden, dtype=x.dtype)
+                steps = range(lengths[b]) if d == 0 else reversed(range(lengths[b]))
+                for s in steps:
+                    gi = w_ih @ inp[b, s] + b_ih
+                    gh = w_hh @ h + b_hh
+                    ir, iz, i_n = gi.chunk(3)
+                    hr, hz, hn = gh.chunk(3)
+                    r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
+                    n = torch.tanh(i_n + r * hn)
+                    h = (1 - z) * n + z * h
+                    out[b, s, d * hidden:(d + 1) * hidden] = h
+                h_n[layer * dirs + d, b] = h
+        inp = out
+    return out, h_n
+
+
+def case_gru(out_dir: Path, written: list[Path], fname: str, bidirectional: bool, seed: int, layers: int = 1,
+             bias: bool = True, state: bool = False) -> None:
+    """nn.GRU on a packed, unsorted batch (enforce_sorted=False); state: from h0 (layers*dirs, B, H)
+    in the batch's order, with its gradient. layers > 1: stacked, dropout 0. bias=False: no biases."""
+    B, T, I, H = 3, 6, 6, 5
+    lengths = [4, 6, 2]
+    dirs = 2 if bidirectional else 1
+    torch.manual_seed(seed)
+    gru = nn.GRU(input_size=I, hidden_size=H, batch_first=True, bidirectional=bidirectional, num_layers=layers, bias=bias)
+    x = randn32(B, T, I)
+    h0 = randn32(layers * dirs, B, H) if state else None
+    dout = randn32(B, T, dirs * H)
+    dh_n = randn32(layers * dirs, B, H)
+    t = {"x": f32(x), "lengths": torch.tensor(lengths, dtype=torch.int64)}
+    if state:
+        t["h0"] = f32(h0)
+    for n, p in gru.named_parameters():
+        t[n] = f32(p)
+    t.update({"dout": f32(dout), "dh_n": f32(dh_n)})
+
+    gru = gru.double()
+    x64 = x.double().requires_grad_()
+    h64 = h0.double().requires_grad_() if state else None
+    packed = nn.utils.rnn.pack_padded_sequence(x64, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
+    out_p, h_n = gru(packed, h64) if state else gru(packed)
+    out, _ = nn.utils.rnn.pad_packed_sequence(out_p, batch_first=True, total_length=T)
+    loss = (out * dout.double()).sum() + (h_n * dh_n.double()).sum()
+    loss.backward()
+
+    with torch.no_grad():
+        ref = gru_reference(x.double(), lengths, dict(gru.named_parameters()), H, bidirectional, layers,
+                            h0.double() if state else None)
+    assert_close("gru.out", out, ref[0])
+    assert_close("gru.h_n", h_n, ref[1])
+    for b, L in enumerate(lengths):
+        assert torch.equal(out[b, L:], torch.zeros_like(out[b, L:]))
+        assert torch.equal(x64.grad[b, L:], torch.zeros_like(x64.grad[b, L:]))
+
+    t.update({"out": f64(out), "h_n": f64(h_n), "grad.x": f64(x64.grad)})
+    if state:
+        t["grad.h0"] = f64(h64.grad)
+    add_grads(t, gru)
+    write(out_dir, fname, t,
+          meta("gru", seed, input_size=I, hidden_size=H, num_layers=layers, bidirectional=bidirectional,
+               batch_first=True, batch=B, seq=T, lengths=lengths, gate_order="r,z,n", bias=bias,
+               initial_state="h0 (num_layers*dirs, batch, hidden), batch order" if state else "none (zero)",
+               packing="pack_padded_sequence(enforce_sorted=False) + pad_packed_sequence(total_length=seq)",
+               loss="sum(out*dout)+sum(h_n*dh_n)"), written)
+
+
+def case_rnn_cells(out_dir: Path, written: list[Path]) -> None:
+    """nn.LSTMCell(6, 5) from a given (h0, c0) and nn.GRUCell(6, 5) from the zero state, two steps
+    each, the second fed the first's state: loss = sum(h1*dh1) + sum(h2*dh2) (+ sum(c2*dc2) for the
+    LSTM), so the gradients run back through the recurrence into x1, x2 and the initial state."""
+    B, I, H = 3, 6, 5
+    for fname, seed, kind in (("lstm_cell.safetensors", 42, "lstm"), ("gru_cell.safetensors", 43, "gru")):
+        torch.manual_seed(seed)
+        cell = nn.LSTMCell(I, H) if kind == "lstm" else nn.GRUCell(I, H)
+        x1, x2 = randn32(B, I), randn32(B, I)
+        h0, c0 = randn32(B, H), randn32(B, H)
+        dh1, dh2, dc2 = randn32(B, H), randn32(B, H), randn32(B, H)
+        t = {"x1": f32(x1), "x2": f32(x2), "dh1": f32(dh1), "dh2": f32(dh2)}
+        for n, p in cell.named_parameters():
+            t[n] = f32(p)
+        cell = cell.double()
+        x1d, x2d = x1.double().requires_grad_(), x2.double().requires_grad_()
+        if kind == "lstm":
+            t.update({"h0": f32(h0), "c0": f32(c0), "dc2": f32(dc2)})
+            h0d, c0d = h0.double().requires_grad_(), c0.double().requires_grad_()
+            h1, c1 = cell(x1d, (h0d, c0d))
+            h2, c2 = cell(x2d, (h1, c1))
+            loss = (h1 * dh1.double()).sum() + (h2 * dh2.double()).sum() + (c2 * dc2.double()).sum()
+        else:
+            h1 = cell(x1d)
+            h2 = cell(x2d, h1)
+            loss = (h1 * dh1.double()).sum() + (h2 * dh2.double()).sum()
+        loss.backward()
+        t.update({"h1": f64(h1), "h2": f64(h2), "grad.x1": f64(x1d.grad), "grad.x2": f64(x2d.grad)})
+        if kind == "lstm":
+            t.update({"c1": f64(c1), "c2": f64(c2), "grad.h0": f64(h0d.grad), "grad.c0": f64(c0d.grad)})
+        add_grads(t, cell)
+        write(out_dir, fname, t,
+              meta(kind + "_cell", seed, input_size=I, hidden_size=H, batch=B, steps=2,
+                   initial_state="(h0, c0)" if kind == "lstm" else "none (zero)",
+                   loss="sum(h1*dh1)+sum(h2*dh2)" + ("+sum(c2*dc2)" if kind == "lstm" else "")), written)
+
+
 # ----------------------------------------------------------------------------------------------
 # 4. LayerNorm
 
@@ -1322,6 +1441,12 @@ def generate(out_dir: Path) -> list[Path]:
     case_lstm_state(out_dir, written, bidirectional=False, seed=35, layers=3)
     case_lstm_state(out_dir, written, bidirectional=True, seed=36, layers=2)
     case_lstm_state(out_dir, written, bidirectional=True, seed=37, layers=2, bias=False)
+    case_rnn_cells(out_dir, written)
+    case_gru(out_dir, written, "gru_uni.safetensors", bidirectional=False, seed=38)
+    case_gru(out_dir, written, "gru_bi_state.safetensors", bidirectional=True, seed=39, state=True)
+    case_gru(out_dir, written, "gru_uni_3layers_state.safetensors", bidirectional=False, seed=40, layers=3, state=True)
+    case_gru(out_dir, written, "gru_bi_2layers_nobias_state.safetensors", bidirectional=True, seed=41, layers=2, bias=False,
+             state=True)
     case_layernorm(out_dir, written)
     case_rmsnorm(out_dir, written, "rmsnorm.safetensors", (2, 3, 8), None, True, seed=81)
     case_rmsnorm(out_dir, written, "rmsnorm_eps_plain.safetensors", (5, 6), 0.01, False, seed=82)

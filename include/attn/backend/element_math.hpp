@@ -3,6 +3,7 @@
 // CPU loops (backend/cpu/) and the CUDA kernels (backend/cuda/) both call. A kernel keeps its own
 // loop, tiling and vectorisation; the formulas it applies to each element or row live here.
 //   const auto a = attn::elem::lstm_activate(ai, af, ag, ao);      // sigmoid, sigmoid, tanh, sigmoid
+//   const auto g = attn::elem::gru_activate(ir, iz, in, hr, hz, hn);  // r, z, n = tanh(in + r hn)
 //   const auto s = attn::elem::online_softmax_step(m, block_max);  // new running max, rescale factor
 #pragma once
 #include <cmath>
@@ -80,6 +81,67 @@ ATTN_HD LstmGateGrads<T> lstm_cell_backward(const LstmGates<T>& a, T tanh_c, T c
   d.g = dcr * a.i * (T(1) - a.g * a.g);
   d.f = has_prev ? dcr * c_prev * a.f * (T(1) - a.f) : T(0);
   d.c_prev = dcr * a.f;
+  return d;
+}
+
+// ---- GRU cell (gates r, z, n, as PyTorch) ----
+
+/// A GRU cell's activations of one unit: reset r, update z, candidate n, and hn = (W_hn h_prev +
+/// b_hn), the recurrent part of n's pre-activation that r scales (kept for backward).
+template <class T>
+struct GruGates {
+  T r, z, n, hn;
+};
+
+/// The activations from the input side's pre-activations (ir, iz, in = W_i* x + b_i*) and the
+/// recurrent side's (hr, hz, hn = W_h* h_prev + b_h*): r = sigmoid(ir + hr), z = sigmoid(iz + hz),
+/// n = tanh(in + r hn).
+template <class T>
+ATTN_HD GruGates<T> gru_activate(T ir, T iz, T in, T hr, T hz, T hn) {
+  const T r = expr::Sigmoid{}(ir + hr);
+  return {r, expr::Sigmoid{}(iz + hz), expr::Tanh{}(in + r * hn), hn};
+}
+
+/// The new state h = (1 - z) n + z h_prev, written as torch's (h_prev - n) z + n; the zero state is
+/// h_prev = 0.
+template <class T>
+ATTN_HD T gru_hidden(const GruGates<T>& a, T h_prev) {
+  return (h_prev - a.n) * a.z + a.n;
+}
+
+/// Unit k of the fused cell over one row: gates (4H) holds the input projections W_ih x (r, z, n;
+/// without bias) on entry and the activations r, z, n, hn on exit; gh (3H) the recurrent products
+/// W_hh h_prev (without bias), or null for the zero state (then h_prev is 0 too). Returns h.
+template <class T>
+ATTN_HD T gru_cell_unit(T* gates, const T* gh, const T* b_ih, const T* b_hh, std::size_t h, std::size_t k, T h_prev) {
+  const T hr = (gh ? gh[k] : T(0)) + b_hh[k], hz = (gh ? gh[h + k] : T(0)) + b_hh[h + k], hn = (gh ? gh[2 * h + k] : T(0)) + b_hh[2 * h + k];
+  const GruGates<T> a = gru_activate(gates[k] + b_ih[k], gates[h + k] + b_ih[h + k], gates[2 * h + k] + b_ih[2 * h + k], hr, hz, hn);
+  gates[k] = a.r;
+  gates[h + k] = a.z;
+  gates[2 * h + k] = a.n;
+  gates[3 * h + k] = a.hn;
+  return gru_hidden(a, h_prev);
+}
+
+/// dL/d(pre-activation) of one GRU unit: r and z (the same on the input and the recurrent side),
+/// n_in (the input side's n, in) and n_h (the recurrent side's, hn), and the direct part of dL/dh_prev
+/// (z dh; the rest comes through W_hh).
+template <class T>
+struct GruGateGrads {
+  T r, z, n_in, n_h, h_prev;
+};
+
+/// Backward of one unit from its activations, h_prev (0 for the zero state) and dh = dL/dh:
+///   dn = dh (1 - z) (1 - n^2);  dz = dh (h_prev - n) z (1 - z);  dr = dn hn r (1 - r);
+///   n_h = dn r;  dh_prev (direct) = dh z.
+template <class T>
+ATTN_HD GruGateGrads<T> gru_cell_backward(const GruGates<T>& a, T h_prev, T dh) {
+  GruGateGrads<T> d;
+  d.n_in = dh * (T(1) - a.z) * (T(1) - a.n * a.n);
+  d.z = dh * (h_prev - a.n) * a.z * (T(1) - a.z);
+  d.r = d.n_in * a.hn * a.r * (T(1) - a.r);
+  d.n_h = d.n_in * a.r;
+  d.h_prev = dh * a.z;
   return d;
 }
 

@@ -82,9 +82,9 @@ class ParameterSlot {
   /// Freezes (false: the gradient is dropped, and no backward writes one, so no optimizer moves
   /// it) or unfreezes the parameter.
   virtual void set_requires_grad(bool on) = 0;
-  /// Whether the value is a weight matrix (Out, In) that the linear op or the LSTM multiplies by
-  /// (nn::Linear's weight, nn::Attention's in_proj_weight, the LSTMs' weight_ih / weight_hh): the
-  /// parameters nn::quantize_dynamic quantizes.
+  /// Whether the value is a weight matrix (Out, In) that the linear op or a recurrent op multiplies
+  /// by (nn::Linear's weight, nn::Attention's in_proj_weight, the LSTMs' and GRUs' weight_ih /
+  /// weight_hh): the parameters nn::quantize_dynamic quantizes.
   bool product_weight = false;
 };
 

@@ -2,7 +2,7 @@
 // Dynamic int8 quantization of a model for inference, torch.ao.quantization.quantize_dynamic with
 // per-channel weights (activations differ: quantized per row over 0..255 at run time, where torch
 // quantizes per tensor over 0..127 with reduce_range; kernels/gemm_int8.hpp): every product weight (ParameterSlot::product_weight: nn::Linear's weight,
-// nn::Attention's fused in_proj_weight and out_proj, the LSTMs' weight_ih / weight_hh, the encoder's
+// nn::Attention's fused in_proj_weight and out_proj, the LSTMs', GRUs' and cells' weight_ih / weight_hh, the encoder's
 // feed-forward) is quantized to int8 per output channel (symmetric, scale max|w| / 127.5) and kept
 // with its parameter. The model itself is unchanged: its float values stay, it runs fp32 or bf16
 // as before, and under a PrecisionScope of Precision::int8 its products take the int8 weights with

@@ -240,6 +240,29 @@ void lstm_cell_backward(cpu, std::size_t n, std::size_t h, const T* act, const T
   ATTN_VEC_CALL(lstm_cell_backward_rows<T>, 0, n, h, act, c, c_prev, dh, dc, dgates);
 }
 
+/// Fused GRU cell over n rows (torch.nn.GRU's gates r, z, n). gates (n, 4H) holds the input
+/// projections W_ih x in its first 3H columns on entry (r, z, n; without bias) and the activations
+/// r, z, n and hn = W_hn h_prev + b_hn on exit; gh (n, 3H) the recurrent products W_hh h_prev
+/// (without bias), and h_prev (n, H) the previous state: both null for the zero state. b_ih, b_hh
+/// (3H). r = sigmoid(.), z = sigmoid(.), n = tanh(x_n + b_in + r hn), h = (h_prev - n) z + n into
+/// hout (n, H): the formulas of elem::gru_cell_unit.
+template <class T>
+void gru_cell_forward(cpu, std::size_t n, std::size_t h, T* gates, const T* gh, const T* b_ih, const T* b_hh, const T* h_prev, T* hout) {
+  const auto prof = profile::Scope::of<T>("gru cell forward", n, h);
+  ATTN_VEC_CALL(gru_cell_forward_rows<T>, 0, n, h, gates, gh, b_ih, b_hh, h_prev, hout);
+}
+
+/// Backward of gru_cell_forward over n rows, from the saved activations act (n, 4H), h_prev (n, H)
+/// (null: the zero state) and dh (n, H), dL/dh of this step: dL/d(pre-activation) of the input side
+/// into dgi (n, 3H) and of the recurrent side into dgh (n, 3H) (they differ in n only: dgh's is
+/// scaled by r), and the direct part of dL/dh_prev, z dh, added to dh_prev (n, H) (unused when
+/// h_prev is null): the formulas of elem::gru_cell_backward.
+template <class T>
+void gru_cell_backward(cpu, std::size_t n, std::size_t h, const T* act, const T* h_prev, const T* dh, T* dh_prev, T* dgi, T* dgh) {
+  const auto prof = profile::Scope::of<T>("gru cell backward", n, h);
+  ATTN_VEC_CALL(gru_cell_backward_rows<T>, 0, n, h, act, h_prev, dh, dh_prev, dgi, dgh);
+}
+
 }  // namespace attn::kernels
 
 namespace attn {
@@ -254,6 +277,8 @@ namespace attn {
                                                 T*);                                                                       \
   X template void kernels::lstm_cell_forward<T>(cpu, std::size_t, std::size_t, T*, const T*, const T*, T*, T*);            \
   X template void kernels::lstm_cell_backward<T>(cpu, std::size_t, std::size_t, const T*, const T*, const T*, const T*, T*, \
-                                                 T*);
+                                                 T*);                                                                     \
+  X template void kernels::gru_cell_forward<T>(cpu, std::size_t, std::size_t, T*, const T*, const T*, const T*, const T*, T*); \
+  X template void kernels::gru_cell_backward<T>(cpu, std::size_t, std::size_t, const T*, const T*, const T*, T*, T*, T*);
 ATTN_EXTERN_TEMPLATES(ATTN_INSTANTIATE_CPU_VECTOR_KERNELS)
 }  // namespace attn
