@@ -28,6 +28,16 @@ Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_
 template <class T, class S>
 attn::Var<T> leaf(const Tensor<T, S>& t) { return attn::Var<T>(t, false); }
 
+/// Loads every parameter of m from the golden file f, under its torch name.
+template <class T, class M>
+void load_parameters(M& m, const attn::io::SafetensorsFile& f) {
+  for (auto& [n, p] : m.named_parameters()) {
+    auto v = golden::tensor<T>(f, n);
+    REQUIRE(v.numel() == p->numel());
+    p->copy_from_host(v.data());
+  }
+}
+
 /// Copies src's values into the parameter dst (same element count).
 template <class D, class S>
 void copy(const D& dst, const S& src) {
@@ -46,11 +56,7 @@ TEST_CASE("golden: LSTMCell and GRUCell over two chained steps match torch.nn.LS
       auto f = golden::load("lstm_cell");
       nn::LSTMCell<6, 5, T> cell(nullptr, "cell");
       REQUIRE(cell.named_parameters().size() == 4);
-      for (auto& [n, p] : cell.named_parameters()) {
-        auto v = golden::tensor<T>(f, n);
-        REQUIRE(v.numel() == p->numel());
-        p->copy_from_host(v.data());
-      }
+      load_parameters<T>(cell, f);
       Tape tape;
       X x1(golden::tensor<T>(f, "x1"), true), x2(golden::tensor<T>(f, "x2"), true);
       H h0(golden::tensor<T>(f, "h0"), true), c0(golden::tensor<T>(f, "c0"), true);
@@ -72,11 +78,7 @@ TEST_CASE("golden: LSTMCell and GRUCell over two chained steps match torch.nn.LS
       auto f = golden::load("gru_cell");
       nn::GRUCell<6, 5, T> cell(nullptr, "cell");
       REQUIRE(cell.named_parameters().size() == 4);
-      for (auto& [n, p] : cell.named_parameters()) {
-        auto v = golden::tensor<T>(f, n);
-        REQUIRE(v.numel() == p->numel());
-        p->copy_from_host(v.data());
-      }
+      load_parameters<T>(cell, f);
       Tape tape;
       X x1(golden::tensor<T>(f, "x1"), true), x2(golden::tensor<T>(f, "x2"), true);
       const H h1 = cell(tape, x1);  // the zero state

@@ -40,21 +40,6 @@ struct GruResult {
 namespace detail {
 
 template <class T, class B>
-void gru_check_weights(const GruWeights<T, B>& w, std::size_t in, std::size_t& hidden, int dir) {
-  auto who = [dir] { return std::string("gru: direction ") + std::to_string(dir) + ": "; };
-  if (!w.w_ih.defined() || !w.w_hh.defined() || !w.b_ih.defined() || !w.b_hh.defined())
-    throw ArgumentError(who() + "a weight or bias is undefined");
-  const Dims& hh = w.w_hh.dims();
-  if (hh.n != 2 || hh.v[0] == 0 || hh.v[0] != 3 * hh.v[1]) throw ShapeError(who() + "weight_hh must be (3H, H), got " + hh.str());
-  if (dir == 0) hidden = hh.v[1];
-  const std::size_t g = 3 * hidden;
-  if (hh.v[1] != hidden) shape_mismatch("gru", "the directions differ in hidden size (weight_hh)", hh, Dims{g, hidden});
-  if (!(w.w_ih.dims() == Dims{g, in})) shape_mismatch("gru", who() + "weight_ih must be (3H, input)", w.w_ih.dims(), Dims{g, in});
-  if (!(w.b_ih.dims() == Dims{g})) shape_mismatch("gru", who() + "bias_ih must be (3H)", w.b_ih.dims(), Dims{g});
-  if (!(w.b_hh.dims() == Dims{g})) shape_mismatch("gru", who() + "bias_hh must be (3H)", w.b_hh.dims(), Dims{g});
-}
-
-template <class T, class B>
 GruResult<T, B> gru_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<const int> lengths, const GruWeights<T, B>* w, int dirs,
                          const Var<T, AnyShape, B>& h0) {
   using Ten = Tensor<T, AnyShape, B>;
@@ -62,7 +47,7 @@ GruResult<T, B> gru_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<con
     throw ShapeError("gru: x must be (batch, time, input), got " + (x.defined() ? x.dims().str() : std::string("an undefined Var")));
   const std::size_t bn = x.size(0), tn = x.size(1), in = x.size(2);
   std::size_t h = 0;
-  for (int d = 0; d < dirs; ++d) gru_check_weights(w[d], in, h, d);
+  for (int d = 0; d < dirs; ++d) rnn_check_weights(w[d], 3, in, h, d, "gru");
   const Dims sd{std::size_t(dirs), bn, h};
   if (h0.defined() && !(h0.dims() == sd)) shape_mismatch("gru", "h0 must be (directions, batch, hidden)", h0.dims(), sd);
   LstmPlan plan = lstm_plan(lengths, x.dims());
@@ -145,7 +130,7 @@ GruResult<T, B> gru_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<con
     };
     PoolVector<DirGrads> gr(dirs);
     T* dh0_all = h0d && h0d->requires_grad ? h0d->grad_ref().data() : nullptr;  // (dirs, B, H)
-    bool shared_weights = false;
+    const bool shared_weights = rnn_shares_weights(saved);
     for (int d = 0; d < dirs; ++d) {
       const DirSaved& sv = saved[d];
       DirGrads& q = gr[d];
@@ -160,11 +145,6 @@ GruResult<T, B> gru_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<con
       if (q.w_hh) q.hprev = Ten({n_rows - first, h});
       if (xd->requires_grad) q.dx = Ten({n_rows, in});
       if (!h0s[d].empty()) q.dh0 = Ten::zeros({bn, h});
-      for (int e = 0; e < d; ++e) {
-        const DirSaved& other = saved[e];
-        for (const Data& a : std::array<Data, 4>{sv.w_ih, sv.w_hh, sv.b_ih, sv.b_hh})
-          for (const Data& b : std::array<Data, 4>{other.w_ih, other.w_hh, other.b_ih, other.b_hh}) shared_weights |= a == b;
-      }
     }
     const auto prof = profile::Scope::of_if<T>(std::is_same_v<B, cpu>, "gru backward", bn, n_rows, dirs, h);
     lstm_for_directions(dirs, B::host_accessible && !shared_weights, [&](int d) {

@@ -161,19 +161,41 @@ void lstm_for_directions(int dirs, bool parallel, F&& f) {
     if (err[d]) std::rethrow_exception(err[d]);
 }
 
-template <class T, class B>
-void lstm_check_weights(const LstmWeights<T, B>& w, std::size_t in, std::size_t& hidden, int dir) {
-  auto who = [dir] { return std::string("lstm: direction ") + std::to_string(dir) + ": "; };  // built only for a message
+/// The weights of direction dir of a recurrent op with `gates` gates (the LSTM's 4, the GRU's 3), op
+/// "lstm" or "gru": each defined, weight_hh (G·H, H) with H the same in every direction (set by
+/// direction 0), weight_ih (G·H, in), the biases (G·H).
+template <class W>
+void rnn_check_weights(const W& w, std::size_t gates, std::size_t in, std::size_t& hidden, int dir, const char* op) {
+  auto who = [&] { return std::string(op) + ": direction " + std::to_string(dir) + ": "; };  // built only for a message
+  const std::string gh = std::to_string(gates) + "H";
   if (!w.w_ih.defined() || !w.w_hh.defined() || !w.b_ih.defined() || !w.b_hh.defined())
     throw ArgumentError(who() + "a weight or bias is undefined");
   const Dims& hh = w.w_hh.dims();
-  if (hh.n != 2 || hh.v[0] == 0 || hh.v[0] != 4 * hh.v[1]) throw ShapeError(who() + "weight_hh must be (4H, H), got " + hh.str());
+  if (hh.n != 2 || hh.v[0] == 0 || hh.v[0] != gates * hh.v[1]) throw ShapeError(who() + "weight_hh must be (" + gh + ", H), got " + hh.str());
   if (dir == 0) hidden = hh.v[1];
-  const std::size_t g = 4 * hidden;
-  if (hh.v[1] != hidden) shape_mismatch("lstm", "the directions differ in hidden size (weight_hh)", hh, Dims{g, hidden});
-  if (!(w.w_ih.dims() == Dims{g, in})) shape_mismatch("lstm", who() + "weight_ih must be (4H, input)", w.w_ih.dims(), Dims{g, in});
-  if (!(w.b_ih.dims() == Dims{g})) shape_mismatch("lstm", who() + "bias_ih must be (4H)", w.b_ih.dims(), Dims{g});
-  if (!(w.b_hh.dims() == Dims{g})) shape_mismatch("lstm", who() + "bias_hh must be (4H)", w.b_hh.dims(), Dims{g});
+  const std::size_t g = gates * hidden;
+  if (hh.v[1] != hidden) shape_mismatch(op, "the directions differ in hidden size (weight_hh)", hh, Dims{g, hidden});
+  if (!(w.w_ih.dims() == Dims{g, in})) shape_mismatch(op, who() + "weight_ih must be (" + gh + ", input)", w.w_ih.dims(), Dims{g, in});
+  if (!(w.b_ih.dims() == Dims{g})) shape_mismatch(op, who() + "bias_ih must be (" + gh + ")", w.b_ih.dims(), Dims{g});
+  if (!(w.b_hh.dims() == Dims{g})) shape_mismatch(op, who() + "bias_hh must be (" + gh + ")", w.b_hh.dims(), Dims{g});
+}
+
+template <class T, class B>
+void lstm_check_weights(const LstmWeights<T, B>& w, std::size_t in, std::size_t& hidden, int dir) {
+  rnn_check_weights(w, 4, in, hidden, dir, "lstm");
+}
+
+/// Whether any two directions of a recurrent op's backward share a weight or bias (saved[d].w_ih ...
+/// hold each direction's VarData): their gradients then accumulate into one buffer, and the
+/// directions must run one after the other.
+template <class Saved>
+bool rnn_shares_weights(const Saved& saved) {
+  for (std::size_t d = 0; d < saved.size(); ++d)
+    for (std::size_t e = 0; e < d; ++e)
+      for (const auto* a : {saved[d].w_ih.get(), saved[d].w_hh.get(), saved[d].b_ih.get(), saved[d].b_hh.get()})
+        for (const auto* b : {saved[e].w_ih.get(), saved[e].w_hh.get(), saved[e].b_ih.get(), saved[e].b_hh.get()})
+          if (a == b) return true;
+  return false;
 }
 
 /// The precision an LSTM op on T and B runs its products in now (fp32 unless float on the CPU).
@@ -355,7 +377,7 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
     PoolVector<DirGrads> gr(dirs);
     T* dh0_all = h0d && h0d->requires_grad ? h0d->grad_ref().data() : nullptr;  // (dirs, B, H), rows apart per direction
     T* dc0_all = c0d && c0d->requires_grad ? c0d->grad_ref().data() : nullptr;
-    bool shared_weights = false;
+    const bool shared_weights = rnn_shares_weights(saved);
     for (int d = 0; d < dirs; ++d) {
       const DirSaved& sv = saved[d];
       DirGrads& q = gr[d];
@@ -370,11 +392,6 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
       if (q.w_hh) q.hprev = Ten({n_rows - first, h});
       if (xd->requires_grad) q.dx = Ten({n_rows, in});
       if (dh0_all) q.dh0 = Ten({bn, h});
-      for (int e = 0; e < d; ++e) {
-        const DirSaved& other = saved[e];  // (a local reference: nvcc's front end mangles a braced list of captures)
-        for (const Data& a : std::array<Data, 4>{sv.w_ih, sv.w_hh, sv.b_ih, sv.b_hh})
-          for (const Data& b : std::array<Data, 4>{other.w_ih, other.w_hh, other.b_ih, other.b_hh}) shared_weights |= a == b;
-      }
     }
     const auto prof = profile::Scope::of_if<T>(std::is_same_v<B, cpu>, "lstm backward", bn, n_rows, dirs, h);
     lstm_for_directions(dirs, B::host_accessible && !shared_weights, [&](int d) {

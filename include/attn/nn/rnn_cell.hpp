@@ -52,17 +52,58 @@ void check_state(const Var<T, S, B>& v, std::size_t batch, std::size_t hidden, c
     shape_mismatch(who.c_str(), std::string(what) + " must be (batch, hidden)", v.dims(), Dims{batch, hidden});
 }
 
-/// torch's init of a cell: every parameter from U(-1/sqrt(H), 1/sqrt(H)), the biases only when present.
-template <class WI, class WH, class BI, class BH>
-void reset(Rng& rng, std::size_t hidden, bool bias, WI& w_ih, WH& w_hh, BI& b_ih, BH& b_hh) {
-  const double a = 1.0 / std::sqrt(double(hidden));
-  init::uniform(w_ih, rng, a);
-  init::uniform(w_hh, rng, a);
-  if (bias) {
-    init::uniform(b_ih, rng, a);
-    init::uniform(b_hh, rng, a);
+/// The parameters of a cell with G gates, torch's: weight_ih (G·H, In), weight_hh (G·H, H), bias_ih,
+/// bias_hh (G·H) (constant zeros, no parameters, with bias = false), all drawn from
+/// U(-1/sqrt(H), 1/sqrt(H)).
+template <std::size_t G, std::size_t In, std::size_t Hidden, class T, class B>
+class CellBase : public Module {
+ public:
+  static_assert(In > 0 && Hidden > 0 && In != dyn && Hidden != dyn, "nn::LSTMCell / nn::GRUCell: In and Hidden must be static, positive extents");
+
+  CellBase(Module* parent, std::string name, RnnCellOptions opt, const char* kind) : Module(parent, std::move(name)), kind_(kind), opt_(opt) {
+    weight_ih = register_parameter<T, Shape<G * Hidden, In>, B>("weight_ih", {G * Hidden, In}, true);
+    weight_hh = register_parameter<T, Shape<G * Hidden, Hidden>, B>("weight_hh", {G * Hidden, Hidden}, true);
+    bias_ih = bias_param("bias_ih");
+    bias_hh = bias_param("bias_hh");
+    if (init_on_construction()) {
+      Rng rng(name_seed(this->seed_name()));
+      reset_parameters(rng);
+    }
   }
-}
+  void reset_parameters(Rng& rng) override {
+    const double a = 1.0 / std::sqrt(double(Hidden));
+    init::uniform(weight_ih, rng, a);
+    init::uniform(weight_hh, rng, a);
+    if (opt_.bias) {
+      init::uniform(bias_ih, rng, a);
+      init::uniform(bias_hh, rng, a);
+    }
+  }
+  const RnnCellOptions& options() const noexcept { return opt_; }
+
+  Var<T, Shape<G * Hidden, In>, B> weight_ih;
+  Var<T, Shape<G * Hidden, Hidden>, B> weight_hh;
+  /// Constant zeros (no parameters) with bias = false.
+  Var<T, Shape<G * Hidden>, B> bias_ih, bias_hh;
+
+ protected:
+  /// The layer's name for messages: "nn::LSTMCell 'cell'".
+  std::string who() const { return std::string(kind_) + " '" + this->name() + "'"; }
+  /// Checks x (B, In) and returns B.
+  template <class SX>
+  std::size_t batch_of(const Var<T, SX, B>& x) const {
+    check_input<In, SX>(x.dims(), who());
+    return x.size(0);
+  }
+
+ private:
+  Var<T, Shape<G * Hidden>, B> bias_param(const char* name) {
+    return lstm_detail::bias_or_zero<T, B, Shape<G * Hidden>>(opt_.bias, [&] { return register_parameter<T, Shape<G * Hidden>, B>(name, {G * Hidden}); },
+                                                              G * Hidden);
+  }
+  const char* kind_;
+  RnnCellOptions opt_;
+};
 
 }  // namespace cell_detail
 
@@ -70,104 +111,52 @@ void reset(Rng& rng, std::size_t hidden, bool bias, WI& w_ih, WH& w_hh, BI& b_ih
 /// zero when undefined, to the next state. Parameters weight_ih (4H, In), weight_hh (4H, H),
 /// bias_ih, bias_hh (4H), gates i, f, g, o, drawn from U(-1/sqrt(H), 1/sqrt(H)).
 template <std::size_t In, std::size_t Hidden, class T = float, class B = cpu>
-class LSTMCell : public Module {
+class LSTMCell : public cell_detail::CellBase<4, In, Hidden, T, B> {
  public:
-  static_assert(In > 0 && Hidden > 0 && In != dyn && Hidden != dyn, "nn::LSTMCell: In and Hidden must be static, positive extents");
   using State = LstmCellState<T, Hidden, B>;
 
-  LSTMCell(Module* parent, std::string name, RnnCellOptions opt = {}) : Module(parent, std::move(name)), opt_(opt) {
-    weight_ih = register_parameter<T, Shape<4 * Hidden, In>, B>("weight_ih", {4 * Hidden, In}, true);
-    weight_hh = register_parameter<T, Shape<4 * Hidden, Hidden>, B>("weight_hh", {4 * Hidden, Hidden}, true);
-    bias_ih = bias_param("bias_ih");
-    bias_hh = bias_param("bias_hh");
-    if (init_on_construction()) {
-      Rng rng(name_seed(this->seed_name()));
-      reset_parameters(rng);
-    }
-  }
-  void reset_parameters(Rng& rng) override { cell_detail::reset(rng, Hidden, opt_.bias, weight_ih, weight_hh, bias_ih, bias_hh); }
+  LSTMCell(Module* parent, std::string name, RnnCellOptions opt = {})
+      : cell_detail::CellBase<4, In, Hidden, T, B>(parent, std::move(name), opt, "nn::LSTMCell") {}
 
   /// x (B, In), state {h, c} (B, Hidden) (either undefined: zero) -> the state after this step.
   template <Context C, class SX>
   State operator()(C& ctx, const Var<T, SX, B>& x, const State& state = {}) const {
-    const std::string who = "nn::LSTMCell '" + this->name() + "'";
-    cell_detail::check_input<In, SX>(x.dims(), who);
-    const std::size_t b = x.size(0);
-    cell_detail::check_state(state.h, b, Hidden, who, "h");
-    cell_detail::check_state(state.c, b, Hidden, who, "c");
+    const std::size_t b = this->batch_of(x);
+    cell_detail::check_state(state.h, b, Hidden, this->who(), "h");
+    cell_detail::check_state(state.c, b, Hidden, this->who(), "c");
     LstmState<T, B> s;
     if (state.h.defined()) s.h0 = reshape(ctx, state.h, {1, b, Hidden});
     if (state.c.defined()) s.c0 = reshape(ctx, state.c, {1, b, Hidden});
     const PoolVector<int> ones(b, 1);
     const auto r = attn::lstm(ctx, reshape(ctx, x, {b, 1, In}), std::span<const int>(ones),
-                              {weight_ih, weight_hh, bias_ih, bias_hh}, s);
+                              {this->weight_ih, this->weight_hh, this->bias_ih, this->bias_hh}, s);
     return {reshape<Shape<dyn, Hidden>>(ctx, r.h_n, {b, Hidden}), reshape<Shape<dyn, Hidden>>(ctx, r.c_n, {b, Hidden})};
   }
-
-  const RnnCellOptions& options() const noexcept { return opt_; }
-
-  Var<T, Shape<4 * Hidden, In>, B> weight_ih;
-  Var<T, Shape<4 * Hidden, Hidden>, B> weight_hh;
-  /// Constant zeros (no parameters) with bias = false.
-  Var<T, Shape<4 * Hidden>, B> bias_ih, bias_hh;
-
- private:
-  Var<T, Shape<4 * Hidden>, B> bias_param(const char* name) {
-    return lstm_detail::bias_or_zero<T, B, Shape<4 * Hidden>>(opt_.bias, [&] { return register_parameter<T, Shape<4 * Hidden>, B>(name, {4 * Hidden}); },
-                                                          4 * Hidden);
-  }
-  RnnCellOptions opt_;
 };
 
 /// One GRU step, torch.nn.GRUCell(In, Hidden): x (B, In) and h (B, Hidden), zero when undefined, to
 /// the next h. Parameters weight_ih (3H, In), weight_hh (3H, H), bias_ih, bias_hh (3H), gates r, z,
 /// n, drawn from U(-1/sqrt(H), 1/sqrt(H)).
 template <std::size_t In, std::size_t Hidden, class T = float, class B = cpu>
-class GRUCell : public Module {
+class GRUCell : public cell_detail::CellBase<3, In, Hidden, T, B> {
  public:
-  static_assert(In > 0 && Hidden > 0 && In != dyn && Hidden != dyn, "nn::GRUCell: In and Hidden must be static, positive extents");
   using State = Var<T, Shape<dyn, Hidden>, B>;
 
-  GRUCell(Module* parent, std::string name, RnnCellOptions opt = {}) : Module(parent, std::move(name)), opt_(opt) {
-    weight_ih = register_parameter<T, Shape<3 * Hidden, In>, B>("weight_ih", {3 * Hidden, In}, true);
-    weight_hh = register_parameter<T, Shape<3 * Hidden, Hidden>, B>("weight_hh", {3 * Hidden, Hidden}, true);
-    bias_ih = bias_param("bias_ih");
-    bias_hh = bias_param("bias_hh");
-    if (init_on_construction()) {
-      Rng rng(name_seed(this->seed_name()));
-      reset_parameters(rng);
-    }
-  }
-  void reset_parameters(Rng& rng) override { cell_detail::reset(rng, Hidden, opt_.bias, weight_ih, weight_hh, bias_ih, bias_hh); }
+  GRUCell(Module* parent, std::string name, RnnCellOptions opt = {})
+      : cell_detail::CellBase<3, In, Hidden, T, B>(parent, std::move(name), opt, "nn::GRUCell") {}
 
   /// x (B, In), h (B, Hidden) (undefined: zero) -> h after this step (B, Hidden).
   template <Context C, class SX>
   State operator()(C& ctx, const Var<T, SX, B>& x, const State& h = {}) const {
-    const std::string who = "nn::GRUCell '" + this->name() + "'";
-    cell_detail::check_input<In, SX>(x.dims(), who);
-    const std::size_t b = x.size(0);
-    cell_detail::check_state(h, b, Hidden, who, "h");
+    const std::size_t b = this->batch_of(x);
+    cell_detail::check_state(h, b, Hidden, this->who(), "h");
     Var<T, AnyShape, B> h0;
     if (h.defined()) h0 = reshape(ctx, h, {1, b, Hidden});
     const PoolVector<int> ones(b, 1);
     const auto r = attn::gru(ctx, reshape(ctx, x, {b, 1, In}), std::span<const int>(ones),
-                             {weight_ih, weight_hh, bias_ih, bias_hh}, h0);
+                             {this->weight_ih, this->weight_hh, this->bias_ih, this->bias_hh}, h0);
     return reshape<Shape<dyn, Hidden>>(ctx, r.h_n, {b, Hidden});
   }
-
-  const RnnCellOptions& options() const noexcept { return opt_; }
-
-  Var<T, Shape<3 * Hidden, In>, B> weight_ih;
-  Var<T, Shape<3 * Hidden, Hidden>, B> weight_hh;
-  /// Constant zeros (no parameters) with bias = false.
-  Var<T, Shape<3 * Hidden>, B> bias_ih, bias_hh;
-
- private:
-  Var<T, Shape<3 * Hidden>, B> bias_param(const char* name) {
-    return lstm_detail::bias_or_zero<T, B, Shape<3 * Hidden>>(opt_.bias, [&] { return register_parameter<T, Shape<3 * Hidden>, B>(name, {3 * Hidden}); },
-                                                          3 * Hidden);
-  }
-  RnnCellOptions opt_;
 };
 
 }  // namespace attn::nn
