@@ -119,7 +119,7 @@ Timing fwd_bwd_case(attn::Rng& rng, std::size_t b, std::size_t t, int iters, con
 }
 
 inline const char* kCaseNames =
-    "R1-h1 R1-h8 R2-h4 R2-h8 R3-T<n> (R3-T512 R3-T1024 R3-T2048 in --all; R3-T4096 on cuda) R4-b1 R4-b64 R5-T1024 R5-T4096 R5-T16384 "
+    "R1-h1 R1-h8 R2-h4 R2-h8 R2-gru-h4 R3-T<n> (R3-T512 R3-T1024 R3-T2048 in --all; R3-T4096 on cuda) R4-b1 R4-b64 R5-T1024 R5-T4096 R5-T16384 "
     "R6 R6-ckpt";
 
 /// The process's resident set now, in MB (Linux's /proc/self/statm; 0 where it cannot be read).
@@ -165,6 +165,13 @@ inline json run_case(const std::string& name, int iters, attn::Precision precisi
     }
     flops = 3 * (bilstm_flops(1, 48, 128, 128) + attention_flops(1, 48, 256) + 2.0 * 256 * 15);
     j["mode"] = "train";
+  } else if (name == "R2-gru-h4") {
+    auto b = make_batch(rng, 6000, 15, std::vector<int>(64, 48));
+    R2<4, attn::cpu, true> m;
+    t = train_case(m, b, iters);
+    flops = 3 * (bigru_flops(1, 48, 128, 128) + attention_flops(1, 48, 256) + 2.0 * 256 * 15);
+    j["mode"] = "train";
+    j["rnn"] = "gru";
   } else if (name.rfind("R3-T", 0) == 0) {
     const std::size_t T = std::stoul(name.substr(4));
     nn::Attention<8, 256> layer(nullptr, "attn");
@@ -376,8 +383,8 @@ int main(int argc, char** argv) {
   bool all = false, gemm = false, ceiling_only = false;
   std::string gemm_impl = "attn", precision_arg = "fp32", device = "cpu";
   // R6 and R6-ckpt (seconds per step on 2 cores) only when named in --cases.
-  std::vector<std::string> cases = {"R1-h1", "R1-h8",  "R2-h4",    "R2-h8",    "R3-T512",  "R3-T1024", "R3-T2048",
-                                    "R4-b1", "R4-b64", "R5-T1024", "R5-T4096", "R5-T16384"};
+  std::vector<std::string> cases = {"R1-h1",    "R1-h8", "R2-h4",  "R2-h8",    "R2-gru-h4", "R3-T512",  "R3-T1024",
+                                    "R3-T2048", "R4-b1", "R4-b64", "R5-T1024", "R5-T4096",  "R5-T16384"};
   CLI::App app{"attn benchmarks: the reference models of benchmarks/README.md, against the PyTorch peer"};
   app.add_option("--case", one, "run one case in this process and print its JSON record");
   app.add_flag("--all", all, "run every case (each in a fresh process) and print the table");

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The reference models of the benchmarks (R1-R4), identical in shape to the PyTorch peer's
 // (benchmarks/peer/peer.py): R1 the IMDb attention classifier, R2 the TNEWS BiLSTM + attention
-// classifier, R3 the attention layer alone; each on backend B (bench --device cuda: bench_cuda.cu).
+// classifier (R2-gru: with a BiGRU in the BiLSTM's place), R3 the attention layer alone; each on backend B (bench --device cuda: bench_cuda.cu).
 // Also the FLOP counts the ceiling fractions use.
 #pragma once
 #include <attn/attn.hpp>
@@ -49,13 +49,13 @@ struct R1 : nn::Module {
   }
 };
 
-/// R2: Embedding(6000, 128), BiLSTM<128, 128> (256 out), Attention<H, 256>, masked mean, Linear(256, 15).
-/// The attention skips padded rows (the pooling reads real tokens only); R2's training batches
-/// have none, R4's do.
-template <std::size_t H, class B = attn::cpu>
+/// R2: Embedding(6000, 128), BiLSTM<128, 128> (256 out), Attention<H, 256>, masked mean, Linear(256, 15);
+/// with Gru, R2-gru: a BiGRU<128, 128> in the BiLSTM's place. The attention skips padded rows (the
+/// pooling reads real tokens only); R2's training batches have none, R4's do.
+template <std::size_t H, class B = attn::cpu, bool Gru = false>
 struct R2 : nn::Module {
   nn::Embedding<128, float, B> tokens{this, "tokens", 6000};
-  nn::BiLSTM<128, 128, float, B> lstm{this, "lstm"};
+  std::conditional_t<Gru, nn::BiGRU<128, 128, float, B>, nn::BiLSTM<128, 128, float, B>> lstm{this, "lstm"};
   nn::Attention<H, 256, float, B> attention{this, "attn", {.padded = nn::PaddedRows::zero}};
   nn::Linear<256, 15, float, B> head{this, "head"};
   template <attn::Context C>
@@ -95,7 +95,11 @@ inline double attention_flops(double b, double t, double d) { return attention_f
 /// FLOPs of a bidirectional LSTM's products, forward only: per token and direction, the input
 /// projection (in -> 4 hidden) and the recurrent one (hidden -> 4 hidden); the gates' element-wise
 /// work is not counted.
-inline double bilstm_flops(double b, double t, double in, double hidden) { return b * t * 2 * (2 * in * 4 * hidden + 2 * hidden * 4 * hidden); }
+inline double bilstm_flops(double b, double t, double in, double hidden, double gates = 4) {
+  return b * t * 2 * (2 * in * gates * hidden + 2 * hidden * gates * hidden);
+}
+/// The same for a bidirectional GRU (3 gates).
+inline double bigru_flops(double b, double t, double in, double hidden) { return bilstm_flops(b, t, in, hidden, 3); }
 
 /// The (query, key) pairs of a sliding window: i sees j iff |i - j| <= w, 0 <= i, j < t. Only these
 /// count for R5: t (2w + 1) less the w (w + 1) cut off at the two ends.

@@ -65,4 +65,22 @@ void expect_close(const attn::io::SafetensorsFile& f, const std::string& name, c
   CHECK(e <= tol);
 }
 
+/// Copies golden tensor `name` of f into the parameter p (same shape).
+template <class T, class S>
+void copy_param(const attn::Var<T, S>& p, const attn::io::SafetensorsFile& f, const std::string& name) {
+  auto t = tensor<T>(f, name);
+  REQUIRE(t.dims() == p.dims());
+  std::copy_n(t.data(), t.numel(), const_cast<T*>(p.raw().data()));
+}
+
+/// Loads every parameter of module m from f, each under its torch name.
+template <class T, class M>
+void load_parameters(M& m, const attn::io::SafetensorsFile& f) {
+  for (auto& [n, p] : m.named_parameters()) {
+    auto v = tensor<T>(f, n);
+    REQUIRE(v.numel() == p->numel());
+    p->copy_from_host(v.data());
+  }
+}
+
 }  // namespace golden

@@ -57,6 +57,7 @@ CASES = {
     "R1-h8": dict(model="R1", heads=8, batch=32, T=256),
     "R2-h4": dict(model="R2", heads=4, batch=64, T=48),
     "R2-h8": dict(model="R2", heads=8, batch=64, T=48),
+    "R2-gru-h4": dict(model="R2", heads=4, batch=64, T=48, rnn="gru"),   # R2 with nn.GRU for nn.LSTM
     "R3-T512": dict(model="R3", heads=8, batch=4, T=512),
     "R3-T1024": dict(model="R3", heads=8, batch=4, T=1024),
     "R3-T2048": dict(model="R3", heads=8, batch=4, T=2048),
@@ -72,13 +73,13 @@ MODES = {"R1": ("train", "infer"), "R2": ("train", "infer"),
          "R3": ("train", "infer"), "R4": ("infer",), "R5": ("train",), "R6": ("train",)}
 # What --all runs, as benchmarks/README.md lists them: R1, R2 training steps, R3 and R5
 # forward + backward, R4 inference.  --all-modes adds the other modes.
-ALL_RUNS = ([(c, "train") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8",
+ALL_RUNS = ([(c, "train") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8", "R2-gru-h4",
                                     "R3-T512", "R3-T1024", "R3-T2048")]
             + [("R4-b1", "infer"), ("R4-b64", "infer")]
             + [(c, "train") for c in ("R5-T1024", "R5-T4096", "R5-T16384")])
 # Seconds per step on 2 cores: --all runs these only when --cases names them.
 OPT_IN_RUNS = [("R6", "train"), ("R6-ckpt", "train")]
-EXTRA_RUNS = [(c, "infer") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8",
+EXTRA_RUNS = [(c, "infer") for c in ("R1-h1", "R1-h8", "R2-h4", "R2-h8", "R2-gru-h4",
                                      "R3-T512", "R3-T1024", "R3-T2048")]
 IMPLS = ("hand", "mha", "sdpa", "packed", "chunked")
 # The impls that apply to a model: R5 has no padding (packed would be sdpa) and its
@@ -261,11 +262,11 @@ def build_modules(torch):
             x = self.tokens(ids) + self.pos(pos)[None]
             return self.head(masked_mean(self.attn(x, valid), valid))
 
-    class TnewsClassifier(nn.Module):   # R2, R4
-        def __init__(self, heads, impl, vocab=6000, dim=128, hidden=128, classes=15):
+    class TnewsClassifier(nn.Module):   # R2, R4; rnn "gru": R2-gru
+        def __init__(self, heads, impl, vocab=6000, dim=128, hidden=128, classes=15, rnn="lstm"):
             super().__init__()
             self.tokens = nn.Embedding(vocab, dim)
-            self.lstm = nn.LSTM(dim, hidden, batch_first=True, bidirectional=True)
+            self.lstm = (nn.GRU if rnn == "gru" else nn.LSTM)(dim, hidden, batch_first=True, bidirectional=True)
             self.attn = Attention(heads, 2 * hidden, impl)
             self.head = nn.Linear(2 * hidden, classes)
 
@@ -436,8 +437,10 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, 
             model = ImdbClassifier(H, impl)
             vocab, classes = 20000, 2
         else:
-            model = TnewsClassifier(H, impl)
+            model = TnewsClassifier(H, impl, rnn=spec.get("rnn", "lstm"))
             vocab, classes = 6000, 15
+            if "rnn" in spec:
+                extra["rnn"] = spec["rnn"]
 
         if model_kind == "R4":
             lens = r4_lengths()
@@ -482,12 +485,12 @@ def run_case(torch, case, mode, impl, warmup, iters, threads, max_seconds=None, 
         else:
             model.eval()
             if precision == "int8":
-                # Dynamic quantization as a user serves with it: int8 weights for every nn.Linear and
-                # nn.LSTM (nn.MultiheadAttention's projections stay float in torch), activations
-                # quantized at run time.
+                # Dynamic quantization as a user serves with it: int8 weights for every nn.Linear,
+                # nn.LSTM and nn.GRU (nn.MultiheadAttention's projections stay float in torch),
+                # activations quantized at run time.
                 from torch.ao.quantization import quantize_dynamic
-                model = quantize_dynamic(model, {torch.nn.Linear, torch.nn.LSTM}, dtype=torch.qint8)
-                extra["quantized"] = "quantize_dynamic({nn.Linear, nn.LSTM}, qint8)"
+                model = quantize_dynamic(model, {torch.nn.Linear, torch.nn.LSTM, torch.nn.GRU}, dtype=torch.qint8)
+                extra["quantized"] = "quantize_dynamic({nn.Linear, nn.LSTM, nn.GRU}, qint8)"
 
             def step():
                 with torch.inference_mode(), cast():

@@ -62,15 +62,16 @@ inline double percentile(std::vector<double> v, double q) {
 }  // namespace bench_detail
 
 /// FLOPs of one inference forward over a batch of titles with these lengths (a multiply-add counts
-/// 2): the BiLSTM's recurrence and, unless the embedding is folded into it, its input projections;
-/// the attention's four projections on the real tokens and its scores and weighted sums within each
-/// title (when the model has attention); the head's `classes` outputs. LayerNorm, pooling and the
-/// softmax are left out (a few percent at most).
-inline double forward_flops(std::span<const std::size_t> lengths, bool folded, bool attention = true, std::size_t classes = kTnewsClasses) {
+/// 2): the recurrent layer's recurrence (`gates` 4: the BiLSTM; 3: the BiGRU) and, unless the
+/// embedding is folded into it, its input projections; the attention's four projections on the real
+/// tokens and its scores and weighted sums within each title (when the model has attention); the
+/// head's `classes` outputs. LayerNorm, pooling and the softmax are left out (a few percent at most).
+inline double forward_flops(std::span<const std::size_t> lengths, bool folded, bool attention = true, std::size_t classes = kTnewsClasses,
+                            std::size_t gates = 4) {
   constexpr double h = kHidden, e = kEmbed, d = kDim;
   double tokens = 0, pairs = 0;
   for (auto l : lengths) tokens += double(l), pairs += double(l) * double(l);
-  const double lstm = 2 * tokens * 2 * 4 * h * (h + (folded ? 0 : e));
+  const double lstm = 2 * tokens * 2 * gates * h * (h + (folded ? 0 : e));
   const double projections = attention ? tokens * 2 * d * 4 * d : 0;
   const double core = attention ? pairs * 4 * d : 0;
   return lstm + projections + core + double(lengths.size()) * 2 * d * double(classes);
@@ -92,7 +93,7 @@ BenchResult bench_inference(const Model& model, const std::vector<std::vector<st
   std::vector<std::size_t> lengths;
   for (auto& s : seqs) tokens += s.size(), lengths.push_back(s.size());
   r.mean_len = double(tokens) / double(seqs.size());
-  r.mflop_per_title = forward_flops(lengths, model.folded.has_value(), model.heads() > 0, model.cfg.classes) / double(seqs.size()) / 1e6;
+  r.mflop_per_title = forward_flops(lengths, model.folded.has_value(), model.heads() > 0, model.cfg.classes, model.cfg.rnn_gates()) / double(seqs.size()) / 1e6;
   if (ceiling_gflops > 0) {
     r.ceiling_gflops = ceiling_gflops;
     r.bound_samples_per_s = ceiling_gflops * 1e3 / r.mflop_per_title;

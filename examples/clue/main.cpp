@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // CLUE text classification (TNEWS's 15 news categories, IFLYTEK's 119 app categories: labels.json's
-// classes) with a character BiLSTM and multi-head self-attention: trains one head count (--heads;
+// classes) with a character BiLSTM (--rnn gru: a BiGRU) and multi-head self-attention: trains one head count (--heads;
 // 0: the model without attention) or all of them and the ablation (--sweep), reports accuracy,
 // macro-F1, per-class scores and the confusion matrix, writes checkpoints, metrics.jsonl and a
 // report.html; `predict` classifies titles and shows the characters attended to most; --bench
@@ -42,18 +42,19 @@ inline std::string sweep_table(const std::vector<RunResult>& runs) {
 }
 
 inline void write_report(const Options& o, const Prepared& p, const std::vector<RunResult>& runs) {
-  examples::HtmlReport rep("attn: CLUE text classification with a BiLSTM and single- and multi-head self-attention");
+  const std::string rnn = o.rnn == "gru" ? "BiGRU" : "BiLSTM";
+  examples::HtmlReport rep("attn: CLUE text classification with a " + rnn + " and single- and multi-head self-attention");
   rep.paragraph(fmt::format("Data: {} (validation: fixed-seed {:.0f}% stratified split of train.json, seed {}{}). Training seed {}. "
-                            "Characters as tokens{}; vocabulary {}. Model: Embedding({}, {}) -> BiLSTM<{}, {}> -> Attention<H, {}>{} "
+                            "Characters as tokens{}; vocabulary {}. Model: Embedding({}, {}) -> {}<{}, {}> -> Attention<H, {}>{} "
                             "-> masked mean -> Linear({}, {}).",
                             o.data.dir, 100 * o.data.valid_fraction, o.data.seed, p.dev.size() ? "; dev.json evaluated" : "", o.train.seed,
-                            o.data.keywords ? ", keywords appended" : "", p.vocab.size(), p.vocab.size(), kEmbed, kEmbed, kHidden, kDim,
+                            o.data.keywords ? ", keywords appended" : "", p.vocab.size(), p.vocab.size(), kEmbed, rnn, kEmbed, kHidden, kDim,
                             o.residual ? " + residual LayerNorm" : "", kDim, p.labels.size()));
   rep.heading("Accuracy, macro-F1 and speed by head count");
   rep.preformatted(sweep_table(runs) + (runs.empty() ? "" : "inference: batch 64 on the validation titles\n"));
   if (std::any_of(runs.begin(), runs.end(), [](auto& r) { return r.heads == 0; }))
-    rep.paragraph("Heads \"none\" is the ablation: the same model without its attention (the BiLSTM's output, through the "
-                  "same LayerNorm unless --no-residual, mean-pooled), trained the same way.");
+    rep.paragraph("Heads \"none\" is the ablation: the same model without its attention (the " + rnn +
+                  "'s output, through the same LayerNorm unless --no-residual, mean-pooled), trained the same way.");
   std::vector<examples::Series> loss, acc;
   for (auto& r : runs) {
     const std::string h = r.heads ? fmt::format("h{}", r.heads) : std::string("no attention");

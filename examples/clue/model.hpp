@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The CLUE classifier (reference model R2 on TNEWS): character embeddings, a BiLSTM, one multi-head
+// The CLUE classifier (reference model R2 on TNEWS): character embeddings, a BiLSTM (or a BiGRU,
+// "rnn": "gru"), one multi-head
 // self-attention block (optionally residual + LayerNorm), masked mean pooling and a linear head
 // over the task's classes (labels.json's: TNEWS's 15 news categories, IFLYTEK's 119 app
 // categories), a width chosen at run time (nn::Linear<256, dyn>). With 0 heads, the ablation, it
@@ -11,6 +12,7 @@
 #pragma once
 #include <attn/attn.hpp>
 #include <attn/nn/attention.hpp>
+#include <attn/nn/gru.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -30,7 +32,7 @@ using attn::Shape;
 using attn::Tensor;
 
 inline constexpr std::size_t kEmbed = 128;        // character embedding width
-inline constexpr std::size_t kHidden = 128;       // LSTM hidden size per direction
+inline constexpr std::size_t kHidden = 128;       // recurrent layer's hidden size per direction
 inline constexpr std::size_t kDim = 2 * kHidden;  // BiLSTM output = attention width
 inline constexpr std::size_t kTnewsClasses = 15;  // TNEWS news categories (the default, and the benchmark's R2)
 inline constexpr std::size_t kMaxClasses = 4096;   // labels.json's classes at most
@@ -42,10 +44,16 @@ struct ModelConfig {
   double attn_dropout = 0.1;  // on the attention weights
   bool residual = true;       // y = LayerNorm(h + Attention(h)) instead of y = Attention(h)
   std::size_t classes = kTnewsClasses;  // the head's outputs: labels.json's classes
+  std::string rnn = "lstm";             // the recurrent layer: "lstm" (nn::BiLSTM) or "gru" (nn::BiGRU)
+
+  /// "BiLSTM" or "BiGRU", for reports.
+  std::string rnn_label() const { return rnn == "gru" ? "BiGRU" : "BiLSTM"; }
+  /// The recurrent layer's gates: 4 (LSTM) or 3 (GRU).
+  std::size_t rnn_gates() const { return rnn == "gru" ? 3 : 4; }
 
   nlohmann::json to_json() const {
     return {{"vocab", vocab}, {"max_len", max_len}, {"dropout", dropout}, {"attn_dropout", attn_dropout}, {"residual", residual},
-            {"classes", classes}};
+            {"classes", classes}, {"rnn", rnn}};
   }
   /// Reads config.json's "model" object; every field is range-checked (examples::FieldError
   /// "model.max_len: ..." otherwise) before anything is allocated from it.
@@ -60,6 +68,9 @@ struct ModelConfig {
     c.residual = json_bool(j, "residual", m);
     // Absent in configurations written before other tasks than TNEWS were taken: 15.
     c.classes = j.contains("classes") ? json_count(j, "classes", 2, kMaxClasses, m) : kTnewsClasses;
+    // Absent in configurations written before the GRU was offered: an LSTM.
+    c.rnn = j.contains("rnn") ? json_string(j, "rnn", m) : std::string("lstm");
+    if (!offered_rnn(c.rnn)) throw FieldError(m + "rnn", "\"" + c.rnn + "\" is not a recurrent layer the program offers (lstm, gru)");
     return c;
   }
 };
@@ -129,15 +140,19 @@ template <class B>
 std::unique_ptr<AnyAttention<B>> make_attention(std::size_t heads, nn::Module* parent, const ModelConfig& c);
 
 /// The model on backend B (attn::cpu or attn::cuda; the embedding fold is the CPU's only), with
-/// `heads` attention heads (0: without attention).
+/// `heads` attention heads (0: without attention) and the recurrent layer cfg.rnn: nn::BiLSTM
+/// ("lstm", parameters lstm.*) or nn::BiGRU ("gru", parameters gru.*), the other one null.
 template <class B = attn::cpu>
 struct TnewsClassifier : nn::Module {
   using backend = B;
+  using Lstm = nn::BiLSTM<kEmbed, kHidden, float, B>;
+  using Gru = nn::BiGRU<kEmbed, kHidden, float, B>;
 
   TnewsClassifier(const ModelConfig& c, std::size_t heads)
       : cfg(c),
         tokens(this, "embed", c.vocab, {.padding_idx = 0, .init_std = 0.1}),
-        lstm(this, "lstm"),
+        lstm(c.rnn == "lstm" ? std::make_unique<Lstm>(this, "lstm") : nullptr),
+        gru(c.rnn == "gru" ? std::make_unique<Gru>(this, "gru") : nullptr),
         attention(make_attention<B>(heads, this, c)),
         norm(this, "norm"),
         head(this, "head", c.classes, {.xavier = true}) {}
@@ -157,12 +172,13 @@ struct TnewsClassifier : nn::Module {
       // The tables hold the input projections in the precision they were folded in; under another
       // one (an int8 evaluation of a model folded in fp32) the two layers run as they are.
       if (folded && !tr && !delta && folded->precision == attn::precision())
-        h = nn::embedded_lstm(ctx, lstm, *folded, b.ids, b.lengths).out;
+        h = lstm ? nn::embedded_lstm(ctx, *lstm, *folded, b.ids, b.lengths).out : nn::embedded_gru(ctx, *gru, *folded, b.ids, b.lengths).out;
     }
     if (!h.defined()) {
       auto x = tokens(ctx, b.ids);  // (B, T, kEmbed)
       if (delta) x = decltype(x)(attn::add(ctx, x, *delta));
-      h = lstm(ctx, nn::dropout(ctx, x, cfg.dropout, tr), b.lengths).out;
+      const auto xd = nn::dropout(ctx, x, cfg.dropout, tr);
+      h = lstm ? (*lstm)(ctx, xd, b.lengths).out : (*gru)(ctx, xd, b.lengths).out;
     }
     attn::Var<float, Shape<dyn, dyn, kDim>, B> y;
     if (!attention) {  // the ablation: the attention branch removed, nothing else
@@ -179,19 +195,21 @@ struct TnewsClassifier : nn::Module {
     return head(ctx, nn::dropout(ctx, pooled, cfg.dropout, tr));       // (B, classes)
   }
 
-  /// Inference: folds the embedding into the BiLSTM's input projections (nn::embedded_lstm), in the
-  /// current precision, which forward() then uses in eval mode without a tape under that precision.
+  /// Inference: folds the embedding into the recurrent layer's input projections (nn::embedded_lstm,
+  /// nn::embedded_gru), in the current precision, which forward() then uses in eval mode without a
+  /// tape under that precision.
   /// Call it once the weights are final (after training or loading, and after quantize_dynamic):
   /// tables whose weights have changed since make forward() throw.
   void fold_embedding() {
     static_assert(B::host_accessible, "TnewsClassifier::fold_embedding: the inference-time embedding fold runs on the CPU backend only");
-    folded = nn::lstm_input_tables(tokens, lstm);
+    folded = lstm ? nn::lstm_input_tables(tokens, *lstm) : nn::gru_input_tables(tokens, *gru);
   }
 
   ModelConfig cfg;
-  std::optional<nn::LstmInputTables<float>> folded;
+  std::optional<nn::RnnInputTables<float>> folded;
   nn::Embedding<kEmbed, float, B> tokens;
-  nn::BiLSTM<kEmbed, kHidden, float, B> lstm;
+  std::unique_ptr<Lstm> lstm;  // cfg.rnn "lstm"
+  std::unique_ptr<Gru> gru;    // cfg.rnn "gru"
   std::unique_ptr<AnyAttention<B>> attention;
   nn::LayerNorm<kDim, float, B> norm;
   nn::Linear<kDim, dyn, float, B> head;

@@ -8,7 +8,7 @@ namespace clue {
 
 std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   Options& o = cmd.options;
-  CLI::App app{"CLUE text classification (TNEWS, IFLYTEK) with a BiLSTM and single- or multi-head self-attention (attn)"};
+  CLI::App app{"CLUE text classification (TNEWS, IFLYTEK) with a BiLSTM (or BiGRU) and single- or multi-head self-attention (attn)"};
   app.set_help_all_flag("--help-all");
   app.add_option("--data", o.data.dir,
                  "a CLUE task directory (tnews_public, iflytek_public): labels.json, whose lines are the classes, and train.json (dev.json, "
@@ -19,6 +19,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
       ->check(examples::count(0, 8));
   auto* sweep = app.add_flag("--sweep", o.sweep, "train every head count 1, 2, 4, 8 and the ablation (no attention), and print the table")
                     ->excludes(heads);
+  auto* rnn = app.add_option("--rnn", o.rnn,
+                             "the recurrent layer under the attention: lstm (nn::BiLSTM, the article's model) or gru (nn::BiGRU: three "
+                             "gates instead of four, a quarter fewer recurrent weights and products)")
+                  ->check(CLI::IsMember({"lstm", "gru"}));
   app.add_flag("!--no-ablation", o.ablation, "with --sweep: skip the ablation run (the model without its attention)");
   examples::add_training_flags(app, o.train);
   examples::add_device_option(app, o.device);
@@ -51,13 +55,14 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
                     ->excludes(sweep);
   app.add_option("--model", o.model_dir, "with --bench: a trained run directory, e.g. runs/clue/h4 (default: an untrained model)")
       ->needs(bench)
-      ->excludes(heads);
+      ->excludes(heads)
+      ->excludes(rnn);
   app.add_option("--bench-seconds", o.bench_seconds, "seconds of batch-64 passes (--bench; after training, at most 3)")
       ->check(examples::real(0, 1e6, true));
   app.add_option("--bench-latency", o.bench_latency, "with --bench: titles timed one at a time (0: skip)")
       ->check(examples::count(0, 10000000))
       ->needs(bench);
-  app.add_flag("!--no-fold", o.fold, "with --bench: run the embedding and the BiLSTM's input projection as two layers, not folded into one table")
+  app.add_flag("!--no-fold", o.fold, "with --bench: run the embedding and the recurrent layer's input projection as two layers, not folded into one table")
       ->needs(bench);
   PredictOptions& pr = cmd.prediction;
   auto* pred = app.add_subcommand("predict", "classify titles with a trained model");
@@ -66,7 +71,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   pred->add_option("--keywords", pr.keywords, "comma-separated keywords (used when the model was trained with --keywords)");
   pred->add_option("--top", pr.top, "characters shown, by attention received")->check(examples::count(0, 1000000));
   pred->add_option("--precision", pr.precision,
-                   "bf16: the products of the linear layers, the BiLSTM and the attention on bfloat16 operands with float sums; int8: the weights "
+                   "bf16: the products of the linear layers, the recurrent layer and the attention on bfloat16 operands with float sums; int8: the weights "
                    "quantized to int8 per output channel, activations per row (dynamic quantization)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   pred->add_option("--dump", pr.dump, "also write the titles as one batch (its inputs) and the logits to this safetensors file, for a PyTorch model to reproduce");

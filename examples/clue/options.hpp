@@ -41,6 +41,9 @@ decltype(auto) dispatch_heads(std::size_t heads, const char* what, F&& f) {
   }(std::make_index_sequence<kOfferedHeads.size()>{});
 }
 
+/// The recurrent layers the program offers (--rnn): nn::BiLSTM and nn::BiGRU.
+inline bool offered_rnn(const std::string& rnn) { return rnn == "lstm" || rnn == "gru"; }
+
 /// Limits of the count options (also checked when config.json is read).
 inline constexpr std::size_t kMaxLen = 8192;                          // --max-len
 inline constexpr std::size_t kMaxVocab = (std::size_t(1) << 31) - 1;  // --max-vocab (ids are int32)
@@ -63,6 +66,7 @@ struct Options {
   DataOptions data{.dir = "examples/clue/sample/tnews_public"};
   examples::TrainOptions train{.out = "runs/clue", .epochs = 5, .batch = 64, .patience = 3, .warmup = 0.05};
   std::size_t heads = kDefaultHeads;
+  std::string rnn = "lstm";  // --rnn: lstm or gru
   bool sweep = false;
   bool ablation = true;  // --sweep: also the model without attention (--no-ablation: not)
   std::size_t threads = 0;
@@ -75,7 +79,7 @@ struct Options {
   std::size_t bench_latency = 1000;
   std::string model_dir;  // --bench with a trained model
   bool data_given = false;  // --data was on the command line (else --bench --model reads the model's own)
-  bool fold = true;       // --bench: nn::embedded_lstm (--no-fold: the two layers in turn)
+  bool fold = true;       // --bench: nn::embedded_lstm / embedded_gru (--no-fold: the two layers in turn)
   std::vector<std::string> explain;
 };
 

@@ -134,6 +134,7 @@ inline json run_options(const Options& o, std::size_t heads) {
           {"--adversarial", o.adversarial},
           {"--class-weights", o.class_weights},
           {"--no-residual", !o.residual},
+          {"--rnn", o.rnn},
           {"--max-len", o.data.max_len},
           {"--min-freq", o.data.min_freq},
           {"--max-vocab", o.data.max_vocab},

@@ -31,7 +31,7 @@ int predict(const fs::path& dir, const Trained& tr, const std::vector<std::strin
   auto model = attn::nn::skip_init<TnewsClassifier<B>>(tr.cfg, heads);  // its weights are read next
   examples::load_committed_model(model, dir, heads);
   model.eval();
-  if constexpr (B::host_accessible) model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
+  if constexpr (B::host_accessible) model.fold_embedding();  // inference from here on: the embedding folded into the recurrent layer
   const bool use_kw = tr.config.value("keywords", false);
   if (!use_kw && !keywords.empty())
     fmt::print(stderr, "note: --keywords ignored: {} was trained without --keywords (titles alone)\n", dir.string());
@@ -106,7 +106,7 @@ void run_bench(std::size_t heads, const Options& o) {
   auto p = prepare(d, tr ? &tr->vocab : nullptr);
   ModelConfig cfg = tr ? tr->cfg
                        : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout, .attn_dropout = o.attn_dropout,
-                                     .residual = o.residual, .classes = p.labels.size()};
+                                     .residual = o.residual, .classes = p.labels.size(), .rnn = o.rnn};
   auto model = attn::nn::skip_init<TnewsClassifier<B>>(cfg, heads);  // loaded or drawn next
   if (tr) examples::load_committed_model(model, o.model_dir, heads);
   else model.init(o.train.seed);
@@ -119,7 +119,7 @@ void run_bench(std::size_t heads, const Options& o) {
       quantized = fmt::format(", {} weights in int8 ({:.0f} KB, {:.0f} KB in float)", q.weights, double(q.int8_bytes) / 1024,
                               double(q.float_bytes) / 1024);
     }
-    if (o.fold) model.fold_embedding();  // the embedding folded into the BiLSTM's input projections, in this precision
+    if (o.fold) model.fold_embedding();  // the embedding folded into the recurrent layer's input projections, in this precision
     ceiling = attn::cpu_gemm_ceiling_gflops(2048, 5, 3.0);
   }
   const bool folded = model.folded.has_value();
@@ -135,7 +135,7 @@ void run_bench(std::size_t heads, const Options& o) {
                                 {"batch64_sorted_padding", r.sorted_padding}, {"batch1_median_ms", r.b1_median_ms},
                                 {"batch1_p99_ms", r.b1_p99_ms}, {"mflop_per_title", r.mflop_per_title},
                                 {"ceiling_gflops", r.ceiling_gflops}, {"bound_samples_per_s", r.bound_samples_per_s},
-                                {"keywords", d.keywords}, {"folded", folded}, {"device", B::name},
+                                {"keywords", d.keywords}, {"folded", folded}, {"rnn", model.cfg.rnn}, {"device", B::name},
                                 {"precision", B::host_accessible ? attn::precision_name(attn::precision()) : "fp32"}}
                                    .dump());
 }

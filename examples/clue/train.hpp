@@ -134,7 +134,8 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   // A resumed run's configuration is the directory's (its options equal ours: inspect_run_dir).
   const ModelConfig cfg = plan.resume ? resumed(plan, heads).cfg
                                       : ModelConfig{.vocab = p.vocab.size(), .max_len = o.data.max_len, .dropout = o.dropout,
-                                                    .attn_dropout = o.attn_dropout, .residual = o.residual, .classes = p.labels.size()};
+                                                    .attn_dropout = o.attn_dropout, .residual = o.residual, .classes = p.labels.size(),
+                                                    .rnn = o.rnn};
   if (cfg.classes != p.labels.size())
     throw attn::FormatError((fs::path(o.data.dir) / "labels.json").string(), 1,
                             fmt::format("{} classes, but the run's model has {}", p.labels.size(), cfg.classes));
@@ -158,11 +159,11 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   const std::string training_extras =
       (o.adversarial > 0 ? fmt::format("; adversarial training eps {}", o.adversarial) : "") + weight_range;
   if (heads)
-    fmt::print("\n== {} (BiLSTM<{}, {}> -> Attention<{}, {}>{}), {} parameters, on {}\n", heads_label(heads), kEmbed, kHidden, heads, kDim,
-               training_extras, res.params, B::name);
+    fmt::print("\n== {} ({}<{}, {}> -> Attention<{}, {}>{}), {} parameters, on {}\n", heads_label(heads), cfg.rnn_label(), kEmbed, kHidden,
+               heads, kDim, training_extras, res.params, B::name);
   else
-    fmt::print("\n== no attention, the ablation (BiLSTM<{}, {}> -> {}mean pooling{}), {} parameters, on {}\n", kEmbed, kHidden,
-               cfg.residual ? "LayerNorm -> " : "", training_extras, res.params, B::name);
+    fmt::print("\n== no attention, the ablation ({}<{}, {}> -> {}mean pooling{}), {} parameters, on {}\n", cfg.rnn_label(), kEmbed,
+               kHidden, cfg.residual ? "LayerNorm -> " : "", training_extras, res.params, B::name);
 
   json labels = json::array();
   for (std::size_t c = 0; c < p.labels.size(); ++c) labels.push_back({{"label", p.labels.names[c]}, {"label_desc", p.labels.descriptions[c]}});
@@ -198,7 +199,7 @@ RunResult train_variant(std::size_t heads, const Options& o, const Prepared& p, 
   // Final numbers come from the best checkpoint.
   attn::io::load(model, dir / "model.safetensors");
   model.eval();
-  if constexpr (B::host_accessible) model.fold_embedding();  // inference from here on: the embedding folded into the BiLSTM
+  if constexpr (B::host_accessible) model.fold_embedding();  // inference from here on: the embedding folded into the recurrent layer
   const auto names = class_names(p.labels);
   auto ev = evaluate(model, p.valid);
   res.valid_acc = ev.cm.accuracy();

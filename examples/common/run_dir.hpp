@@ -279,7 +279,8 @@ inline void check_same_options(const nlohmann::json& config, const nlohmann::jso
   static constexpr std::pair<const char*, const char*> kLaterOptions[] = {{"--split-seed", "--seed"}};
   // Options added later, with the default that every run recorded before them trained with.
   static const std::pair<const char*, nlohmann::json> kLaterDefaults[] = {
-      {"--adversarial", 0.0}, {"--attn-entropy-target", 0.0}, {"--class-weights", "none"}, {"--activation", "gelu"}};
+      {"--adversarial", 0.0}, {"--attn-entropy-target", 0.0}, {"--class-weights", "none"}, {"--activation", "gelu"}, {"--rnn", "lstm"},
+      {"--gated", false}, {"--norm", "layer"}};
   for (auto& [name, value] : options.items()) {
     auto it = rec->find(name);
     if (name == "processes") {  // recorded later, with no value known for the runs before: unchecked for those

@@ -98,6 +98,38 @@ endforeach()
 smoke_run(cwbad fail "${PROGRAM}" --data "${DATA}" --class-weights inverse --out "${WORK}/bad")
 smoke_expect_match("${cwbad_output}" "--class-weights" "clue --class-weights inverse")
 
+# --rnn gru: the model's recurrent layer is a BiGRU (torch's names under gru.), config.json binds
+# it, resuming it as an LSTM is refused, and predict and --bench (int8, the embedding folded into
+# the GRU) run it from the directory alone.
+smoke_run(gru 0 "${PROGRAM}" --data "${DATA}" --epochs 2 --batch 8 --threads 1 --bench-seconds 0.05 --rnn gru --out "${WORK}/gru")
+smoke_expect_match("${gru_output}" "== 4 heads \\(BiGRU<128, 128> -> Attention<4, 256>\\)" "clue --rnn gru")
+file(READ "${WORK}/gru/h4/config.json" gru_config)
+string(JSON gru_rnn GET "${gru_config}" model rnn)
+string(JSON gru_opt GET "${gru_config}" options --rnn)
+if(NOT gru_rnn STREQUAL "gru" OR NOT gru_opt STREQUAL "gru")
+  message(FATAL_ERROR "config.json: model.rnn ${gru_rnn}, options --rnn ${gru_opt}, expected gru")
+endif()
+file(READ "${WORK}/gru/h4/model.safetensors" gru_weights OFFSET 8 LIMIT 4096)  # the JSON header
+if(NOT gru_weights MATCHES "gru\\.weight_hh_l0_reverse" OR gru_weights MATCHES "lstm\\.")
+  message(FATAL_ERROR "model.safetensors of --rnn gru does not hold torch's GRU names")
+endif()
+smoke_run(grures fail "${PROGRAM}" --data "${DATA}" --epochs 3 --batch 8 --threads 1 --rnn lstm --resume --out "${WORK}/gru")
+smoke_expect_match("${grures_output}" "--rnn: \"lstm\" differs from the run's \"gru\"" "resuming a GRU run as an LSTM")
+smoke_run(grupred 0 "${PROGRAM}" predict --model "${WORK}/gru/h4" "皇马的贝尔打进关键一球" --top 3)
+smoke_run(grubench 0 "${PROGRAM}" --bench --model "${WORK}/gru/h4" --data "${DATA}" --threads 1 --bench-seconds 0.05 --bench-latency 3
+          --precision int8)
+string(REGEX MATCH "BENCH ([^\n]*)" _ "${grubench_output}")
+smoke_json_check("${CMAKE_MATCH_1}" "BENCH line (--rnn gru)")
+string(JSON gru_bench_rnn GET "${CMAKE_MATCH_1}" rnn)
+string(JSON gru_folded GET "${CMAKE_MATCH_1}" folded)
+if(NOT gru_bench_rnn STREQUAL "gru" OR NOT gru_folded)
+  message(FATAL_ERROR "BENCH of a GRU model: ${CMAKE_MATCH_1}")
+endif()
+smoke_run(grubad fail "${PROGRAM}" --data "${DATA}" --rnn rnn --out "${WORK}/bad")
+smoke_expect_match("${grubad_output}" "--rnn" "clue --rnn rnn")
+smoke_run(grumodel fail "${PROGRAM}" --bench --model "${WORK}/gru/h4" --rnn lstm --data "${DATA}")
+smoke_expect_match("${grumodel_output}" "(--model excludes --rnn|--rnn excludes --model)" "--bench --model --rnn")
+
 # Resume: a third epoch continues from the saved state.
 smoke_run(resume 0 "${PROGRAM}" ${common} --epochs 3 --resume)
 smoke_expect_match("${resume_output}" "resumed after epoch 2" "resume")

@@ -2,9 +2,10 @@
 // GRU / BiGRU: gradient checks of the fused op on ragged, unsorted batches (from a zero and a given
 // state, shared weights, one output alone), PyTorch goldens (one layer and stacked, with and without
 // biases and a state), per-sample consistency, thread-count independence, module names and init,
-// the errors, and the reduced-precision forward passes.
+// the errors, the reduced-precision forward passes, and the embedding fold (embedded_gru).
 #include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
+#include "rnn_test_util.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -25,20 +26,17 @@ namespace nn = attn::nn;
 
 using testutil::check_gradients;
 
+using rnn_test::leaf;
+using rnn_test::max_diff;
+using rnn_test::ragged;
+
 namespace {
 attn::Rng rng(4343);
 Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
 
-/// out and h_n flattened into one Var, so that one gradcheck covers both outputs.
+/// out and h_n in one Var, so that one gradcheck covers both outputs.
 template <class R>
-attn::Var<double> both_outputs(Tape& t, const R& r) {
-  return attn::concat(t, V{attn::reshape(t, r.out, {r.out.numel()}), attn::reshape(t, r.h_n, {r.h_n.numel()})}, 0);
-}
-
-template <class T, class S>
-attn::Var<T> leaf(const Tensor<T, S>& t) { return attn::Var<T>(t, false); }
-
-const std::vector<int> ragged = {3, 5, 1, 3};  // unsorted, with a tie, shorter than T = 6
+attn::Var<double> both_outputs(Tape& t, const R& r) { return rnn_test::flat(t, r.out, r.h_n); }
 }  // namespace
 
 TEST_CASE("gradcheck: gru and bigru w.r.t. x, every weight and h0, ragged unsorted lengths") {
@@ -86,11 +84,7 @@ TEST_CASE("golden: GRU and BiGRU, one layer and stacked, with and without biases
       using T = decltype(tag);
       auto go = [&](auto& gru) {
         REQUIRE(gru.named_parameters().size() == layers * (bi ? 2 : 1) * (bias ? 4 : 2));  // torch's names, each in the file
-        for (auto& [n, p] : gru.named_parameters()) {
-          auto v = golden::tensor<T>(f, n);
-          REQUIRE(v.numel() == p->numel());
-          p->copy_from_host(v.data());
-        }
+        golden::load_parameters<T>(gru, f);
         Tape tape;
         attn::Var<T, Shape<dyn, dyn, 6>> x(golden::tensor<T>(f, "x"), true);
         attn::Var<T> h0;
@@ -287,4 +281,60 @@ TEST_CASE("GRU under reduced precision: bf16 and int8 forward passes stay close 
   Tape tape;
   const attn::Var<float, Shape<dyn, dyn, 16>> xg(xv, true);
   CHECK_THROWS_WITH(gru(tape, xg, len), Catch::Contains("int8") && Catch::Contains("NoGrad"));
+}
+
+namespace {
+template <class T, class Gru>
+void check_embedded(const Gru& gru, const nn::Embedding<6, T>& emb, double tol) {
+  rnn_test::check_embedded_fold(
+      gru, emb, tol, 3, "gru_from_table", [](const auto& e, const auto& g) { return nn::gru_input_tables(e, g); },
+      [](attn::NoGrad& ng, const auto& g, const auto& t, const auto& ids, std::span<const int> len) { return nn::embedded_gru(ng, g, t, ids, len); },
+      [](const auto&, const auto&, double) {});
+}
+}  // namespace
+
+TEST_CASE("embedded_gru: an Embedding + GRU/BiGRU from input-projection tables equals the two layers run in turn") {
+  nn::Embedding<6, double> emb_d(nullptr, "embed", 13, {.padding_idx = 0, .init_std = 0.5});
+  nn::BiGRU<6, 4, double> bi_d(nullptr, "gru");
+  nn::GRU<6, 4, double> uni_d(nullptr, "gru");
+  check_embedded<double>(bi_d, emb_d, 1e-13);
+  check_embedded<double>(uni_d, emb_d, 1e-13);
+  // Stacked: the tables fold layer 0; the layers above run as usual.
+  nn::BiGRU<6, 4, double> bi2_d(nullptr, "gru2", {.num_layers = 2});
+  nn::GRU<6, 4, double> uni3_d(nullptr, "gru3", {.num_layers = 3, .bias = false});
+  check_embedded<double>(bi2_d, emb_d, 1e-13);
+  check_embedded<double>(uni3_d, emb_d, 1e-13);
+  nn::Embedding<6, float> emb_f(nullptr, "embed", 13, {.padding_idx = 0, .init_std = 0.5});
+  nn::BiGRU<6, 4, float> bi_f(nullptr, "gru");
+  check_embedded<float>(bi_f, emb_f, 1e-6);
+  // Under bf16 and int8 the tables hold the input projections gru() computes in that precision.
+  for (const auto prec : {attn::Precision::bf16, attn::Precision::int8}) {
+    INFO(attn::precision_name(prec));
+    const attn::PrecisionScope scope(prec);
+    check_embedded<float>(bi_f, emb_f, 1e-6);
+  }
+  attn::NoGrad ng;
+  auto ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({1, 2});
+  const auto tables = nn::gru_input_tables(emb_f, bi_f);
+  {
+    const attn::PrecisionScope int8(attn::Precision::int8);
+    CHECK_THROWS_WITH(nn::embedded_gru(ng, bi_f, tables, ids, std::vector<int>{2}),
+                      Catch::Contains("nn::embedded_gru") && Catch::Contains("built under Precision::fp32") &&
+                          Catch::Contains("runs under int8"));
+  }
+  // Tables of another GRU, or once a weight has changed, refuse to run.
+  nn::BiGRU<6, 4, float> other(nullptr, "gru");
+  CHECK_THROWS_WITH(nn::embedded_gru(ng, other, tables, ids, std::vector<int>{2}), Catch::Contains("another GRU"));
+  CHECK_NOTHROW(nn::embedded_gru(ng, bi_f, tables, ids, std::vector<int>{2}));
+  CHECK_NOTHROW(nn::embedded_gru(ng, bi_f, tables, ids, attn::Lengths(std::vector<int>{2})));
+  bi_f.layers()[0][1].w_ih.data()->mark_value_written();
+  CHECK_THROWS_WITH(nn::embedded_gru(ng, bi_f, tables, ids, std::vector<int>{2}),
+                    Catch::Contains("stale") && Catch::Contains("weight_ih of direction 1") && Catch::Contains("nn::gru_input_tables"));
+  // The op itself: a table per direction.
+  const auto w = bi_f.layers()[0];
+  CHECK_THROWS_WITH(attn::gru_from_table<float>(ng, std::span<const Tensor<float, attn::AnyShape>>(tables.dirs.data(), 1), ids,
+                                                std::vector<int>{2}, std::span<const attn::GruWeights<float>>(w)),
+                    Catch::Contains("gru_from_table: 1 tables for 2 directions"));
+  CHECK_THROWS_WITH(attn::gru_input_table<float>(emb_f.weight.erased(), attn::Var<float>(Tensor<float>::zeros({13, 6}))),
+                    Catch::Contains("gru_input_table: weight_ih (13, 6) is not (3H, 6)"));
 }

@@ -28,12 +28,7 @@ using testutil::check_gradients;
 namespace {
 attn::Rng rng(77);
 Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
-template <class T>
-void copy_param(const attn::Var<T, attn::AnyShape>& p, const attn::io::SafetensorsFile& f, const std::string& name) {
-  auto t = golden::tensor<T>(f, name);
-  REQUIRE(t.dims() == p.dims());
-  std::copy_n(t.data(), t.numel(), const_cast<T*>(p.raw().data()));
-}
+using golden::copy_param;
 
 template <class T>
 struct LinearNet : nn::Module {

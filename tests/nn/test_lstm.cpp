@@ -4,6 +4,7 @@
 // given initial state (h0, c0).
 #include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
+#include "rnn_test_util.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -25,44 +26,19 @@ namespace nn = attn::nn;
 
 using testutil::check_gradients;
 
+using golden::copy_param;
+using rnn_test::leaf;
+using rnn_test::max_diff;
+using rnn_test::ragged;
+using rnn_test::steps;
+
 namespace {
 attn::Rng rng(4242);
 Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
 
-/// out, h_n and c_n flattened into one Var, so that one gradcheck covers all three outputs.
+/// out, h_n and c_n in one Var, so that one gradcheck covers all three outputs.
 template <class R>
-attn::Var<double> all_outputs(Tape& t, const R& r) {
-  return attn::concat(t, V{attn::reshape(t, r.out, {r.out.numel()}), attn::reshape(t, r.h_n, {r.h_n.numel()}),
-                           attn::reshape(t, r.c_n, {r.c_n.numel()})}, 0);
-}
-
-template <class T, class S>
-void copy_param(const attn::Var<T, S>& p, const attn::io::SafetensorsFile& f, const std::string& name) {
-  auto t = golden::tensor<T>(f, name);
-  REQUIRE(t.dims() == p.dims());
-  std::copy_n(t.data(), t.numel(), const_cast<T*>(p.raw().data()));
-}
-
-template <class T, class S>
-attn::Var<T> leaf(const Tensor<T, S>& t) { return attn::Var<T>(t, false); }
-
-const std::vector<int> ragged = {3, 5, 1, 3};  // unsorted, with a tie, shorter than T = 6
-
-double max_diff(const Tensor<double>& a, const Tensor<double>& b) {
-  REQUIRE(a.dims() == b.dims());
-  double m = 0;
-  for (std::size_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.data()[i] - b.data()[i]));
-  return m;
-}
-/// Steps [t0, t1) of x (B, T, F).
-Tensor<double> steps(const Tensor<double>& x, std::size_t t0, std::size_t t1) {
-  const std::size_t bn = x.dims().v[0], tn = x.dims().v[1], f = x.dims().v[2];
-  Tensor<double> out(Dims{bn, t1 - t0, f});
-  for (std::size_t b = 0; b < bn; ++b)
-    for (std::size_t t = t0; t < t1; ++t)
-      for (std::size_t k = 0; k < f; ++k) out.data()[(b * (t1 - t0) + t - t0) * f + k] = x.data()[(b * tn + t) * f + k];
-  return out;
-}
+attn::Var<double> all_outputs(Tape& t, const R& r) { return rnn_test::flat(t, r.out, r.h_n, r.c_n); }
 }  // namespace
 
 TEST_CASE("gradcheck: lstm op w.r.t. x and every weight, ragged unsorted lengths") {
@@ -154,11 +130,7 @@ TEST_CASE("golden: LSTM and BiLSTM, one layer and stacked, with and without bias
       using T = decltype(tag);
       auto go = [&](auto& lstm) {
         REQUIRE(lstm.named_parameters().size() == layers * (bi ? 2 : 1) * (bias ? 4 : 2));  // torch's names, each in the file
-        for (auto& [n, p] : lstm.named_parameters()) {
-          auto v = golden::tensor<T>(f, n);
-          REQUIRE(v.numel() == p->numel());
-          p->copy_from_host(v.data());
-        }
+        golden::load_parameters<T>(lstm, f);
         Tape tape;
         attn::Var<T, Shape<dyn, dyn, 6>> x(golden::tensor<T>(f, "x"), true);
         attn::Var<T> h0(golden::tensor<T>(f, "h0"), true), c0(golden::tensor<T>(f, "c0"), true);
@@ -403,46 +375,12 @@ TEST_CASE("LSTM: bad lengths and shapes throw with clear messages") {
 }
 
 namespace {
-/// max |a - b| over two tensors of the same shape.
-template <class T, class S1, class S2>
-double max_diff(const attn::Var<T, S1>& a, const attn::Var<T, S2>& b) {
-  REQUIRE(a.dims() == b.dims());
-  const auto x = a.raw().to_vector(), y = b.raw().to_vector();
-  double m = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(double(x[i]) - double(y[i])));
-  return m;
-}
-
 template <class T, class Lstm>
 void check_embedded(const Lstm& lstm, const nn::Embedding<6, T>& emb, double tol) {
-  attn::NoGrad ng;
-  // Ragged and unsorted; the positions past each length hold ids the table does not have.
-  const std::vector<int> len{3, 7, 1, 5};
-  auto ids = Tensor<std::int32_t, Shape<dyn, dyn>>::zeros({4, 7});
-  attn::Rng r(99);
-  for (std::size_t b = 0; b < 4; ++b)
-    for (std::size_t t = 0; t < 7; ++t) ids(b, t) = t < std::size_t(len[b]) ? std::int32_t(r.below(13)) : -5;
-  auto safe = ids;  // the reference Embedding reads every position
-  for (std::size_t b = 0; b < 4; ++b)
-    for (std::size_t t = std::size_t(len[b]); t < 7; ++t) safe(b, t) = 0;
-  const auto ref = lstm(ng, emb(ng, safe), std::span<const int>(len));
-  const auto tables = nn::lstm_input_tables(emb, lstm);
-  REQUIRE(tables.dirs.size() == Lstm::directions);
-  CHECK(tables.dirs[0].dims() == Dims{13, 16});
-  const auto got = nn::embedded_lstm(ng, lstm, tables, ids, std::span<const int>(len));
-  CHECK(max_diff(got.out, ref.out) <= tol);
-  CHECK(max_diff(got.h_n, ref.h_n) <= tol);
-  CHECK(max_diff(got.c_n, ref.c_n) <= tol);
-  // An id outside the table at a real position names the position.
-  ids(1, 4) = 13;
-  CHECK_THROWS_AS(nn::embedded_lstm(ng, lstm, tables, ids, std::span<const int>(len)), attn::ArgumentError);
-  CHECK_THROWS_WITH(nn::embedded_lstm(ng, lstm, tables, ids, std::span<const int>(len)),
-                    Catch::Contains("ids(1, 4) = 13 is outside the table of 13 rows"));
-  ids(1, 4) = 2;
-  CHECK_THROWS_WITH(nn::embedded_lstm(ng, lstm, tables, ids, std::vector<int>{3, 8, 1, 5}), Catch::Contains("lengths[1] = 8"));
-  auto wrong = tables;
-  wrong.dirs[0] = Tensor<T>::zeros({13, 15});
-  CHECK_THROWS_AS(nn::embedded_lstm(ng, lstm, wrong, ids, std::span<const int>(len)), attn::ShapeError);
+  rnn_test::check_embedded_fold(
+      lstm, emb, tol, 4, "lstm_from_table", [](const auto& e, const auto& l) { return nn::lstm_input_tables(e, l); },
+      [](attn::NoGrad& ng, const auto& l, const auto& t, const auto& ids, std::span<const int> len) { return nn::embedded_lstm(ng, l, t, ids, len); },
+      [](const auto& got, const auto& ref, double tol) { CHECK(max_diff(got.c_n, ref.c_n) <= tol); });
 }
 }  // namespace
 

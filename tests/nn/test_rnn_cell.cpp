@@ -4,6 +4,7 @@
 // by step, names, init, bias = false, and the errors.
 #include "../gradcheck_util.hpp"
 #include "../golden_util.hpp"
+#include "rnn_test_util.hpp"
 
 #include <algorithm>
 #include <string>
@@ -21,22 +22,13 @@ using attn::Tensor;
 using V = std::vector<attn::Var<double>>;
 namespace nn = attn::nn;
 
+using golden::load_parameters;
+using rnn_test::leaf;
+
 namespace {
 attn::Rng rng(5151);
 Tensor<double> rnd(Dims d, double lo = -1, double hi = 1) { return attn::random_tensor(rng, d, lo, hi); }
 
-template <class T, class S>
-attn::Var<T> leaf(const Tensor<T, S>& t) { return attn::Var<T>(t, false); }
-
-/// Loads every parameter of m from the golden file f, under its torch name.
-template <class T, class M>
-void load_parameters(M& m, const attn::io::SafetensorsFile& f) {
-  for (auto& [n, p] : m.named_parameters()) {
-    auto v = golden::tensor<T>(f, n);
-    REQUIRE(v.numel() == p->numel());
-    p->copy_from_host(v.data());
-  }
-}
 
 /// Copies src's values into the parameter dst (same element count).
 template <class D, class S>

@@ -14,10 +14,13 @@
 #include <algorithm>
 #include <array>
 #include <exception>
+#include <initializer_list>
+#include <memory>
 #include <numeric>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../backend/kernels.hpp"
@@ -70,13 +73,15 @@ struct LstmPlan {
   std::size_t time(int dir, std::size_t j, std::size_t s) const { return dir == 0 ? s : len[j] - 1 - s; }
 };
 
-inline LstmPlan lstm_plan(std::span<const int> lengths, const Dims& x) {
+/// The plan of a batch x (B, T, .) with these lengths, each in [1, T] (else ArgumentError naming op).
+inline LstmPlan lstm_plan(std::span<const int> lengths, const Dims& x, const char* op = "lstm") {
   const std::size_t b = x.v[0], t = x.v[1];
   if (lengths.size() != b)
-    throw ShapeError("lstm: " + std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(b) + " (x " + x.str() + ")");
+    throw ShapeError(std::string(op) + ": " + std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(b) + " (x " +
+                     x.str() + ")");
   for (std::size_t i = 0; i < b; ++i)
     if (lengths[i] < 1 || static_cast<std::size_t>(lengths[i]) > t)
-      throw ArgumentError("lstm: lengths[" + std::to_string(i) + "] = " + std::to_string(lengths[i]) + " is outside [1, " +
+      throw ArgumentError(std::string(op) + ": lengths[" + std::to_string(i) + "] = " + std::to_string(lengths[i]) + " is outside [1, " +
                           std::to_string(t) + "] (the time extent of x " + x.str() + ")");
   LstmPlan p;
   p.order.resize(b);
@@ -249,6 +254,137 @@ struct LstmOperand {
   std::shared_ptr<const kernels::PackedBf16> kept;
 };
 
+/// A recurrent op's initial state v (dirs, B, H) in the plan's sorted order, (B, H) per direction;
+/// empty tensors (the zero state) when v is undefined.
+template <class T, class B>
+PoolVector<Tensor<T, AnyShape, B>> rnn_sorted_state(const Var<T, AnyShape, B>& v, const LstmMaps<B>& maps, int dirs, std::size_t bn,
+                                                    std::size_t h) {
+  PoolVector<Tensor<T, AnyShape, B>> s(dirs);
+  if (v.defined())
+    for (int d = 0; d < dirs; ++d) {
+      s[d] = Tensor<T, AnyShape, B>({bn, h});
+      kernels::copy_rows(B{}, bn, h, v.raw().data(), h, maps.final_state[d].data(), s[d].data(), h, nullptr, false);
+    }
+  return s;
+}
+
+/// Whether a recurrent op (op "lstm" or "gru") on x, the weights w of its dirs directions and the
+/// initial states records a gradient; ArgumentError when it would under Precision::int8.
+template <class T, class B, class W>
+bool rnn_records_grad(Tape* tape, const Var<T, AnyShape, B>& x, const W* w, int dirs,
+                      std::initializer_list<const Var<T, AnyShape, B>*> states, Precision prec, const char* op) {
+  bool rg = tape != nullptr && x.requires_grad();
+  for (int d = 0; d < dirs; ++d) rg = rg || needs_grad(tape, w[d].w_ih, w[d].w_hh, w[d].b_ih, w[d].b_hh);
+  for (const auto* v : states) rg = rg || (tape != nullptr && v->defined() && v->requires_grad());
+  if (prec == Precision::int8 && rg)
+    throw ArgumentError(std::string(op) + ": Precision::int8 is for inference (dynamic quantization); this call would record a gradient "
+                        "(run it under attn::NoGrad, or train in fp32 or bf16)");
+  return rg;
+}
+
+/// Direction d's input projections of every packed row at once: x (B, T, In) packed into plan
+/// order, (N, In) x W_ih^T (In, G) into A (N, G), whose rows are lda apart; no biases.
+template <class T, class B>
+void rnn_project_inputs(const LstmMaps<B>& maps, int d, const T* x, std::size_t n_rows, std::size_t in, VarData<T, B>& w_ih, Precision prec,
+                        bool keep, T* A, std::size_t lda) {
+  Tensor<T, AnyShape, B> xp({n_rows, in});
+  kernels::copy_rows(B{}, n_rows, in, x, in, maps.rows[d].data(), xp.data(), in, nullptr, false);
+  const std::size_t g = w_ih.value.dims().v[0];
+  LstmOperand<T, B>::weight(prec, keep, w_ih).gemm(Trans::no, int(n_rows), int(g), int(in), xp.data(), int(in), T(0), A, int(lda));
+}
+
+/// What a recurrent op's backward keeps of one direction: its weights and biases, and two tensors
+/// of the forward pass (the gate activations, and the LSTM's cells or the GRU's hidden states).
+template <class T, class B>
+struct RnnSaved {
+  std::shared_ptr<VarData<T, B>> w_ih, w_hh, b_ih, b_hh;
+  Tensor<T, AnyShape, B> act, kept;
+};
+
+/// The backward's inputs of a recurrent op: x, each direction's four parameters, the given states.
+template <class T, class B>
+PoolVector<const void*> rnn_tape_inputs(const Var<T, AnyShape, B>& x, const PoolVector<RnnSaved<T, B>>& saved,
+                                        std::initializer_list<const VarData<T, B>*> states) {
+  PoolVector<const void*> inputs{x.data().get()};
+  for (const auto& sv : saved)
+    for (const auto* p : {sv.w_ih.get(), sv.w_hh.get(), sv.b_ih.get(), sv.b_hh.get()}) inputs.push_back(p);
+  for (const auto* p : states)
+    if (p) inputs.push_back(p);
+  return inputs;
+}
+
+/// One direction's parameter gradient slots, resolved on one thread before the directions run
+/// concurrently (null: no gradient), and the scratch rnn_param_grads needs for them.
+template <class T, class B>
+struct RnnParamGrads {
+  T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;
+  Tensor<T, AnyShape, B> xp, hprev, dx;  // x packed (N, In), h_{s-1} (N - first, H), dx packed (N, In)
+
+  RnnParamGrads(const RnnSaved<T, B>& sv, bool x_grad, std::size_t n_rows, std::size_t first, std::size_t in, std::size_t h) {
+    if (sv.w_ih->requires_grad) w_ih = sv.w_ih->grad_ref().data();
+    if (sv.w_hh->requires_grad) w_hh = sv.w_hh->grad_ref().data();
+    if (sv.b_ih->requires_grad) b_ih = sv.b_ih->grad_ref().data();
+    if (sv.b_hh->requires_grad) b_hh = sv.b_hh->grad_ref().data();
+    if (w_ih) xp = Tensor<T, AnyShape, B>({n_rows, in});
+    if (w_hh) hprev = Tensor<T, AnyShape, B>({n_rows - first, h});
+    if (x_grad) dx = Tensor<T, AnyShape, B>({n_rows, in});
+  }
+};
+
+/// Direction d's parameter and input gradients once its gate gradients are known, dgi (N, G) on the
+/// input side and dgh (N, G) on the recurrent side (the LSTM's are one tensor): dW_hh += sum_s
+/// dgh_s^T h_{s-1} (h_{s-1} gathered from out (B, T, dirs H), h0 (B, H) in sorted order at step 0
+/// when given), dW_ih += dgi^T x, db_ih += the column sums of dgi, db_hh those of dgh, and dx
+/// (packed) = dgi W_ih. Products in bf16 when low.
+template <class T, class B>
+void rnn_param_grads(RnnParamGrads<T, B>& q, const LstmPlan& plan, const LstmMaps<B>& maps, int d, int dirs, bool low, std::size_t in,
+                     std::size_t h, std::size_t g, const T* dGi, const T* dGh, const T* x, const T* out, const Tensor<T, AnyShape, B>& h0,
+                     const T* w_ih) {
+  const std::size_t n_rows = plan.total, first = plan.steps ? plan.batch[0] : 0;
+  if (q.w_hh && n_rows > first) {
+    // One GEMM over all steps but the first, with h_{s-1} gathered into rows aligned with dgh.
+    T* P = q.hprev.data();
+    kernels::copy_rows(B{}, n_rows - first, h, out + std::size_t(d) * h, std::size_t(dirs) * h, maps.prev[d].data(), P, h, nullptr, false);
+    LstmOperand<T, B>(low, Trans::no, int(n_rows - first), int(h), P, int(h))
+        .gemm(Trans::yes, int(g), int(h), int(n_rows - first), dGh + first * g, int(g), T(1), q.w_hh, int(h));
+  }
+  if (q.w_hh && !h0.empty())  // step 0's recurrent product read h0
+    LstmOperand<T, B>(low, Trans::no, int(first), int(h), h0.data(), int(h))
+        .gemm(Trans::yes, int(g), int(h), int(first), dGh, int(g), T(1), q.w_hh, int(h));
+  if (q.w_ih) {
+    // (G, N) x (N, In).
+    kernels::copy_rows(B{}, n_rows, in, x, in, maps.rows[d].data(), q.xp.data(), in, nullptr, false);
+    LstmOperand<T, B>(low, Trans::no, int(n_rows), int(in), q.xp.data(), int(in))
+        .gemm(Trans::yes, int(g), int(in), int(n_rows), dGi, int(g), T(1), q.w_ih, int(in));
+  }
+  Tensor<T, AnyShape, B> db;
+  const T* summed = nullptr;  // the gradient db holds the column sums of
+  const std::pair<const T*, T*> bias_grads[2] = {{dGi, q.b_ih}, {dGh, q.b_hh}};
+  for (const auto& [src, dst] : bias_grads)
+    if (dst) {
+      if (src != summed) {
+        if (db.empty()) db = Tensor<T, AnyShape, B>({g});
+        kernels::sum_to(B{}, src, Dims{n_rows, g}, db.data(), Dims{g}, false);
+        summed = src;
+      }
+      TensorView<T, AnyShape, B> v(dst, Dims{g});
+      expr::assign(v, v + db);
+    }
+  // (N, G) x (G, In); scattered into dx by rnn_scatter_dx after every direction.
+  if (!q.dx.empty())
+    LstmOperand<T, B>(low, Trans::no, int(g), int(in), w_ih, int(in))
+        .gemm(Trans::no, int(n_rows), int(in), int(g), dGi, int(g), T(0), q.dx.data(), int(in));
+}
+
+/// Adds each direction's packed dx into x's gradient (B, T, In).
+template <class T, class B>
+void rnn_scatter_dx(VarData<T, B>& xd, const PoolVector<RnnParamGrads<T, B>>& gr, const LstmMaps<B>& maps, std::size_t n_rows,
+                    std::size_t in) {
+  if (!xd.requires_grad) return;
+  T* dx = xd.grad_ref().data();
+  for (std::size_t d = 0; d < gr.size(); ++d) kernels::copy_rows(B{}, n_rows, in, gr[d].dx.data(), in, nullptr, dx, in, maps.rows[d].data(), true);
+}
+
 /// The forward pass of lstm_impl and lstm_from_table: the tensors it returns, and what backward keeps.
 template <class T, class B>
 struct LstmForward {
@@ -321,29 +457,13 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   LstmPlan plan = lstm_plan(lengths, x.dims());
   LstmMaps<B> maps = lstm_maps<B>(plan, dirs, tn);
   // The initial states in the plan's sorted order, per direction (empty: zero).
-  PoolVector<Ten> h0s(dirs), c0s(dirs);
-  for (int d = 0; d < dirs; ++d)
-    for (auto [v, out] : {std::pair{&state.h0, &h0s[d]}, std::pair{&state.c0, &c0s[d]}})
-      if (v->defined()) {
-        *out = Ten({bn, h});
-        kernels::copy_rows(B{}, bn, h, v->raw().data(), h, maps.final_state[d].data(), out->data(), h, nullptr, false);
-      }
+  PoolVector<Ten> h0s = rnn_sorted_state(state.h0, maps, dirs, bn, h), c0s = rnn_sorted_state(state.c0, maps, dirs, bn, h);
   const std::size_t n_rows = plan.total;
-  const T* X = x.raw().data();
   const Precision prec = lstm_precision<T, B>();
   const bool low = prec == Precision::bf16;  // bf16 products, forward and backward
-  bool rg = tape != nullptr && x.requires_grad();
-  for (int d = 0; d < dirs; ++d) rg = rg || needs_grad(tape, w[d].w_ih, w[d].w_hh, w[d].b_ih, w[d].b_hh);
-  for (const auto* v : {&state.h0, &state.c0}) rg = rg || (tape != nullptr && v->defined() && v->requires_grad());
-  if (prec == Precision::int8 && rg)
-    throw ArgumentError("lstm: Precision::int8 is for inference (dynamic quantization); this call would record a gradient "
-                        "(run it under attn::NoGrad, or train in fp32 or bf16)");
+  const bool rg = rnn_records_grad(tape, x, w, dirs, {&state.h0, &state.c0}, prec, "lstm");
   LstmForward<T, B> f = lstm_forward_pass<T, B>(plan, maps, w, dirs, bn, tn, h, prec, !rg, [&](int d, T* A) {
-    Ten xp({n_rows, in});  // the packed input (N, In)
-    kernels::copy_rows(B{}, n_rows, in, X, in, maps.rows[d].data(), xp.data(), in, nullptr, false);
-    // Input projections of every step at once: (N, In) x (4H, In)^T -> (N, 4H).
-    const LstmOperand<T, B> wih = LstmOperand<T, B>::weight(prec, !rg, *w[d].w_ih.data());
-    wih.gemm(Trans::no, int(n_rows), int(4 * h), int(in), xp.data(), int(in), T(0), A, int(4 * h));
+    rnn_project_inputs(maps, d, x.raw().data(), n_rows, in, *w[d].w_ih.data(), prec, !rg, A, 4 * h);
   }, &h0s, &c0s);
 
   LstmResult<T, B> res{make_out<AnyShape>(tape, std::move(f.out), rg), make_out<AnyShape>(tape, std::move(f.h_n), rg),
@@ -351,18 +471,10 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
   if (!rg) return res;
 
   using Data = std::shared_ptr<VarData<T, B>>;
-  struct DirSaved {
-    Data w_ih, w_hh, b_ih, b_hh;
-    Ten act, cell;
-  };
-  PoolVector<DirSaved> saved;
+  PoolVector<RnnSaved<T, B>> saved;
   for (int d = 0; d < dirs; ++d) saved.push_back({w[d].w_ih.data(), w[d].w_hh.data(), w[d].b_ih.data(), w[d].b_hh.data(), f.act[d], f.cell[d]});
-  PoolVector<const void*> inputs{x.data().get()};
-  for (const auto& sv : saved)
-    for (const auto* p : {sv.w_ih.get(), sv.w_hh.get(), sv.b_ih.get(), sv.b_hh.get()}) inputs.push_back(p);
   const Data h0d = state.h0.defined() ? state.h0.data() : nullptr, c0d = state.c0.defined() ? state.c0.data() : nullptr;
-  for (const Data& p : {h0d, c0d})
-    if (p) inputs.push_back(p.get());
+  const PoolVector<const void*> inputs = rnn_tape_inputs(x, saved, {h0d.get(), c0d.get()});
   tape->push(res.out.data(), inputs, [xd = x.data(), od = res.out.data(), hd = res.h_n.data(), cd = res.c_n.data(), plan = std::move(plan),
                               maps = std::move(maps), saved = std::move(saved), h0d, c0d, h0s = std::move(h0s), c0s = std::move(c0s), dirs,
                               bn, in, h, low] {
@@ -370,38 +482,29 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
     if (!g_out && !g_h && !g_c) return;
     const std::size_t g = 4 * h, n_rows = plan.total, first = plan.steps ? plan.batch[0] : 0;
     // Gradient slots are resolved here, on one thread, before the directions run concurrently.
-    struct DirGrads {
-      T *w_ih = nullptr, *w_hh = nullptr, *b_ih = nullptr, *b_hh = nullptr;
-      Ten dh, dgates, dc, xp, hprev, dx, dh0;
-    };
-    PoolVector<DirGrads> gr(dirs);
+    // So is each direction's scratch (dL/dh of every step, the gate gradients, the carry, dh0), so
+    // that the pool's peak does not depend on how the two threads interleave.
+    PoolVector<RnnParamGrads<T, B>> gr;
+    gr.reserve(std::size_t(dirs));
+    PoolVector<Ten> dh(dirs), dgates(dirs), dc(dirs), dh0(dirs);
     T* dh0_all = h0d && h0d->requires_grad ? h0d->grad_ref().data() : nullptr;  // (dirs, B, H), rows apart per direction
     T* dc0_all = c0d && c0d->requires_grad ? c0d->grad_ref().data() : nullptr;
-    const bool shared_weights = rnn_shares_weights(saved);
     for (int d = 0; d < dirs; ++d) {
-      const DirSaved& sv = saved[d];
-      DirGrads& q = gr[d];
-      if (sv.w_ih->requires_grad) q.w_ih = sv.w_ih->grad_ref().data();
-      if (sv.w_hh->requires_grad) q.w_hh = sv.w_hh->grad_ref().data();
-      if (sv.b_ih->requires_grad) q.b_ih = sv.b_ih->grad_ref().data();
-      if (sv.b_hh->requires_grad) q.b_hh = sv.b_hh->grad_ref().data();
-      q.dh = Ten::zeros({n_rows, h});
-      q.dgates = Ten({n_rows, g});
-      q.dc = Ten::zeros({first, h});
-      if (q.w_ih) q.xp = Ten({n_rows, in});
-      if (q.w_hh) q.hprev = Ten({n_rows - first, h});
-      if (xd->requires_grad) q.dx = Ten({n_rows, in});
-      if (dh0_all) q.dh0 = Ten({bn, h});
+      gr.emplace_back(saved[d], xd->requires_grad, n_rows, first, in, h);
+      dh[d] = Ten::zeros({n_rows, h});
+      dgates[d] = Ten({n_rows, g});
+      dc[d] = Ten::zeros({first, h});
+      if (dh0_all) dh0[d] = Ten({bn, h});
     }
+    const bool shared_weights = rnn_shares_weights(saved);
     const auto prof = profile::Scope::of_if<T>(std::is_same_v<B, cpu>, "lstm backward", bn, n_rows, dirs, h);
     lstm_for_directions(dirs, B::host_accessible && !shared_weights, [&](int d) {
-      const DirSaved& sv = saved[d];
-      DirGrads& q = gr[d];
-      T* dH = q.dh.data();
-      T* dG = q.dgates.data();
-      T* dC = q.dc.data();
+      const RnnSaved<T, B>& sv = saved[d];
+      T* dH = dh[d].data();
+      T* dG = dgates[d].data();
+      T* dC = dc[d].data();
       const T* A = sv.act.data();
-      const T* Cc = sv.cell.data();
+      const T* Cc = sv.kept.data();
       // dL/dh of every step from out, and dL/dh, dL/dc of each sample's final step from h_n, c_n.
       if (g_out)
         kernels::copy_rows(B{}, n_rows, h, od->grad.data() + std::size_t(d) * h, std::size_t(dirs) * h, maps.rows[d].data(), dH, h,
@@ -419,52 +522,17 @@ LstmResult<T, B> lstm_impl(Tape* tape, const Var<T, AnyShape, B>& x, std::span<c
         if (s > 0)
           whh.gemm(Trans::no, int(n), int(h), int(g), dG + r0 * g, int(g), T(1), dH + plan.offset[s - 1] * h, int(h));
       }
-      if (q.w_hh && n_rows > first) {
-        // dW_hh += sum_s dgates_s^T h_{s-1}: one GEMM over all steps but the first, with h_{s-1}
-        // gathered from out into rows aligned with dgates.
-        T* P = q.hprev.data();
-        kernels::copy_rows(B{}, n_rows - first, h, od->value.data() + std::size_t(d) * h, std::size_t(dirs) * h, maps.prev[d].data(), P,
-                           h, nullptr, false);
-        const LstmOperand<T, B> prev(low, Trans::no, int(n_rows - first), int(h), P, int(h));
-        prev.gemm(Trans::yes, int(g), int(h), int(n_rows - first), dG + first * g, int(g), T(1), q.w_hh, int(h));
-      }
-      if (!h0s[d].empty()) {
-        // Step 0's recurrent product read h0: dW_hh += dgates_0^T h0, dh0 = dgates_0 W_hh.
-        if (q.w_hh)
-          LstmOperand<T, B>(low, Trans::no, int(first), int(h), h0s[d].data(), int(h))
-              .gemm(Trans::yes, int(g), int(h), int(first), dG, int(g), T(1), q.w_hh, int(h));
-        if (dh0_all) {
-          whh.gemm(Trans::no, int(first), int(h), int(g), dG, int(g), T(0), q.dh0.data(), int(h));
-          kernels::copy_rows(B{}, bn, h, q.dh0.data(), h, nullptr, dh0_all, h, maps.final_state[d].data(), true);
-        }
+      if (dh0_all && !h0s[d].empty()) {
+        // Step 0's recurrent product read h0: dh0 = dgates_0 W_hh.
+        whh.gemm(Trans::no, int(first), int(h), int(g), dG, int(g), T(0), dh0[d].data(), int(h));
+        kernels::copy_rows(B{}, bn, h, dh0[d].data(), h, nullptr, dh0_all, h, maps.final_state[d].data(), true);
       }
       // dL/dc0: the carry left after step 0 (dc_prev of its cells).
       if (dc0_all) kernels::copy_rows(B{}, bn, h, dC, h, nullptr, dc0_all, h, maps.final_state[d].data(), true);
-      if (q.w_ih) {
-        // dW_ih += dgates^T x_packed: (4H, N) x (N, In).
-        kernels::copy_rows(B{}, n_rows, in, xd->value.data(), in, maps.rows[d].data(), q.xp.data(), in, nullptr, false);
-        const LstmOperand<T, B> xs(low, Trans::no, int(n_rows), int(in), q.xp.data(), int(in));
-        xs.gemm(Trans::yes, int(g), int(in), int(n_rows), dG, int(g), T(1), q.w_ih, int(in));
-      }
-      if (q.b_ih || q.b_hh) {
-        // db = column sums of dgates (N, 4H), added to both biases' gradients.
-        Ten db({g});
-        kernels::sum_to(B{}, dG, Dims{n_rows, g}, db.data(), Dims{g}, false);
-        for (T* dst : {q.b_ih, q.b_hh})
-          if (dst) {
-            TensorView<T, AnyShape, B> v(dst, Dims{g});
-            expr::assign(v, v + db);
-          }
-      }
-      // dx_packed = dgates W_ih: (N, 4H) x (4H, In); scattered into dx after both directions.
-      if (!q.dx.empty())
-        LstmOperand<T, B>(low, Trans::no, int(g), int(in), sv.w_ih->value.data(), int(in))
-            .gemm(Trans::no, int(n_rows), int(in), int(g), dG, int(g), T(0), q.dx.data(), int(in));
+      // One gate gradient feeds both sides: the LSTM adds its two biases and products.
+      rnn_param_grads(gr[d], plan, maps, d, dirs, low, in, h, g, dG, dG, xd->value.data(), od->value.data(), h0s[d], sv.w_ih->value.data());
     });
-    if (xd->requires_grad) {
-      T* dx = xd->grad_ref().data();
-      for (int d = 0; d < dirs; ++d) kernels::copy_rows(B{}, n_rows, in, gr[d].dx.data(), in, nullptr, dx, in, maps.rows[d].data(), true);
-    }
+    rnn_scatter_dx(*xd, gr, maps, n_rows, in);
     // The tape releases out's gradient after this step; h_n's and c_n's are complete too.
     hd->grad = {};
     cd->grad = {};
@@ -504,6 +572,66 @@ LstmResult<T, B> bilstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> len
   return detail::lstm_impl<T, B>(detail::tape_of(ctx), x.erased(), lengths, w, 2, state);
 }
 
+namespace detail {
+
+/// E W_ih^T (V, G) for an embedding table E (V, In) and a weight_ih (G, In) of op ("lstm_input_table"
+/// or "gru_input_table") with `gates` gates, in the precision the op would use now.
+template <class T>
+Tensor<T, AnyShape, cpu> rnn_input_table(const Var<T, AnyShape, cpu>& embedding, const Var<T, AnyShape, cpu>& w_ih, std::size_t gates,
+                                         const char* op) {
+  if (!embedding.defined() || embedding.rank() != 2) throw ShapeError(std::string(op) + ": the embedding table must be (rows, dim)");
+  const std::size_t v = embedding.size(0), in = embedding.size(1);
+  if (!w_ih.defined() || w_ih.rank() != 2 || w_ih.size(1) != in || w_ih.size(0) == 0 || w_ih.size(0) % gates != 0)
+    throw ShapeError(std::string(op) + ": weight_ih " + (w_ih.defined() ? w_ih.dims().str() : std::string("undefined")) + " is not (" +
+                     std::to_string(gates) + "H, " + std::to_string(in) + ") for an embedding table " + embedding.dims().str());
+  const std::size_t g = w_ih.size(0);
+  Tensor<T, AnyShape, cpu> t({v, g});
+  const auto op_w = LstmOperand<T, cpu>::weight(lstm_precision<T, cpu>(), true, *w_ih.data());
+  op_w.gemm(Trans::no, int(v), int(g), int(in), embedding.raw().data(), int(in), T(0), t.data(), int(g));
+  return t;
+}
+
+/// The checks of lstm_from_table / gru_from_table (op) that come before the weights': one or two
+/// directions, a table each, and ids (B, T).
+template <class T, class I, class SI>
+void rnn_check_table_call(const char* op, std::size_t tables, std::size_t dirs, const Tensor<I, SI, cpu>& ids) {
+  if (dirs < 1 || dirs > 2 || tables != dirs)
+    throw ArgumentError(std::string(op) + ": " + std::to_string(tables) + " tables for " + std::to_string(dirs) +
+                        " directions (one or two, a table each)");
+  if (ids.rank() != 2) throw ShapeError(std::string(op) + ": ids must be (batch, time), got " + ids.dims().str());
+}
+
+/// The plan of a from-table call, once the weights are checked: every table (V, gates H), the lengths
+/// valid for ids (B, T), and each real token's id in [0, V).
+template <class T, class I, class SI>
+LstmPlan rnn_table_plan(const char* op, std::span<const Tensor<T, AnyShape, cpu>> tables, std::size_t gates, std::size_t h,
+                        const Tensor<I, SI, cpu>& ids, std::span<const int> lengths) {
+  const std::size_t bn = ids.size(0), tn = ids.size(1), v = tables[0].rank() == 2 ? tables[0].size(0) : 0, g = gates * h;
+  for (std::size_t d = 0; d < tables.size(); ++d)
+    if (!(tables[d].dims() == Dims{v, g}))
+      shape_mismatch(op, "the input-projection tables must be (V, " + std::to_string(gates) + "H), one per direction", tables[d].dims(),
+                     Dims{v, g});
+  LstmPlan plan = lstm_plan(lengths, Dims{bn, tn, 0}, op);
+  const I* id = ids.data();
+  for (std::size_t b = 0; b < bn; ++b)
+    for (std::size_t t = 0; t < std::size_t(lengths[b]); ++t)
+      if (id[b * tn + t] < 0 || static_cast<std::size_t>(id[b * tn + t]) >= v)
+        throw ArgumentError(std::string(op) + ": ids(" + std::to_string(b) + ", " + std::to_string(t) + ") = " +
+                            std::to_string(static_cast<long long>(id[b * tn + t])) + " is outside the table of " + std::to_string(v) + " rows");
+  return plan;
+}
+
+/// Gathers direction d's table rows (G wide) by token id into A's packed rows, lda apart.
+template <class T, class I>
+void rnn_gather_table(const Tensor<T, AnyShape, cpu>& table, const I* ids, const LstmMaps<cpu>& maps, int d, std::size_t n_rows, T* A,
+                      std::size_t lda) {
+  const std::size_t g = table.size(1);
+  const std::int64_t* rows = maps.rows[std::size_t(d)].data();  // packed row -> b * T + t
+  for (std::size_t r = 0; r < n_rows; ++r) std::copy_n(table.data() + static_cast<std::size_t>(ids[rows[r]]) * g, g, A + r * lda);
+}
+
+}  // namespace detail
+
 /// The input-projection table of one LSTM direction for lstm_from_table: (V, 4H) = E W_ih^T, the
 /// projection of every row of the embedding table E (V, In), in the precision lstm() would use now
 /// (under int8 W_ih's kept int8 pack and each row quantized on its own, under bf16 its kept bf16
@@ -511,16 +639,7 @@ LstmResult<T, B> bilstm(C& ctx, const Var<T, SX, B>& x, std::span<const int> len
 /// another precision.
 template <class T>
 Tensor<T, AnyShape, cpu> lstm_input_table(const Var<T, AnyShape, cpu>& embedding, const Var<T, AnyShape, cpu>& w_ih) {
-  if (!embedding.defined() || embedding.rank() != 2) throw ShapeError("lstm_input_table: the embedding table must be (rows, dim)");
-  const std::size_t v = embedding.size(0), in = embedding.size(1);
-  if (!w_ih.defined() || w_ih.rank() != 2 || w_ih.size(1) != in || w_ih.size(0) % 4 != 0)
-    throw ShapeError("lstm_input_table: weight_ih " + (w_ih.defined() ? w_ih.dims().str() : std::string("undefined")) +
-                     " is not (4H, " + std::to_string(in) + ") for an embedding table " + embedding.dims().str());
-  const std::size_t g = w_ih.size(0);
-  Tensor<T, AnyShape, cpu> t({v, g});
-  const auto op = detail::LstmOperand<T, cpu>::weight(detail::lstm_precision<T, cpu>(), true, *w_ih.data());
-  op.gemm(Trans::no, int(v), int(g), int(in), embedding.raw().data(), int(in), T(0), t.data(), int(g));
-  return t;
+  return detail::rnn_input_table(embedding, w_ih, 4, "lstm_input_table");
 }
 
 /// Inference for an Embedding followed by an LSTM (one direction) or a BiLSTM (two): the same
@@ -531,32 +650,17 @@ Tensor<T, AnyShape, cpu> lstm_input_table(const Var<T, AnyShape, cpu>& embedding
 template <class T, std::integral I, class SI>
 LstmResult<T, cpu> lstm_from_table(NoGrad&, std::span<const Tensor<T, AnyShape, cpu>> tables, const Tensor<I, SI, cpu>& ids,
                                    std::span<const int> lengths, std::span<const LstmWeights<T, cpu>> w) {
+  constexpr const char* op = "lstm_from_table";
+  detail::rnn_check_table_call<T>(op, tables.size(), w.size(), ids);
   const int dirs = static_cast<int>(w.size());
-  if (dirs < 1 || dirs > 2 || tables.size() != w.size())
-    throw ArgumentError("lstm_from_table: " + std::to_string(tables.size()) + " tables for " + std::to_string(w.size()) +
-                        " directions (one or two, a table each)");
-  if (ids.rank() != 2) throw ShapeError("lstm_from_table: ids must be (batch, time), got " + ids.dims().str());
   const std::size_t bn = ids.size(0), tn = ids.size(1);
   std::size_t h = 0;
   for (int d = 0; d < dirs; ++d) detail::lstm_check_weights(w[d], w[d].w_ih.defined() ? w[d].w_ih.size(1) : 0, h, d);
-  const std::size_t g = 4 * h, v = tables[0].size(0);
-  for (int d = 0; d < dirs; ++d)
-    if (!(tables[std::size_t(d)].dims() == Dims{v, g}))
-      shape_mismatch("lstm_from_table", "the input-projection tables must be (V, 4H), one per direction", tables[std::size_t(d)].dims(),
-                     Dims{v, g});
-  const detail::LstmPlan plan = detail::lstm_plan(lengths, Dims{bn, tn, 0});
+  const detail::LstmPlan plan = detail::rnn_table_plan(op, tables, 4, h, ids, lengths);
   const detail::LstmMaps<cpu> maps = detail::lstm_maps<cpu>(plan, dirs, tn);
-  const I* id = ids.data();
-  for (std::size_t b = 0; b < bn; ++b)
-    for (std::size_t t = 0; t < std::size_t(lengths[b]); ++t)
-      if (id[b * tn + t] < 0 || static_cast<std::size_t>(id[b * tn + t]) >= v)
-        throw ArgumentError("lstm_from_table: ids(" + std::to_string(b) + ", " + std::to_string(t) + ") = " +
-                            std::to_string(static_cast<long long>(id[b * tn + t])) + " is outside the table of " + std::to_string(v) + " rows");
   detail::LstmForward<T, cpu> f = detail::lstm_forward_pass<T, cpu>(plan, maps, w.data(), dirs, bn, tn, h, detail::lstm_precision<T, cpu>(),
                                                                      true, [&](int d, T* A) {
-    const T* table = tables[std::size_t(d)].data();
-    const std::int64_t* rows = maps.rows[std::size_t(d)].data();  // packed row -> b * T + t
-    for (std::size_t r = 0; r < plan.total; ++r) std::copy_n(table + static_cast<std::size_t>(id[rows[r]]) * g, g, A + r * g);
+    detail::rnn_gather_table(tables[std::size_t(d)], ids.data(), maps, d, plan.total, A, 4 * h);
   });
   return {detail::make_out<AnyShape>(nullptr, std::move(f.out), false), detail::make_out<AnyShape>(nullptr, std::move(f.h_n), false),
           detail::make_out<AnyShape>(nullptr, std::move(f.c_n), false)};

@@ -178,4 +178,37 @@ class BiGRU : public gru_detail::GruStack<In, Hidden, 2, T, B> {
       : gru_detail::GruStack<In, Hidden, 2, T, B>(parent, std::move(name), opt, "nn::BiGRU") {}
 };
 
+template <class T>
+using GruInputTables = RnnInputTables<T>;
+
+/// The input-projection tables of an Embedding followed by a GRU or BiGRU (see RnnInputTables), for
+/// embedded_gru: each of the first layer's directions' E W_ih^T (V, 3H).
+template <std::size_t In, class T, class Gru>
+GruInputTables<T> gru_input_tables(const Embedding<In, T, cpu>& embedding, const Gru& gru) {
+  return lstm_detail::input_tables(embedding, std::span<const GruWeights<T, cpu>>(gru.layers()[0]),
+                                   [](const auto& e, const auto& w_ih) { return gru_input_table<T>(e, w_ih); });
+}
+
+/// gru(ctx, embedding(ctx, ids), lengths) in inference, from the tables: the same out and h_n up to
+/// rounding, from the zero state (the layers above the first run as they are). ids (B, T); lengths
+/// (B), each in [1, T]. Throws ArgumentError when the tables are stale or belong to another GRU.
+template <class Gru, class T, std::integral I, class SI>
+typename Gru::Output embedded_gru(NoGrad& ctx, const Gru& gru, const GruInputTables<T>& tables, const Tensor<I, SI, cpu>& ids,
+                                  std::span<const int> lengths) {
+  const auto layers = gru.layers();
+  const std::span<const GruWeights<T, cpu>> w(layers[0]);
+  lstm_detail::check_tables_current(tables, w, "nn::embedded_gru", "nn::gru_input_tables", "GRU");
+  GruResult<T, cpu> r = gru_from_table<T>(ctx, std::span<const Tensor<T, AnyShape, cpu>>(tables.dirs), ids, lengths, w);
+  if (layers.size() > 1) {
+    const GruResult<T, cpu> u = gru_detail::run_layers<Gru::directions>(ctx, r.out, lengths, layers.subspan(1), {}, 0.0);
+    r = {u.out, concat(ctx, std::vector<Var<T, AnyShape, cpu>>{r.h_n, u.h_n}, 0)};
+  }
+  return {r.out, r.h_n};
+}
+template <class Gru, class T, std::integral I, class SI>
+typename Gru::Output embedded_gru(NoGrad& ctx, const Gru& gru, const GruInputTables<T>& tables, const Tensor<I, SI, cpu>& ids,
+                                  const Lengths& lengths) {
+  return embedded_gru(ctx, gru, tables, ids, lengths.values());
+}
+
 }  // namespace attn::nn

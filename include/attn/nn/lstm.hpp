@@ -316,17 +316,18 @@ class BiLSTM : public Module {
   std::vector<std::array<LstmWeights<T, B>, 2>> upper_;
 };
 
-/// Inference for an Embedding followed by an LSTM or BiLSTM: each direction's input projection of
-/// every embedding row, E W_ih^T (V, 4H), computed once, so that the pair runs as a row gather and
-/// the recurrence (attn::lstm_from_table) with no input GEMM. The tables are copies: they remember
-/// which weights they were computed from and how often those had been written (VarData::
-/// value_writes), and embedded_lstm throws ArgumentError for tables of another LSTM or once an
-/// optimizer step, a load or an initialiser has changed the embedding or a weight_ih since.
+/// Inference for an Embedding followed by a recurrent layer (nn::LSTM, nn::BiLSTM, nn::GRU,
+/// nn::BiGRU): each direction's input projection of every embedding row, E W_ih^T (V, G·H),
+/// computed once, so that the pair runs as a row gather and the recurrence (attn::lstm_from_table,
+/// attn::gru_from_table) with no input GEMM. The tables are copies: they remember which weights they
+/// were computed from and how often those had been written (VarData::value_writes), and
+/// embedded_lstm / embedded_gru throw ArgumentError for tables of another layer or once an optimizer
+/// step, a load or an initialiser has changed the embedding or a weight_ih since.
 ///   const auto tables = nn::lstm_input_tables(embed, lstm);              // after training or loading
 ///   auto [y, h_n, c_n] = nn::embedded_lstm(no_grad, lstm, tables, ids, lengths);
 template <class T>
-struct LstmInputTables {
-  std::vector<Tensor<T, AnyShape, cpu>> dirs;  // (V, 4H) per direction
+struct RnnInputTables {
+  std::vector<Tensor<T, AnyShape, cpu>> dirs;  // (V, G·H) per direction of the first layer
   Precision precision = Precision::fp32;        // the products' precision when they were built
   /// The weights the tables were computed from, with their write counts then: the embedding's
   /// table first, then each direction's weight_ih.
@@ -336,47 +337,61 @@ struct LstmInputTables {
   };
   std::vector<Source> sources;
 };
+template <class T>
+using LstmInputTables = RnnInputTables<T>;
 
 namespace lstm_detail {
-template <class T>
-void check_tables_current(const LstmInputTables<T>& tables, std::span<const LstmWeights<T, cpu>> w) {
+/// The tables of `embedding` and the first layer's directions w, built by table(E, w_ih).
+template <class T, std::size_t In, class W, class Table>
+RnnInputTables<T> input_tables(const Embedding<In, T, cpu>& embedding, std::span<const W> w, Table&& table) {
+  RnnInputTables<T> t;
+  t.precision = ::attn::detail::lstm_precision<T, cpu>();
+  t.sources.push_back({embedding.weight.data(), embedding.weight.data()->value_writes});
+  for (const auto& wd : w) {
+    t.dirs.push_back(table(embedding.weight.erased(), wd.w_ih));
+    t.sources.push_back({wd.w_ih.data(), wd.w_ih.data()->value_writes});
+  }
+  return t;
+}
+
+/// Throws unless the tables were built (by `builder`) from the directions w, under this precision,
+/// and neither the embedding nor a weight_ih has changed since. who: "nn::embedded_lstm" ...; kind:
+/// "LSTM" or "GRU".
+template <class T, class W>
+void check_tables_current(const RnnInputTables<T>& tables, std::span<const W> w, const char* who, const char* builder, const char* kind) {
+  const std::string op = who;
   if (tables.sources.size() != w.size() + 1)
-    throw ArgumentError("nn::embedded_lstm: the input tables do not record their weights (build them with nn::lstm_input_tables)");
+    throw ArgumentError(op + ": the input tables do not record their weights (build them with " + builder + ")");
   for (std::size_t d = 0; d < w.size(); ++d)
     if (tables.sources[d + 1].var != w[d].w_ih.data())
-      throw ArgumentError("nn::embedded_lstm: the input tables were built from another LSTM's weights (direction " + std::to_string(d) + ")");
+      throw ArgumentError(op + ": the input tables were built from another " + kind + "'s weights (direction " + std::to_string(d) + ")");
   for (std::size_t k = 0; k < tables.sources.size(); ++k)
     if (tables.sources[k].var->value_writes != tables.sources[k].writes)
-      throw ArgumentError("nn::embedded_lstm: the input tables are stale: " +
-                       (k == 0 ? std::string("the embedding table") : "weight_ih of direction " + std::to_string(k - 1)) +
-                       " has changed since nn::lstm_input_tables (build the tables again)");
+      throw ArgumentError(op + ": the input tables are stale: " +
+                          (k == 0 ? std::string("the embedding table") : "weight_ih of direction " + std::to_string(k - 1)) +
+                          " has changed since " + builder + " (build the tables again)");
+  if (tables.precision != ::attn::detail::lstm_precision<T, cpu>())
+    throw ArgumentError(op + ": the input tables were built under Precision::" + precision_name(tables.precision) + ", this call runs under " +
+                        precision_name(::attn::detail::lstm_precision<T, cpu>()) + " (build them again under this precision)");
 }
 }  // namespace lstm_detail
 
 template <std::size_t In, class T, class Lstm>
 LstmInputTables<T> lstm_input_tables(const Embedding<In, T, cpu>& embedding, const Lstm& lstm) {
-  LstmInputTables<T> t;
-  t.precision = ::attn::detail::lstm_precision<T, cpu>();
-  t.sources.push_back({embedding.weight.data(), embedding.weight.data()->value_writes});
-  for (const auto& w : lstm.weights()) {
-    t.dirs.push_back(lstm_input_table<T>(embedding.weight.erased(), w.w_ih));
-    t.sources.push_back({w.w_ih.data(), w.w_ih.data()->value_writes});
-  }
-  return t;
+  const auto w = lstm.weights();
+  return lstm_detail::input_tables(embedding, std::span<const LstmWeights<T, cpu>>(w), [](const auto& e, const auto& w_ih) {
+    return lstm_input_table<T>(e, w_ih);
+  });
 }
 
 /// lstm(ctx, embedding(ctx, ids), lengths) in inference, from the tables: the same out, h_n and c_n
 /// up to rounding. ids (B, T); lengths (B), each in [1, T]. Throws ArgumentError when the tables are
-/// stale or belong to another LSTM (see LstmInputTables).
+/// stale or belong to another LSTM (see RnnInputTables).
 template <class Lstm, class T, std::integral I, class SI>
 typename Lstm::Output embedded_lstm(NoGrad& ctx, const Lstm& lstm, const LstmInputTables<T>& tables, const Tensor<I, SI, cpu>& ids,
                                     std::span<const int> lengths) {
   const auto w = lstm.weights();
-  lstm_detail::check_tables_current(tables, std::span<const LstmWeights<T, cpu>>(w));
-  if (tables.precision != ::attn::detail::lstm_precision<T, cpu>())
-    throw ArgumentError(std::string("nn::embedded_lstm: the input tables were built under Precision::") + precision_name(tables.precision) +
-                        ", this call runs under " + precision_name(::attn::detail::lstm_precision<T, cpu>()) +
-                        " (build them again under this precision)");
+  lstm_detail::check_tables_current(tables, std::span<const LstmWeights<T, cpu>>(w), "nn::embedded_lstm", "nn::lstm_input_tables", "LSTM");
   auto r = lstm_from_table<T>(ctx, std::span<const Tensor<T, AnyShape, cpu>>(tables.dirs), ids, lengths,
                               std::span<const LstmWeights<T, cpu>>(w));
   r = lstm_detail::stack_layers<Lstm::directions>(ctx, std::move(r), lengths, lstm.upper_layers(), {}, 0.0);  // layers 1.., computed
