@@ -85,6 +85,8 @@ struct ModelConfig {
   Pool pool = Pool::mean_max;      // cls: a [CLS] token at position 0 (then max_len + 1 positions)
   bool norm_first = false;         // pre-norm layers and a final LayerNorm (else post-norm)
   nn::Activation activation = nn::Activation::gelu;  // the feed-forward block's
+  bool gated = false;                // a gated feed-forward (with silu: SwiGLU)
+  nn::NormKind norm = nn::NormKind::layer;  // the encoder's norms: LayerNorm or RMSNorm
   std::size_t window = 0;          // 0: every token attends to every token; w: to the w on each side
   std::size_t ngram_buckets = 0;   // hash buckets of the n-gram embeddings (0: words only)
   std::size_t ngram_order = 2;     // n-grams of 2 .. ngram_order words start at each position
@@ -103,7 +105,7 @@ struct ModelConfig {
   nlohmann::json to_json() const {
     return {{"vocab", vocab}, {"max_len", max_len}, {"truncate", to_string(truncate)}, {"layers", layers},
             {"pool", to_string(pool)}, {"norm_first", norm_first},
-            {"activation", nn::activation_name(activation)}, {"window", window}, {"ngram_buckets", ngram_buckets},
+            {"activation", nn::activation_name(activation)}, {"gated", gated}, {"norm", nn::norm_kind_name(norm)}, {"window", window}, {"ngram_buckets", ngram_buckets},
             {"ngram_order", ngram_order}, {"nblr_buckets", nblr_buckets},
             {"nblr_order", nblr_order}, {"nblr_max_tokens", nblr_max_tokens}, {"dropout", dropout},
             {"attn_dropout", attn_dropout}, {"ngram_dropout", ngram_dropout}, {"checkpoint", checkpoint}};
@@ -132,6 +134,13 @@ struct ModelConfig {
       } catch (const attn::ArgumentError&) {
         throw FieldError(m + "activation", "'" + a + "' is none of " + nn::activation_names());
       }
+    }
+    // Absent in configurations written before the options: a plain feed-forward, LayerNorms.
+    if (j.contains("gated")) c.gated = json_bool(j, "gated", m);
+    if (j.contains("norm")) {
+      const std::string n = json_string(j, "norm", m);
+      if (n != "layer" && n != "rms") throw FieldError(m + "norm", "'" + n + "' is none of layer, rms");
+      c.norm = n == "rms" ? nn::NormKind::rms : nn::NormKind::layer;
     }
     c.window = json_count(j, "window", 0, kMaxLen, m);
     c.ngram_buckets = json_count(j, "ngram_buckets", 0, kMaxNgramBuckets, m);
@@ -259,7 +268,9 @@ inline nn::TransformerEncoderOptions encoder_options(const ModelConfig& c) {
           .layer = {.dim_feedforward = kFeedForward,
                     .dropout = c.dropout,
                     .activation = c.activation,
+                    .gated = c.gated,
                     .norm_first = c.norm_first,
+                    .norm = c.norm,
                     .padded = nn::PaddedRows::zero,  // only real tokens are pooled
                     .attention_dropout = c.attn_dropout,
                     .window = c.window ? std::optional<std::int64_t>(std::int64_t(c.window)) : std::nullopt,

@@ -38,6 +38,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Command& cmd) {
   app.add_flag("!--post-norm", o.norm_first, "post-norm layers (norm(x + f(x)), PyTorch's default) instead of pre-norm (x + f(norm(x))) and a final LayerNorm");
   app.add_option("--activation", o.activation, "the encoder's feed-forward activation (gelu_tanh: GPT-2's tanh form of gelu; silu: x sigmoid(x))")
       ->check(CLI::IsMember(activation_choices()));
+  app.add_flag("--gated", o.gated,
+               "a gated feed-forward: linear1 gives twice the width, and act(first half) * second half goes to linear2 (with "
+               "--activation silu: LLaMA's SwiGLU)");
+  app.add_option("--norm", o.norm, "the encoder's norms: layer (LayerNorm) or rms (RMSNorm, as LLaMA's)")->check(CLI::IsMember({"layer", "rms"}));
   app.add_flag("--checkpoint", o.checkpoint, "recompute each encoder layer in backward instead of keeping its activations (less memory)");
   app.add_flag("!--no-ablation", o.ablation, "skip the ablation run (the same inputs mean+max pooled, without attention)");
   app.add_option("--ensemble", o.ensemble, "also train an explicit ensemble, reported in its own row: nblr = the attention model + the NB-LR log-odds")

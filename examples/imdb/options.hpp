@@ -49,6 +49,8 @@ struct Options {
   std::string pool = "cls";
   bool norm_first = true;
   std::string activation = "gelu";
+  bool gated = false;          // --gated: a GLU feed-forward (SwiGLU with --activation silu)
+  std::string norm = "layer";  // --norm: the encoder's norms, layer or rms
   bool checkpoint = false;
   // Hash buckets of the n-gram embeddings; empty: auto_ngram_buckets() of the training portion.
   std::optional<std::size_t> ngram_buckets;

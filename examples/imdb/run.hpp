@@ -103,6 +103,8 @@ inline ModelConfig model_config(const Options& o, const RunSpec& r, const Prepar
                      .pool = attention ? parse_pool(o.pool) : Pool::mean_max,
                      .norm_first = attention && o.norm_first,
                      .activation = nn::activation_from_name(o.activation),
+                     .gated = attention && o.gated,
+                     .norm = attention && o.norm == "rms" ? nn::NormKind::rms : nn::NormKind::layer,
                      .window = attention ? o.window : 0,
                      .ngram_buckets = p.ngram_buckets,
                      .ngram_order = o.ngram_order,
@@ -161,7 +163,7 @@ inline json run_options(const Options& o, const RunSpec& r) {
           {"--valid-fraction", o.valid_fraction}};
   if (r.variant != Variant::ablation)  // the ablation has no attention
     options.update(json{{"--heads", r.heads}, {"--layers", o.layers}, {"--pool", o.pool}, {"--post-norm", !o.norm_first},
-                        {"--activation", o.activation},
+                        {"--activation", o.activation}, {"--gated", o.gated}, {"--norm", o.norm},
                         {"--window", o.window}, {"--checkpoint", o.checkpoint},
                         {"--attn-dropout", o.attn_dropout}, {"--attn-entropy", o.attn_entropy},
                         {"--attn-entropy-target", o.attn_entropy_target}});

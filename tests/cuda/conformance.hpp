@@ -31,7 +31,7 @@ using Result = std::vector<Array>;
   X(masked_fill_softmax) X(embedding_i32) X(embedding_i64) X(cross_entropy) X(cross_entropy_smoothing)
 #define ATTN_CONFORMANCE_LAYERS(X)                                                                                      \
   X(layer_norm) X(layer_norm_module) X(rms_norm) X(rms_norm_module) X(masked_mean) X(masked_max) X(dropout) X(linear) X(embedding_layer) X(lstm)       \
-  X(bilstm) X(gru) X(bigru_stacked) X(bilstm_classifier) X(checkpointed_blocks) X(encoder_rows) X(encoder_global_mask) X(attention_compute)        \
+  X(bilstm) X(gru) X(bigru_stacked) X(bilstm_classifier) X(checkpointed_blocks) X(encoder_rows) X(encoder_global_mask) X(encoder_rms_swiglu) X(attention_compute)        \
   X(attention_zero) X(attention_weights_mask) X(attention_per_head_mask) X(attention_rotary) X(cross_attention) X(decoder_incremental) X(training_steps)              \
   X(checkpoint_roundtrip)
 #define ATTN_CONFORMANCE_MODELS(X) X(clue_model) X(imdb_model) X(imdb_model_cls)

@@ -335,6 +335,28 @@ Result encoder_global_mask(std::uint64_t seed) {
   return r;
 }
 
+/// LLaMA's encoder block: two pre-norm layers with RMS norms and a SwiGLU feed-forward, no biases,
+/// a final RMS norm, over a padded batch with dropout.
+template <class T, class B>
+Result encoder_rms_swiglu(std::uint64_t seed) {
+  Rng rng(seed);
+  Tape tape(seed);
+  nn::TransformerEncoder<4, 32, T, B> enc(
+      nullptr, "enc",
+      {.num_layers = 2,
+       .layer = {.dim_feedforward = 40, .dropout = 0.1, .activation = nn::Activation::silu, .gated = true, .norm_first = true,
+                 .norm = nn::NormKind::rms, .bias = false},
+       .final_norm = true});
+  auto x = input<T, B>(rng, {3, 11, 32});
+  auto y = enc(tape, x, attn::Lengths{11, 4, 7});
+  backward_from(tape, y, rng);
+  Result r;
+  record_value(r, "y", y);
+  record_grad(r, "x", x);
+  record_parameter_grads<T, B>(r, enc);
+  return r;
+}
+
 /// nn::Attention<4, 32> over a padded batch (lengths 11, 5, 8) with attention dropout, the padded
 /// query rows computed (PaddedRows::compute, under a KeepMask) or zeroed and skipped
 /// (PaddedRows::zero, under Lengths).

@@ -179,8 +179,10 @@ smoke_run(entropy_pool fail "${PROGRAM}" --data "${DATA}" --attn-entropy 0.1 --p
 smoke_expect_match("${entropy_pool_output}" "--attn-entropy: the penalty is on the \\[CLS\\] rows' attention, but --pool is mean\\+max"
                    "imdb --attn-entropy with --pool mean+max")
 # Another pooling turns the default penalty off (it is on the [CLS] rows) and records it as 0.
+# (With LLaMA's block: RMS norms and a SwiGLU feed-forward, which config.json records and predict
+# rebuilds from it.)
 smoke_run(meanmax 0 "${PROGRAM}" --data "${DATA}" --limit 120 --epochs 1 --batch 16 --max-len 48 --heads 2 --nblr-buckets 0
-          --ngram-buckets 1024 --adversarial 0 --pool mean+max --no-ablation --out "${WORK}/meanmax")
+          --ngram-buckets 1024 --adversarial 0 --pool mean+max --no-ablation --norm rms --gated --activation silu --out "${WORK}/meanmax")
 smoke_expect_match("${meanmax_output}" "== 2 heads \\(1 x TransformerEncoderLayer<2, 128>\\)" "imdb --pool mean+max: no penalty")
 file(READ "${WORK}/meanmax/report.html" report)
 string(FIND "${report}" "mean attention received per token" at)
@@ -192,6 +194,14 @@ string(JSON penalty GET "${cfg}" options --attn-entropy)
 if(NOT penalty EQUAL 0)
   message(FATAL_ERROR "meanmax/h2/config.json records --attn-entropy ${penalty} for a mean+max model, expected 0")
 endif()
+string(JSON mm_norm GET "${cfg}" model norm)
+string(JSON mm_gated GET "${cfg}" model gated)
+if(NOT mm_norm STREQUAL "rms" OR NOT mm_gated)
+  message(FATAL_ERROR "meanmax/h2/config.json: model.norm ${mm_norm}, model.gated ${mm_gated}, expected rms and true")
+endif()
+smoke_run(meanmax_predict 0 "${PROGRAM}" predict --model "${WORK}/meanmax/h2" "not good, but brilliant")
+smoke_run(norm_bad fail "${PROGRAM}" --data "${DATA}" --norm batch --out "${WORK}/bad")
+smoke_expect_match("${norm_bad_output}" "--norm" "imdb --norm batch")
 smoke_run(target_off fail "${PROGRAM}" --data "${DATA}" --attn-entropy 0 --attn-entropy-target 0.3 --out "${WORK}/bad")
 smoke_expect_match("${target_off_output}" "--attn-entropy-target: the target of a penalty that is off: --attn-entropy is 0"
                    "imdb --attn-entropy-target without the penalty")

@@ -136,3 +136,30 @@ TEST_CASE("imdb ModelConfig: the feed-forward activation round-trips through con
   }
   CHECK(imdb::encoder_options(imdb::ModelConfig::from_json(cfg.to_json())).layer.activation == attn::nn::Activation::silu);
 }
+
+TEST_CASE("imdb ModelConfig: the gated feed-forward and the RMS norms round-trip through config.json and reach the encoder") {
+  imdb::ModelConfig cfg;
+  cfg.vocab = 50;
+  cfg.gated = true;
+  cfg.norm = attn::nn::NormKind::rms;
+  auto j = cfg.to_json();
+  CHECK(j.at("gated") == true);
+  CHECK(j.at("norm") == "rms");
+  const auto back = imdb::ModelConfig::from_json(j);
+  CHECK(back.gated);
+  CHECK(back.norm == attn::nn::NormKind::rms);
+  const auto enc = imdb::encoder_options(back);
+  CHECK(enc.layer.gated);
+  CHECK(enc.layer.norm == attn::nn::NormKind::rms);
+  j.erase("gated");  // a configuration written before the options
+  j.erase("norm");
+  CHECK(!imdb::ModelConfig::from_json(j).gated);
+  CHECK(imdb::ModelConfig::from_json(j).norm == attn::nn::NormKind::layer);
+  j["norm"] = "batch";
+  try {
+    imdb::ModelConfig::from_json(j);
+    FAIL("no throw");
+  } catch (const examples::FieldError& e) {
+    CHECK(e.field == "model.norm");
+  }
+}

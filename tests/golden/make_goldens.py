@@ -1189,13 +1189,16 @@ def activation_reference(h, name: str):
     return h / (1 + torch.exp(-h))
 
 
-def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activation, eps):
+def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activation, eps, rms=False, gated=False):
     """Hand-written torch.nn.TransformerEncoderLayer (dropout 0) on parameters p[prefix + name]
-    (a bias that p lacks, bias=False, adds nothing)."""
+    (a bias that p lacks, bias=False, adds nothing). rms: RMS norms (weight only); gated: linear1
+    gives 2F, the activated first half times the second (SwiGLU with silu)."""
     def b(n):
         return p.get(prefix + n, 0.0)
 
     def ln(z, n):
+        if rms:
+            return z / torch.sqrt((z * z).mean(-1, keepdim=True) + eps) * p[prefix + n + ".weight"]
         mu = z.mean(-1, keepdim=True)
         var = z.var(-1, unbiased=False, keepdim=True)
         return (z - mu) / torch.sqrt(var + eps) * p[prefix + n + ".weight"] + b(n + ".bias")
@@ -1207,7 +1210,11 @@ def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activati
 
     def ff(z):
         h = z @ p[prefix + "linear1.weight"].T + b("linear1.bias")
-        h = activation_reference(h, activation)
+        if gated:
+            g, u = h.chunk(2, dim=-1)
+            h = activation_reference(g, activation) * u
+        else:
+            h = activation_reference(h, activation)
         return h @ p[prefix + "linear2.weight"].T + b("linear2.bias")
 
     if norm_first:
@@ -1276,6 +1283,92 @@ def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
                layer_norm_eps=eps, batch_first=True, norm_first=norm_first, num_layers=max(layers, 1),
                final_norm=bool(layers and final_norm), batch=B, seq=T, lengths=lengths,
                padded_rows="computed (torch's training path)", loss="sum(out*dout)",
+               **({} if bias else {"bias": False})), written)
+
+
+def case_encoder_gated_rms(out_dir: Path, written: list[Path], fname: str, layers: int, norm_first: bool, bias: bool,
+                           seed: int) -> None:
+    """attn's TransformerEncoderLayer with {.activation = silu, .norm = rms, .gated = true}: torch's
+    nn.RMSNorm for both norms and a SwiGLU feed-forward whose linear1 (2F, D) holds the gate's rows
+    first and the up projection's after (Phi-3's gate_up_proj), built from torch's own modules
+    (nn.MultiheadAttention, nn.RMSNorm, nn.Linear, F.silu); layers > 0: that many, then a final
+    RMSNorm "norm". Checked against the hand-written reference."""
+    B, T, D, H, FF, eps = 2, 5, 16, 4, 24, 1e-5
+    lengths = [5, 3]
+    torch.manual_seed(seed)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = nn.MultiheadAttention(D, H, dropout=0.0, bias=bias, batch_first=True)
+            self.linear1 = nn.Linear(D, 2 * FF, bias=bias)
+            self.linear2 = nn.Linear(FF, D, bias=bias)
+            self.norm1 = nn.RMSNorm(D, eps=eps)
+            self.norm2 = nn.RMSNorm(D, eps=eps)
+
+        def ff(self, z):
+            g, u = self.linear1(z).chunk(2, dim=-1)
+            return self.linear2(F.silu(g) * u)
+
+        def sa(self, z, pad):
+            return self.self_attn(z, z, z, key_padding_mask=pad, need_weights=False)[0]
+
+        def forward(self, x, pad):
+            if norm_first:
+                x = x + self.sa(self.norm1(x), pad)
+                return x + self.ff(self.norm2(x))
+            x = self.norm1(x + self.sa(x, pad))
+            return self.norm2(x + self.ff(x))
+
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([Layer() for _ in range(layers)])
+            self.norm = nn.RMSNorm(D, eps=eps)
+
+        def forward(self, x, pad):
+            for layer in self.layers:
+                x = layer(x, pad)
+            return self.norm(x)
+
+    model: nn.Module = Layer() if layers == 0 else Stack()
+    with torch.no_grad():
+        redraw_transformer_parameters(model)
+    x = randn32(B, T, D)
+    dout = randn32(B, T, D)
+    mask = mask_from_lengths(lengths, T)
+    key_valid = mask.bool()
+    t = {"x": f32(x), "mask": mask}
+    for n, q in model.named_parameters():
+        t[n] = f32(q)
+    t["dout"] = f32(dout)
+
+    model = model.double()
+    d64 = dout.double()
+    x64 = x.double().requires_grad_()
+    out = model(x64, ~key_valid)
+    (out * d64).sum().backward()
+
+    leaves = {n: q.detach().clone().requires_grad_() for n, q in model.named_parameters()}
+    xr = x.double().requires_grad_()
+    z = xr
+    for pre in ([""] if layers == 0 else [f"layers.{i}." for i in range(layers)]):
+        z = encoder_layer_reference(z, leaves, pre, H, key_valid, norm_first, "silu", eps, rms=True, gated=True)
+    if layers:
+        z = z / torch.sqrt((z * z).mean(-1, keepdim=True) + eps) * leaves["norm.weight"]
+    (z * d64).sum().backward()
+    assert_close(f"{fname}.out", out, z)
+    assert_close(f"{fname}.grad.x", x64.grad, xr.grad)
+    for n, q in model.named_parameters():
+        assert_close(f"{fname}.grad.{n}", q.grad, leaves[n].grad)
+
+    t.update({"out": f64(out), "grad.x": f64(x64.grad)})
+    add_grads(t, model)
+    write(out_dir, fname, t,
+          meta("transformer_encoder_layer" if layers == 0 else "transformer_encoder", seed,
+               d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0, activation="silu", norm="rms", gated=True,
+               layer_norm_eps=eps, batch_first=True, norm_first=norm_first, num_layers=max(layers, 1),
+               final_norm=bool(layers), batch=B, seq=T, lengths=lengths, loss="sum(out*dout)",
                **({} if bias else {"bias": False})), written)
 
 
@@ -1474,6 +1567,8 @@ def generate(out_dir: Path) -> list[Path]:
     case_encoder(out_dir, written, "encoder_layer_post_gelu_tanh.safetensors", 0, False, "gelu_tanh", False, seed=102)
     case_encoder(out_dir, written, "encoder_stack_pre_silu.safetensors", 2, True, "silu", True, seed=103)
     case_decoder(out_dir, written, "decoder_layer_pre_silu.safetensors", 0, True, "silu", False, True, False, seed=104)
+    case_encoder_gated_rms(out_dir, written, "encoder_layer_post_rms_swiglu.safetensors", 0, False, True, seed=105)
+    case_encoder_gated_rms(out_dir, written, "encoder_stack_pre_rms_swiglu_nobias.safetensors", 2, True, False, seed=106)
     case_transformer(out_dir, written, seed=98)
     case_quantized_dynamic(out_dir, written, seed=101)
     return written

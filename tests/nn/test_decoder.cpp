@@ -160,6 +160,16 @@ TEST_CASE("gradcheck: a decoder layer w.r.t. tgt and memory, both norm orders, p
       return layer(t, x[0], x[1], attn::Lengths{3, 2}, attn::Lengths{5, 3});
     }, {random<double>(rng, {2, 3, 4}), random<double>(rng, {2, 5, 4})});
   }
+  // RMS norms (three, weights only) and a gated feed-forward (linear1 (2F, Dim)).
+  nn::TransformerDecoderLayer<2, 4, double> rms(
+      nullptr, "layer",
+      {.dim_feedforward = 6, .dropout = 0.0, .activation = nn::Activation::silu, .gated = true, .norm = nn::NormKind::rms, .causal = true});
+  CHECK(rms.linear1.weight.dims() == Dims{12, 4});
+  CHECK(!rms.norm3.bias.defined());
+  attn::Rng rng(12);
+  testutil::check_gradients("rms, swiglu", [&](Tape& t, std::vector<attn::Var<double>>& x) {
+    return rms(t, x[0], x[1], attn::Lengths{3, 2}, attn::Lengths{5, 3});
+  }, {random<double>(rng, {2, 3, 4}), random<double>(rng, {2, 5, 4})});
 }
 
 TEST_CASE("TransformerDecoder: checkpointed layers give the plain run's output and gradients bit for bit, with dropout") {
@@ -230,6 +240,14 @@ TEST_CASE("TransformerDecoder: incremental decoding with the key/value cache giv
       check_incremental<double>(opt, prompt, 1e-12);
       check_incremental<float>(opt, prompt, 1e-5);
     }
+  // RMS norms and a SwiGLU feed-forward (LLaMA's block), with the final RMS norm.
+  const nn::TransformerDecoderOptions llama{
+      .num_layers = 2,
+      .layer = {.dim_feedforward = 12, .activation = nn::Activation::silu, .gated = true, .norm_first = true, .norm = nn::NormKind::rms,
+                .bias = false, .causal = true},
+      .final_norm = true};
+  check_incremental<double>(llama, 3, 1e-12);
+  check_incremental<float>(llama, 1, 1e-5);
   // The self-attention patterns: a causal window of 2 with a global first token.
   const nn::TransformerDecoderOptions local{.num_layers = 2, .layer = {.dim_feedforward = 16, .window = 2, .causal = true, .global_tokens = 1}};
   check_incremental<double>(local, 4, 1e-12);

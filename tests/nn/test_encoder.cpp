@@ -44,7 +44,9 @@ nn::TransformerEncoderLayerOptions golden_options(const attn::io::SafetensorsFil
   return {.dim_feedforward = std::stoul(f.metadata.at("dim_feedforward")),
           .dropout = 0.0,
           .activation = nn::activation_from_name(f.metadata.at("activation")),
+          .gated = f.metadata.count("gated") && f.metadata.at("gated") == "true",
           .norm_first = f.metadata.at("norm_first") == "true",
+          .norm = f.metadata.count("norm") && f.metadata.at("norm") == "rms" ? nn::NormKind::rms : nn::NormKind::layer,
           .layer_norm_eps = std::stod(f.metadata.at("layer_norm_eps")),
           .bias = !f.metadata.count("bias") || f.metadata.at("bias") == "true"};
 }
@@ -191,6 +193,69 @@ TEST_CASE("golden: the feed-forward activations gelu_tanh and silu match torch's
   golden_stack<float>(false, 1e-5, "encoder_stack_pre_silu");
   golden_stack<double>(false, 1e-10, "encoder_stack_pre_silu");
   golden_stack<double>(true, 1e-10, "encoder_stack_pre_silu");
+}
+
+TEST_CASE("golden: RMS norms and a SwiGLU feed-forward (gated) match torch's nn.RMSNorm, nn.MultiheadAttention and F.silu") {
+  // encoder_layer_post_rms_swiglu: one post-norm layer with biases; encoder_stack_pre_rms_swiglu_nobias:
+  // LLaMA's arrangement, two pre-norm layers without biases and a final RMS norm (checkpointed too).
+  golden_layer<float>("encoder_layer_post_rms_swiglu", 1e-5);
+  golden_layer<double>("encoder_layer_post_rms_swiglu", 1e-10);
+  golden_stack<float>(false, 1e-5, "encoder_stack_pre_rms_swiglu_nobias");
+  golden_stack<double>(false, 1e-10, "encoder_stack_pre_rms_swiglu_nobias");
+  golden_stack<double>(true, 1e-10, "encoder_stack_pre_rms_swiglu_nobias");
+}
+
+TEST_CASE("TransformerEncoderLayer with RMS norms and a gated feed-forward: names, shapes, gradients, errors") {
+  nn::TransformerEncoder<2, 8, double> enc(
+      nullptr, "enc",
+      {.num_layers = 2,
+       .layer = {.dim_feedforward = 12, .dropout = 0.0, .activation = nn::Activation::silu, .gated = true, .norm = nn::NormKind::rms},
+       .final_norm = true});
+  std::vector<std::string> names;
+  for (auto& [n, p] : enc.named_parameters()) names.push_back(n);
+  const std::vector<std::string> layer0 = {"layers.0.self_attn.in_proj_weight", "layers.0.self_attn.in_proj_bias",
+                                           "layers.0.self_attn.out_proj.weight", "layers.0.self_attn.out_proj.bias",
+                                           "layers.0.linear1.weight",            "layers.0.linear1.bias",
+                                           "layers.0.linear2.weight",            "layers.0.linear2.bias",
+                                           "layers.0.norm1.weight",              "layers.0.norm2.weight"};
+  REQUIRE(names.size() == 2 * layer0.size() + 1);
+  CHECK(std::vector<std::string>(names.begin(), names.begin() + 10) == layer0);
+  CHECK(names.back() == "norm.weight");  // the final norm is an RMS norm too
+  const auto& l = enc.layer(0);
+  CHECK(l.linear1.weight.dims() == Dims{24, 8});  // gate and up projections, 2F rows
+  CHECK(l.linear2.weight.dims() == Dims{8, 12});
+  CHECK(l.dim_feedforward() == 12);
+  CHECK(l.norm1.kind() == nn::NormKind::rms);
+  CHECK(enc.norm()->kind() == nn::NormKind::rms);
+  for (const auto& v : l.norm2.weight.raw().to_vector()) CHECK(v == 1.0);
+  // Gradients of x and every parameter of one such layer (10: the norms have no bias).
+  GradLayer layer(nullptr, "layer",
+                  {.dim_feedforward = 12, .dropout = 0.0, .activation = nn::Activation::silu, .gated = true, .norm = nn::NormKind::rms});
+  attn::Rng rng(21);
+  std::vector<Tensor<double>> in = {random<double>(rng, {2, 4, 8})};
+  for (auto& [name, p] : layer.named_parameters()) {
+    in.push_back(random<double>(rng, p->dims(), -0.8, 0.8));
+    if (name.starts_with("norm"))
+      for (std::size_t k = 0; k < in.back().numel(); ++k) in.back()[k] += 1.0;
+  }
+  REQUIRE(in.size() == 11);
+  testutil::check_gradients("rms + swiglu layer", [&](Tape& t, std::vector<attn::Var<double>>& v) {
+    layer.self_attn.in_proj_weight = v[1];
+    layer.self_attn.in_proj_bias = v[2];
+    layer.self_attn.out_proj.weight = v[3];
+    layer.self_attn.out_proj.bias = v[4];
+    layer.linear1.weight = v[5];
+    layer.linear1.bias = v[6];
+    layer.linear2.weight = v[7];
+    layer.linear2.bias = v[8];
+    layer.norm1.weight = v[9];
+    layer.norm2.weight = v[10];
+    return layer(t, v[0], attn::Lengths{4, 2});
+  }, in);
+  // The norm kind is checked like the activation.
+  CHECK_THROWS_WITH((nn::TransformerEncoderLayer<4, 16>(nullptr, "bad", {.norm = static_cast<nn::NormKind>(5)})),
+                    Catch::Contains("value 5 is none of layer, rms"));
+  CHECK(std::string(nn::norm_kind_name(nn::NormKind::rms)) == "rms");
 }
 
 TEST_CASE("nn::Activation: names both ways, and a value outside the enum is refused") {

@@ -3,7 +3,7 @@
 // TransformerDecoderLayer / TransformerDecoder with batch_first=True, under torch's names, so a
 // checkpoint moves between the two. A layer is self-attention over the target, cross-attention
 // from the target to the encoder's output ("memory"), and a feed-forward block, each with its
-// residual, dropout and LayerNorm.
+// residual, dropout and norm (LayerNorm, or RMSNorm).
 //   attn::nn::TransformerDecoder<8, 256> decoder{this, "decoder", {.num_layers = 6, .layer = {.causal = true}}};
 //   auto y = decoder(ctx, tgt, memory, attn::Lengths{7, 5}, attn::Lengths{12, 9});  // target and memory padding
 //   auto z = decoder(ctx, tgt, memory, nullptr, attn::PaddingMask(memory_pad));     // memory padding only
@@ -30,8 +30,8 @@
 
 namespace attn::nn {
 
-/// The options of a decoder layer are an encoder layer's: `dropout`, `activation`, `norm_first`,
-/// `dim_feedforward`, `layer_norm_eps`, `bias` and `attention_dropout` apply to the whole layer
+/// The options of a decoder layer are an encoder layer's: `dropout`, `activation`, `gated`,
+/// `norm_first`, `norm`, `dim_feedforward`, `layer_norm_eps`, `bias` and `attention_dropout` apply to the whole layer
 /// (both attentions); `padded`, `window`, `causal`, `global_tokens` and `rotary` to its self-attention.
 /// `causal = true` is torch's tgt_is_causal with the causal tgt_mask: the usual decoder.
 using TransformerDecoderLayerOptions = TransformerEncoderLayerOptions;
@@ -168,12 +168,12 @@ class TransformerDecoderLayer : public Module {
                    .global_tokens = opt.global_tokens,
                    .rotary = opt.rotary}),
         multihead_attn(this, "multihead_attn", {.dropout = opt.attention_dropout.value_or(opt.dropout), .bias = opt.bias}),
-        linear1(this, "linear1", width(opt), {.bias = opt.bias}),
+        linear1(this, "linear1", detail::linear1_width(opt, width(opt)), {.bias = opt.bias}),
         dropout(this, "dropout", opt.dropout),
         linear2(this, "linear2", width(opt), Dim, {.bias = opt.bias}),
-        norm1(this, "norm1", opt.layer_norm_eps, opt.bias),
-        norm2(this, "norm2", opt.layer_norm_eps, opt.bias),
-        norm3(this, "norm3", opt.layer_norm_eps, opt.bias),
+        norm1(this, "norm1", opt.norm, opt.layer_norm_eps, opt.bias),
+        norm2(this, "norm2", opt.norm, opt.layer_norm_eps, opt.bias),
+        norm3(this, "norm3", opt.norm, opt.layer_norm_eps, opt.bias),
         dropout1(this, "dropout1", opt.dropout),
         dropout2(this, "dropout2", opt.dropout),
         dropout3(this, "dropout3", opt.dropout),
@@ -208,10 +208,10 @@ class TransformerDecoderLayer : public Module {
 
   Attention<Heads, Dim, T, B> self_attn;
   Attention<Heads, Dim, T, B> multihead_attn;
-  Linear<Dim, dyn, T, B> linear1;  // Dim -> dim_feedforward
+  Linear<Dim, dyn, T, B> linear1;  // Dim -> dim_feedforward (2 dim_feedforward when gated)
   Dropout dropout;
   Linear<dyn, Dim, T, B> linear2;
-  LayerNorm<Dim, T, B> norm1, norm2, norm3;
+  Norm<Dim, T, B> norm1, norm2, norm3;  // LayerNorm or RMSNorm (options().norm)
   Dropout dropout1, dropout2, dropout3;
 
  private:
@@ -219,20 +219,13 @@ class TransformerDecoderLayer : public Module {
 
   static std::size_t width(const TransformerDecoderLayerOptions& opt) { return opt.dim_feedforward ? opt.dim_feedforward : 4 * Dim; }
   static const TransformerDecoderLayerOptions& checked(const TransformerDecoderLayerOptions& opt, const std::string& name) {
-    const std::string who = "nn::TransformerDecoderLayer '" + name + "'";
-    if (!(opt.dropout >= 0 && opt.dropout < 1)) throw ArgumentError(who + ": dropout must be in [0, 1), got " + std::to_string(opt.dropout));
-    if (opt.attention_dropout && !(*opt.attention_dropout >= 0 && *opt.attention_dropout < 1))
-      throw ArgumentError(who + ": attention_dropout must be in [0, 1), got " + std::to_string(*opt.attention_dropout));
-    if (!(opt.layer_norm_eps > 0)) throw ArgumentError(who + ": layer_norm_eps must be positive, got " + std::to_string(opt.layer_norm_eps));
-    activation_name(opt.activation);  // throws for a value outside the enum
+    detail::check_layer_options(opt, "nn::TransformerDecoderLayer '" + name + "'");
     return opt;
   }
 
   template <Context C, class S>
   Var<T, S, B> feed_forward(C& ctx, const Var<T, S, B>& x) const {
-    auto h = linear1(ctx, x);
-    h = detail::activate(ctx, h, opt_.activation);
-    return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
+    return detail::feed_forward(ctx, x, linear1, dropout, linear2, opt_);
   }
 
   template <Context C, class S, class SM, class MT, class MM>
@@ -305,8 +298,8 @@ class TransformerDecoderLayer : public Module {
 struct TransformerDecoderOptions {
   std::size_t num_layers = 1;  // at run time; every layer has the same options
   TransformerDecoderLayerOptions layer = {};
-  /// A LayerNorm "norm" after the last layer (PyTorch's TransformerDecoder(norm=LayerNorm(Dim))),
-  /// with the layers' layer_norm_eps and bias.
+  /// A norm "norm" after the last layer (PyTorch's TransformerDecoder(norm=LayerNorm(Dim))), of the
+  /// layers' kind (an RMSNorm under NormKind::rms), layer_norm_eps and bias.
   bool final_norm = false;
   /// Each layer's forward goes through attn::checkpoint (recomputed during backward), as
   /// TransformerEncoderOptions::checkpoint. Gradients are those of a plain run, bit for bit.

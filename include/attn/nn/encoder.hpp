@@ -70,6 +70,17 @@ inline Activation activation_from_name(std::string_view name) {
 }
 
 namespace detail {
+/// The checks every transformer layer makes of its options (who: "nn::TransformerEncoderLayer 'l'").
+template <class Options>
+void check_layer_options(const Options& opt, const std::string& who) {
+  if (!(opt.dropout >= 0 && opt.dropout < 1)) throw ArgumentError(who + ": dropout must be in [0, 1), got " + std::to_string(opt.dropout));
+  if (opt.attention_dropout && !(*opt.attention_dropout >= 0 && *opt.attention_dropout < 1))
+    throw ArgumentError(who + ": attention_dropout must be in [0, 1), got " + std::to_string(*opt.attention_dropout));
+  if (!(opt.layer_norm_eps > 0)) throw ArgumentError(who + ": layer_norm_eps must be positive, got " + std::to_string(opt.layer_norm_eps));
+  activation_name(opt.activation);  // each throws for a value outside its enum
+  norm_kind_name(opt.norm);
+}
+
 /// The feed-forward block's activation applied to h.
 template <Context C, class T, class S, class B>
 Var<T, S, B> activate(C& ctx, const Var<T, S, B>& h, Activation a) {
@@ -81,6 +92,28 @@ Var<T, S, B> activate(C& ctx, const Var<T, S, B>& h, Activation a) {
   }
   throw ArgumentError(std::string("nn: unknown activation ") + std::to_string(static_cast<int>(a)));
 }
+
+/// A transformer layer's feed-forward block on x (B, T, Dim): linear2(dropout(act(linear1(x)))),
+/// or with opt.gated linear2(dropout(act(a) * b)) where a and b are the first and second halves of
+/// linear1(x)'s columns.
+template <Context C, class T, class S, class B, class L1, class L2, class Options>
+Var<T, S, B> feed_forward(C& ctx, const Var<T, S, B>& x, const L1& linear1, const Dropout& dropout, const L2& linear2, const Options& opt) {
+  auto h = linear1(ctx, x);
+  using H = decltype(h);
+  if (opt.gated) {
+    const std::size_t axis = h.rank() - 1, f = h.dims().back() / 2;
+    h = H(mul(ctx, activate(ctx, slice(ctx, h, axis, 0, f), opt.activation), slice(ctx, h, axis, f, f)));
+  } else {
+    h = activate(ctx, h, opt.activation);
+  }
+  return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
+}
+
+/// linear1's width: 2F for a gated feed-forward of width F.
+template <class Options>
+std::size_t linear1_width(const Options& opt, std::size_t f) {
+  return opt.gated ? 2 * f : f;
+}
 }  // namespace detail
 
 struct TransformerEncoderLayerOptions {
@@ -91,9 +124,18 @@ struct TransformerEncoderLayerOptions {
   /// weights (nn.MultiheadAttention(dropout=p)). In training mode only.
   double dropout = 0.1;
   Activation activation = Activation::relu;
+  /// A gated feed-forward (GLU): linear1 (2F, Dim) projects to 2F, and the activation of the first
+  /// F columns times the other F goes to linear2: with Activation::silu, LLaMA's SwiGLU (with gelu,
+  /// GEGLU). linear1's rows hold the gate first, then the up projection (Phi-3's gate_up_proj;
+  /// LLaMA's gate_proj and up_proj stacked in that order).
+  bool gated = false;
   /// true: x + sa(norm1(x)), then x + ff(norm2(x)) (pre-norm); false: norm1(x + sa(x)), then
   /// norm2(x + ff(x)) (post-norm, PyTorch's default).
   bool norm_first = false;
+  /// Every norm of the layer (and a stack's final one): torch's LayerNorm, or NormKind::rms, torch's
+  /// RMSNorm (a "weight", no centring or bias), as LLaMA's layers.
+  NormKind norm = NormKind::layer;
+  /// The norms' eps (LayerNorm's and RMSNorm's alike).
   double layer_norm_eps = 1e-5;
   /// Every Linear's bias, the attention's biases and the norms' (torch's bias=False drops all of
   /// them since 2.1; the final norm of a TransformerEncoder follows its layers).
@@ -121,8 +163,9 @@ struct RowsOutput {
 };
 
 /// One encoder layer: self-attention and a feed-forward block (linear1, activation, dropout,
-/// linear2), each with a residual connection, its dropout (dropout1, dropout2) and a LayerNorm
-/// (norm1, norm2), before (norm_first) or after the residual sum. x (B, T, Dim) -> (B, T, Dim).
+/// linear2; gated: SwiGLU and its kin), each with a residual connection, its dropout (dropout1,
+/// dropout2) and a norm (norm1, norm2: LayerNorm, or RMSNorm), before (norm_first) or after the
+/// residual sum. x (B, T, Dim) -> (B, T, Dim).
 ///
 /// Padded positions: the mask removes padded keys from the attention; every query row is computed
 /// (PaddedRows::compute), as PyTorch's training path does, so the output matches PyTorch at every
@@ -147,11 +190,11 @@ class TransformerEncoderLayer : public Module {
                    .causal = opt.causal,
                    .global_tokens = opt.global_tokens,
                    .rotary = opt.rotary}),
-        linear1(this, "linear1", width(opt), {.bias = opt.bias}),
+        linear1(this, "linear1", detail::linear1_width(opt, width(opt)), {.bias = opt.bias}),
         dropout(this, "dropout", opt.dropout),
         linear2(this, "linear2", width(opt), Dim, {.bias = opt.bias}),
-        norm1(this, "norm1", opt.layer_norm_eps, opt.bias),
-        norm2(this, "norm2", opt.layer_norm_eps, opt.bias),
+        norm1(this, "norm1", opt.norm, opt.layer_norm_eps, opt.bias),
+        norm2(this, "norm2", opt.norm, opt.layer_norm_eps, opt.bias),
         dropout1(this, "dropout1", opt.dropout),
         dropout2(this, "dropout2", opt.dropout),
         opt_(opt) {}
@@ -231,10 +274,10 @@ class TransformerEncoderLayer : public Module {
   std::size_t dim_feedforward() const noexcept { return width(opt_); }
 
   Attention<Heads, Dim, T, B> self_attn;
-  Linear<Dim, dyn, T, B> linear1;  // Dim -> dim_feedforward
+  Linear<Dim, dyn, T, B> linear1;  // Dim -> dim_feedforward (2 dim_feedforward when gated)
   Dropout dropout;
   Linear<dyn, Dim, T, B> linear2;
-  LayerNorm<Dim, T, B> norm1, norm2;
+  Norm<Dim, T, B> norm1, norm2;    // LayerNorm or RMSNorm (options().norm)
   Dropout dropout1, dropout2;
 
  private:
@@ -242,24 +285,14 @@ class TransformerEncoderLayer : public Module {
 
   static std::size_t width(const TransformerEncoderLayerOptions& opt) { return opt.dim_feedforward ? opt.dim_feedforward : 4 * Dim; }
   static const TransformerEncoderLayerOptions& checked(const TransformerEncoderLayerOptions& opt, const std::string& name) {
-    if (!(opt.dropout >= 0 && opt.dropout < 1))
-      throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': dropout must be in [0, 1), got " + std::to_string(opt.dropout));
-    if (opt.attention_dropout && !(*opt.attention_dropout >= 0 && *opt.attention_dropout < 1))
-      throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': attention_dropout must be in [0, 1), got " +
-                          std::to_string(*opt.attention_dropout));
-    if (!(opt.layer_norm_eps > 0))
-      throw ArgumentError("nn::TransformerEncoderLayer '" + name + "': layer_norm_eps must be positive, got " +
-                          std::to_string(opt.layer_norm_eps));
-    activation_name(opt.activation);  // throws for a value outside the enum
+    detail::check_layer_options(opt, "nn::TransformerEncoderLayer '" + name + "'");
     return opt;
   }
 
   /// (B, T, Dim) -> (B, T, F) -> (B, T, Dim).
   template <Context C, class S>
   Var<T, S, B> feed_forward(C& ctx, const Var<T, S, B>& x) const {
-    auto h = linear1(ctx, x);
-    h = detail::activate(ctx, h, opt_.activation);
-    return Var<T, S, B>(linear2(ctx, dropout(ctx, h)));
+    return detail::feed_forward(ctx, x, linear1, dropout, linear2, opt_);
   }
 
   template <Context C, class S, class M>
@@ -354,8 +387,8 @@ struct EncoderOutput {
 struct TransformerEncoderOptions {
   std::size_t num_layers = 1;  // at run time; every layer has the same options
   TransformerEncoderLayerOptions layer = {};
-  /// A LayerNorm "norm" after the last layer (PyTorch's TransformerEncoder(norm=LayerNorm(Dim))),
-  /// with the layers' layer_norm_eps and bias. Usual with norm_first.
+  /// A norm "norm" after the last layer (PyTorch's TransformerEncoder(norm=LayerNorm(Dim))), of the
+  /// layers' kind (an RMSNorm under NormKind::rms), layer_norm_eps and bias. Usual with norm_first.
   bool final_norm = false;
   /// Each layer's forward goes through attn::checkpoint: its intermediate values are recomputed
   /// during backward instead of kept, so a training step keeps about one layer's activations plus

@@ -3,7 +3,8 @@
 // names "weight" and "bias", initialised to ones and zeros; without the bias, torch's
 // LayerNorm(bias=False), as the encoder's norms with bias = false; without either,
 // LayerNorm(elementwise_affine=False)); nn::RMSNorm<Dim>: torch's RMSNorm, a scale ("weight",
-// ones) and no centring or shift.
+// ones) and no centring or shift; nn::Norm<Dim>: either, chosen at run time (the transformer
+// layers' norms).
 //   attn::nn::LayerNorm<128> norm{this, "norm"};   auto y = norm(ctx, x);   // (..., 128)
 //   attn::nn::LayerNorm<attn::dyn> norm{this, "norm", width};                  // a width chosen at run time
 //   attn::nn::RMSNorm<128> rms{this, "rms", 1e-6};                              // eps omitted: the type's epsilon
@@ -110,6 +111,60 @@ class RMSNorm : public Module {
   }
 
   std::size_t dim_;
+  double eps_;
+};
+
+/// The normalisation of the transformer layers and stacks: torch's LayerNorm, or RMSNorm (LLaMA's).
+enum class NormKind { layer, rms };
+
+/// "layer" or "rms"; a value outside the enum throws ArgumentError.
+inline const char* norm_kind_name(NormKind k) {
+  switch (k) {
+    case NormKind::layer: return "layer";
+    case NormKind::rms: return "rms";
+  }
+  throw ArgumentError("nn::NormKind: value " + std::to_string(static_cast<int>(k)) + " is none of layer, rms");
+}
+
+/// The norm of the transformer layers (norm1, norm2, ...) and of their stacks' final "norm": a
+/// LayerNorm (NormKind::layer: "weight" and, unless bias = false, "bias") or an RMSNorm
+/// (NormKind::rms: "weight" alone; bias does not apply) over Dim, chosen at construction, with the
+/// names, initial values and results of nn::LayerNorm and nn::RMSNorm.
+template <std::size_t Dim, class T = float, class B = cpu>
+class Norm : public Module {
+ public:
+  static_assert(Dim > 0 && Dim != dyn, "nn::Norm: Dim must be a static, positive extent");
+
+  Norm(Module* parent, std::string name, NormKind kind, double eps, bool bias = true) : Module(parent, std::move(name)), kind_(kind), eps_(eps) {
+    norm_kind_name(kind);  // throws for a value outside the enum
+    if (!(eps >= 0 && eps <= 1e30))
+      throw ArgumentError("nn::Norm '" + this->name() + "': eps must be a finite value >= 0, got " + std::to_string(eps));
+    weight = register_parameter<T, Shape<Dim>, B>("weight", {Dim});
+    if (kind == NormKind::layer && bias) this->bias = register_parameter<T, Shape<Dim>, B>("bias", {Dim});
+    if (init_on_construction()) {
+      Rng rng(0);
+      reset_parameters(rng);
+    }
+  }
+  void reset_parameters(Rng&) override {
+    init::constant(weight, T(1));
+    if (bias.defined()) init::constant(bias, T(0));
+  }
+  template <Context C, class S>
+  Var<T, S, B> operator()(C& ctx, const Var<T, S, B>& x) const {
+    if constexpr (!std::is_same_v<S, AnyShape>)
+      static_assert(shapes::may_equal(shapes::back<S, 0>, Dim), "nn::Norm: the input's last extent differs from Dim");
+    if (x.rank() == 0 || x.dims().back() != Dim)
+      throw ShapeError("nn::Norm '" + this->name() + "': input shape " + x.dims().str() + " does not end in " + std::to_string(Dim));
+    return kind_ == NormKind::rms ? rms_norm(ctx, x, weight, eps_) : layer_norm(ctx, x, weight, bias, eps_);
+  }
+  NormKind kind() const noexcept { return kind_; }
+  double eps() const noexcept { return eps_; }
+
+  Var<T, Shape<Dim>, B> weight, bias;  // bias: undefined for an RMS norm or with bias = false
+
+ private:
+  NormKind kind_;
   double eps_;
 };
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // nn::detail::LayerStack<Layer, Dim, T, B>: what TransformerEncoder and TransformerDecoder share:
 // num_layers copies of one layer type under "layers.0" ... "layers.<N-1>", all starting from
-// layers.0's initial values (torch's stacks deep-copy one layer), and an optional final LayerNorm
-// "norm" after them.
+// layers.0's initial values (torch's stacks deep-copy one layer), and an optional final norm
+// "norm" after them (the layers' kind: LayerNorm or RMSNorm).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -25,7 +25,7 @@ class LayerStack : public Module {
   const Layer& layer(std::size_t i) const { return *layers_.at(i); }
   Layer& layer(std::size_t i) { return *layers_.at(i); }
   /// The final norm, or null without one.
-  const LayerNorm<Dim, T, B>* norm() const noexcept { return norm_.get(); }
+  const Norm<Dim, T, B>* norm() const noexcept { return norm_.get(); }
 
   Module layers;  // the parent of "0", "1", ...
 
@@ -49,7 +49,7 @@ class LayerStack : public Module {
         }
       }
     }
-    if (final_norm) norm_ = std::make_unique<LayerNorm<Dim, T, B>>(this, "norm", layer_opt.layer_norm_eps, layer_opt.bias);
+    if (final_norm) norm_ = std::make_unique<Norm<Dim, T, B>>(this, "norm", layer_opt.norm, layer_opt.layer_norm_eps, layer_opt.bias);
   }
 
   /// The final norm applied to h, or h without one.
@@ -59,7 +59,7 @@ class LayerStack : public Module {
   }
 
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::unique_ptr<LayerNorm<Dim, T, B>> norm_;
+  std::unique_ptr<Norm<Dim, T, B>> norm_;
 };
 
 }  // namespace attn::nn::detail
