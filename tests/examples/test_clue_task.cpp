@@ -50,7 +50,7 @@ TEST_CASE("clue ModelConfig: the recurrent layer round-trips through config.json
   CHECK(clue::ModelConfig::from_json(j).rnn == "gru");
   j.erase("rnn");  // a configuration written before the GRU was offered
   CHECK(clue::ModelConfig::from_json(j).rnn == "lstm");
-  for (const nlohmann::json bad : {nlohmann::json("rnn"), nlohmann::json(3)}) {
+  for (const nlohmann::json& bad : {nlohmann::json("rnn"), nlohmann::json(3)}) {
     j["rnn"] = bad;
     try {
       clue::ModelConfig::from_json(j);
