@@ -1224,6 +1224,45 @@ def encoder_layer_reference(x, p, prefix, heads, key_valid, norm_first, activati
     return ln(x + ff(x), "norm2")
 
 
+def run_encoder_model(fname: str, model: nn.Module, B: int, T: int, D: int, lengths: list[int], run, reference) -> dict:
+    """The encoder goldens' common part: redraws model's parameters, draws x and dout (B, T, D), runs
+    run(model, x, key_valid) in double (training mode: dropout is 0, and torch stays off its fused
+    inference path), checks its output and every gradient against reference(x, leaves, key_valid)
+    on copies of the parameters, and returns the tensors to write: x, mask, the parameters, dout,
+    out, grad.x and grad.<parameter>."""
+    with torch.no_grad():
+        redraw_transformer_parameters(model)
+    x = randn32(B, T, D)
+    dout = randn32(B, T, D)
+    mask = mask_from_lengths(lengths, T)
+    key_valid = mask.bool()
+    t = {"x": f32(x), "mask": mask}
+    for n, q in model.named_parameters():
+        t[n] = f32(q)
+    t["dout"] = f32(dout)
+
+    model = model.double()
+    model.train()
+    d64 = dout.double()
+    x64 = x.double().requires_grad_()
+    out = run(model, x64, key_valid)
+    (out * d64).sum().backward()
+
+    # the hand-written reference: output and every gradient
+    leaves = {n: q.detach().clone().requires_grad_() for n, q in model.named_parameters()}
+    xr = x.double().requires_grad_()
+    z = reference(xr, leaves, key_valid)
+    (z * d64).sum().backward()
+    assert_close(f"{fname}.out", out, z)
+    assert_close(f"{fname}.grad.x", x64.grad, xr.grad)
+    for n, q in model.named_parameters():
+        assert_close(f"{fname}.grad.{n}", q.grad, leaves[n].grad)
+
+    t.update({"out": f64(out), "grad.x": f64(x64.grad)})
+    add_grads(t, model)
+    return t
+
+
 def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, norm_first: bool,
                  activation: str, final_norm: bool, seed: int, bias: bool = True) -> None:
     """layers == 0: one nn.TransformerEncoderLayer; else nn.TransformerEncoder of that many.
@@ -1240,43 +1279,17 @@ def case_encoder(out_dir: Path, written: list[Path], fname: str, layers: int, no
         model = nn.TransformerEncoder(layer, num_layers=layers,
                                       norm=nn.LayerNorm(D, eps=eps, bias=bias) if final_norm else None,
                                       enable_nested_tensor=False)
-    with torch.no_grad():
-        redraw_transformer_parameters(model)
-    x = randn32(B, T, D)
-    dout = randn32(B, T, D)
-    mask = mask_from_lengths(lengths, T)
-    key_valid = mask.bool()
-    t = {"x": f32(x), "mask": mask}
-    for n, q in model.named_parameters():
-        t[n] = f32(q)
-    t["dout"] = f32(dout)
+    def reference(z, leaves, key_valid):
+        for pre in ([""] if layers == 0 else [f"layers.{i}." for i in range(layers)]):
+            z = encoder_layer_reference(z, leaves, pre, H, key_valid, norm_first, activation, eps)
+        if layers and final_norm:
+            mu = z.mean(-1, keepdim=True)
+            var = z.var(-1, unbiased=False, keepdim=True)
+            z = (z - mu) / torch.sqrt(var + eps) * leaves["norm.weight"] + leaves.get("norm.bias", 0.0)
+        return z
 
-    model = model.double()
-    model.train()  # dropout is 0; training mode keeps torch off its fused inference fast path
-    d64 = dout.double()
-    x64 = x.double().requires_grad_()
-    out = model(x64, src_key_padding_mask=~key_valid)
-    (out * d64).sum().backward()
-
-    # the hand-written reference: output and every gradient
-    leaves = {n: q.detach().clone().requires_grad_() for n, q in model.named_parameters()}
-    xr = x.double().requires_grad_()
-    z = xr
-    prefixes = [""] if layers == 0 else [f"layers.{i}." for i in range(layers)]
-    for pre in prefixes:
-        z = encoder_layer_reference(z, leaves, pre, H, key_valid, norm_first, activation, eps)
-    if layers and final_norm:
-        mu = z.mean(-1, keepdim=True)
-        var = z.var(-1, unbiased=False, keepdim=True)
-        z = (z - mu) / torch.sqrt(var + eps) * leaves["norm.weight"] + leaves.get("norm.bias", 0.0)
-    (z * d64).sum().backward()
-    assert_close(f"{fname}.out", out, z)
-    assert_close(f"{fname}.grad.x", x64.grad, xr.grad)
-    for n, q in model.named_parameters():
-        assert_close(f"{fname}.grad.{n}", q.grad, leaves[n].grad)
-
-    t.update({"out": f64(out), "grad.x": f64(x64.grad)})
-    add_grads(t, model)
+    t = run_encoder_model(fname, model, B, T, D, lengths,
+                          lambda m, x, key_valid: m(x, src_key_padding_mask=~key_valid), reference)
     write(out_dir, fname, t,
           meta("transformer_encoder_layer" if layers == 0 else "transformer_encoder", seed,
                d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0, activation=activation,
@@ -1331,39 +1344,15 @@ def case_encoder_gated_rms(out_dir: Path, written: list[Path], fname: str, layer
                 x = layer(x, pad)
             return self.norm(x)
 
-    model: nn.Module = Layer() if layers == 0 else Stack()
-    with torch.no_grad():
-        redraw_transformer_parameters(model)
-    x = randn32(B, T, D)
-    dout = randn32(B, T, D)
-    mask = mask_from_lengths(lengths, T)
-    key_valid = mask.bool()
-    t = {"x": f32(x), "mask": mask}
-    for n, q in model.named_parameters():
-        t[n] = f32(q)
-    t["dout"] = f32(dout)
+    def reference(z, leaves, key_valid):
+        for pre in ([""] if layers == 0 else [f"layers.{i}." for i in range(layers)]):
+            z = encoder_layer_reference(z, leaves, pre, H, key_valid, norm_first, "silu", eps, rms=True, gated=True)
+        if layers:
+            z = z / torch.sqrt((z * z).mean(-1, keepdim=True) + eps) * leaves["norm.weight"]
+        return z
 
-    model = model.double()
-    d64 = dout.double()
-    x64 = x.double().requires_grad_()
-    out = model(x64, ~key_valid)
-    (out * d64).sum().backward()
-
-    leaves = {n: q.detach().clone().requires_grad_() for n, q in model.named_parameters()}
-    xr = x.double().requires_grad_()
-    z = xr
-    for pre in ([""] if layers == 0 else [f"layers.{i}." for i in range(layers)]):
-        z = encoder_layer_reference(z, leaves, pre, H, key_valid, norm_first, "silu", eps, rms=True, gated=True)
-    if layers:
-        z = z / torch.sqrt((z * z).mean(-1, keepdim=True) + eps) * leaves["norm.weight"]
-    (z * d64).sum().backward()
-    assert_close(f"{fname}.out", out, z)
-    assert_close(f"{fname}.grad.x", x64.grad, xr.grad)
-    for n, q in model.named_parameters():
-        assert_close(f"{fname}.grad.{n}", q.grad, leaves[n].grad)
-
-    t.update({"out": f64(out), "grad.x": f64(x64.grad)})
-    add_grads(t, model)
+    t = run_encoder_model(fname, Layer() if layers == 0 else Stack(), B, T, D, lengths,
+                          lambda m, x, key_valid: m(x, ~key_valid), reference)
     write(out_dir, fname, t,
           meta("transformer_encoder_layer" if layers == 0 else "transformer_encoder", seed,
                d_model=D, nhead=H, dim_feedforward=FF, dropout=0.0, activation="silu", norm="rms", gated=True,
